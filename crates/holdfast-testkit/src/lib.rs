@@ -1,0 +1,1 @@
+//! Real servers and the conformance suite.

@@ -1,0 +1,167 @@
+//! The embedded SQLite store: one file, no server. See `docs.md`.
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod sql;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rusqlite::Connection;
+
+pub use config::SqliteConfig;
+
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::capability::{Capabilities, FenceDurability};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, Attempt, LocalWakeups};
+
+const STORE: &str = "sqlite";
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteBackend {
+    conn: Arc<Mutex<Connection>>,
+    config: SqliteConfig,
+    wakeups: Arc<LocalWakeups>,
+}
+
+fn map_err(e: rusqlite::Error) -> Error {
+    let retryable = matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    Error::backend(STORE, retryable, e)
+}
+
+impl SqliteBackend {
+    /// Opens (creating if missing) the store a `sqlite://` URL names.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(SqliteConfig::from_url(url)?).await
+    }
+
+    /// Opens (creating if missing) the database file and its tables.
+    pub async fn open(config: SqliteConfig) -> Result<Self> {
+        let cfg = config.clone();
+        let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
+            if let Some(dir) = cfg.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::backend(STORE, false, format!("cannot create directory {}: {e}", dir.display()))
+                })?;
+            }
+            let conn = Connection::open(&cfg.path).map_err(map_err)?;
+            conn.busy_timeout(cfg.busy_timeout).map_err(map_err)?;
+            conn.pragma_update(None, "journal_mode", "WAL").map_err(map_err)?;
+            conn.pragma_update(None, "synchronous", if cfg.synchronous_full { "FULL" } else { "NORMAL" })
+                .map_err(map_err)?;
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {} COMMIT;", sql::SCHEMA)).map_err(map_err)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| Error::backend(STORE, false, e))??;
+        Ok(SqliteBackend { conn: Arc::new(Mutex::new(conn)), config, wakeups: Arc::default() })
+    }
+
+    /// Runs `f` on the connection on the blocking pool.
+    async fn with_conn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn).map_err(map_err)
+        })
+        .await
+        .map_err(|e| Error::backend(STORE, false, e))?
+    }
+
+    async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let (key, token, ttl, label) = (req.key.as_str().to_owned(), req.token, req.ttl, req.label.clone());
+        let outcome = self
+            .with_conn(move |conn| {
+                // A waiter first looks without the write lock, so polling
+                // waiters do not queue behind each other on BEGIN IMMEDIATE.
+                if peek_first {
+                    if let Some(left) = sql::peek_busy(conn, &key)? {
+                        return Ok(sql::Acquired::Busy { expires_in: left });
+                    }
+                }
+                sql::acquire(conn, &key, token, ttl, &label)
+            })
+            .await?;
+        Ok(match outcome {
+            sql::Acquired::Granted { fence } => {
+                Attempt::Granted(Grant { fence, attempt_started: started, session_lost: None })
+            }
+            sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in: Some(expires_in) },
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            always_fair: false,
+            store_notification: false,
+            counts_waiters: false,
+            fence_durability: if self.config.synchronous_full {
+                FenceDurability::Durable
+            } else {
+                FenceDurability::ProcessCrash
+            },
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        if !req.wait {
+            return Ok(match self.attempt(req, false).await? {
+                Attempt::Granted(g) => Some(g),
+                Attempt::Busy { .. } => None,
+            });
+        }
+        let wakeup = self.wakeups.subscribe(req.key.as_str());
+        let mut first = true;
+        let grant = wait::until_granted(&wakeup, self.config.poll, || {
+            let peek = !std::mem::take(&mut first);
+            self.attempt(req, peek)
+        })
+        .await?;
+        Ok(Some(grant))
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let k = key.as_str().to_owned();
+        let released = self.with_conn(move |conn| sql::release(conn, &k, token)).await?;
+        self.wakeups.wake_one(key.as_str());
+        Ok(released)
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
+        self.with_conn(move |conn| sql::renew(conn, &batch)).await
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        let k = key.as_str().to_owned();
+        let holder = self.with_conn(move |conn| sql::holder(conn, &k)).await?;
+        Ok(LockStatus {
+            key: key.to_string(),
+            holder: holder.map(|(label, fence, left_ms)| HolderInfo {
+                label,
+                fence,
+                ttl_left: Some(Duration::from_millis(left_ms.max(0) as u64)),
+            }),
+            waiters: None,
+        })
+    }
+}

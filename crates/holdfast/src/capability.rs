@@ -1,0 +1,50 @@
+//! What a store can do, declared by its backend and checked before dispatch.
+
+/// How far a store's fences stay strictly increasing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FenceDurability {
+    /// Increasing across restarts and crashes of the store itself (a fsynced
+    /// log, a consensus log).
+    Durable,
+    /// Increasing while the store runs, and across clean or process-crash
+    /// restarts, but a power loss or an OS crash may lose the last grants
+    /// (for example SQLite with `synchronous=NORMAL`).
+    ProcessCrash,
+    /// Increasing only while the store's process lives (Redis without
+    /// persistence): a restart may reissue old fences.
+    Volatile,
+}
+
+/// A store's declared capabilities. The conformance suite tests every one
+/// that is declared; the client refuses requests for the ones that are not
+/// with [`Error::Unsupported`](crate::Error::Unsupported) before any I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Fair (FIFO) mode is available: grants follow request order.
+    pub fair: bool,
+    /// Every lock is fair whether asked or not (a queue is the store's only
+    /// way to wait, as with etcd and ZooKeeper).
+    pub always_fair: bool,
+    /// Waiters are woken by the store's own notification (pub/sub, watch,
+    /// LISTEN/NOTIFY) rather than by polling alone.
+    pub store_notification: bool,
+    /// The store can count waiters for `status`.
+    pub counts_waiters: bool,
+    /// How durable fences are.
+    pub fence_durability: FenceDurability,
+}
+
+impl Capabilities {
+    /// The least a store can declare: not fair, waiting by polling, volatile fences.
+    pub const fn minimal() -> Self {
+        Capabilities {
+            fair: false,
+            always_fair: false,
+            store_notification: false,
+            counts_waiters: false,
+            fence_durability: FenceDurability::Volatile,
+        }
+    }
+}

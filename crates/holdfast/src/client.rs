@@ -1,0 +1,197 @@
+//! The client: one store connection, its renewal task, and the lock builders.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+
+use crate::backend::{Backend, LockStatus};
+use crate::capability::Capabilities;
+use crate::error::{Error, Result};
+use crate::key::LockKey;
+use crate::lease::Renewer;
+use crate::mutex::{Held, LockOptions, Mutex, MutexGuard};
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The label stored with every grant and shown by `status`; default `host:pid`.
+    pub label: Option<String>,
+}
+
+/// A connection to one lock store. Cheap to clone; clones share the
+/// connection and the renewal task.
+///
+/// ```no_run
+/// # async fn demo() -> holdfast::Result<()> {
+/// let client = holdfast::Client::connect("sqlite:///tmp/holdfast-doc.db").await?;
+/// let total = client
+///     .with_lock("billing/run", holdfast::LockOptions::default(), async |guard| {
+///         // ... work that must not run twice at once; guard.fence() for writes ...
+///         guard.fence()
+///     })
+///     .await?;
+/// # let _ = total; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) renewer: Renewer,
+    pub(crate) label: String,
+    reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("backend", &self.inner.backend)
+            .field("label", &self.inner.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the store the URL names. The scheme picks the store:
+    /// `sqlite://PATH` (feature `sqlite`, on by default); see the crate docs
+    /// for the others. A scheme whose feature is off fails with
+    /// [`Error::FeatureDisabled`]; a malformed URL with [`Error::InvalidInput`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects with options.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+        let backend = crate::url::connect(url).await?;
+        Ok(Self::with_backend(backend, options))
+    }
+
+    /// A client over a backend built by hand (or a custom one).
+    pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
+        let label = options.label.unwrap_or_else(default_label);
+        Client {
+            inner: Arc::new(ClientInner {
+                renewer: Renewer::new(backend.clone()),
+                backend,
+                label,
+                reentrant: StdMutex::default(),
+            }),
+        }
+    }
+
+    /// A mutex on `key`. Nothing is checked or sent until an acquire.
+    pub fn mutex(&self, key: impl Into<String>) -> Mutex {
+        Mutex::new(self.clone(), key.into())
+    }
+
+    /// Runs `work` while holding `key`, then releases it.
+    ///
+    /// Waits for the key (at most `options.wait_timeout`, if set). If the
+    /// lease is lost while `work` runs, `work` is dropped at its current await
+    /// point and the call fails with [`Error::Lost`]: nothing keeps running
+    /// unprotected.
+    pub async fn with_lock<T>(
+        &self,
+        key: impl Into<String>,
+        options: LockOptions,
+        work: impl AsyncFnOnce(&MutexGuard) -> T,
+    ) -> Result<T> {
+        let wait_timeout = options.wait_timeout;
+        let mutex = self.mutex(key).options(options);
+        let guard = match wait_timeout {
+            Some(t) => mutex.acquire_timeout(t).await?,
+            None => mutex.acquire().await?,
+        };
+        let lost = guard.lost();
+        let outcome = tokio::select! {
+            biased;
+            _ = lost => None,
+            out = work(&guard) => Some(out),
+        };
+        match outcome {
+            Some(out) => {
+                guard.release().await?;
+                Ok(out)
+            }
+            None => {
+                let key = guard.key().to_owned();
+                drop(guard);
+                Err(Error::Lost { key })
+            }
+        }
+    }
+
+    /// Who holds `key`, as far as the store can tell.
+    pub async fn status(&self, key: &str) -> Result<LockStatus> {
+        let key = LockKey::new(key)?;
+        self.inner.backend.status(&key).await
+    }
+
+    /// The store's declared capabilities.
+    pub fn capabilities(&self) -> Capabilities {
+        self.inner.backend.capabilities()
+    }
+
+    /// The store's name (`"sqlite"`, `"redis"`, ...).
+    pub fn store_name(&self) -> &'static str {
+        self.inner.backend.name()
+    }
+
+    /// The backend, for tools that need the raw store calls.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// How many leases this client is renewing now.
+    pub fn renewing_leases(&self) -> usize {
+        self.inner.renewer.len()
+    }
+
+    pub(crate) fn inner(&self) -> &ClientInner {
+        &self.inner
+    }
+
+    /// Takes one more hold of a live reentrant grant of `owner` on `key`.
+    pub(crate) fn reenter(&self, key: &LockKey, owner: &str) -> Option<Arc<Held>> {
+        let map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
+        let held = map.get(&(key.as_str().to_owned(), owner.to_owned()))?.upgrade()?;
+        if held.lease.is_lost() || held.holds.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        held.holds.fetch_add(1, Ordering::AcqRel);
+        Some(held)
+    }
+
+    pub(crate) fn register_reentrant(&self, owner: &str, held: &Arc<Held>) {
+        let mut map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, w| w.strong_count() > 0);
+        map.insert((held.lease.key.as_str().to_owned(), owner.to_owned()), Arc::downgrade(held));
+    }
+
+    /// Drops one hold of a reentrant grant; true if it was the last.
+    pub(crate) fn leave_reentrant(&self, owner: &str, held: &Held) -> bool {
+        let mut map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
+        let last = held.holds.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            let k = (held.lease.key.as_str().to_owned(), owner.to_owned());
+            if map.get(&k).is_some_and(|w| std::ptr::eq(w.as_ptr(), held)) {
+                map.remove(&k);
+            }
+        }
+        last
+    }
+}
+
+fn default_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}

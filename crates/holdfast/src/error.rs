@@ -1,0 +1,107 @@
+//! The one error type of holdfast.
+
+use std::time::Duration;
+
+/// A boxed error from a store's client library.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with holdfast's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong with a lock, as variants a caller can act on.
+///
+/// Match on the variant, not on the message: messages may change between
+/// releases, variants follow semver (new ones may be added, hence
+/// `#[non_exhaustive]`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock stayed busy until the acquire deadline passed. Nothing was
+    /// left behind in the store: an attempt that raced the deadline was
+    /// released by its token before this error was returned.
+    #[error("lock {key:?} still busy after {waited:?}")]
+    Timeout {
+        /// The lock key.
+        key: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// Release or renew named a grant the store does not have: it was
+    /// released already, or it expired and may now belong to someone else.
+    #[error("lock {key:?} is not held by this grant (released, or expired and possibly taken over)")]
+    NotHeld {
+        /// The lock key.
+        key: String,
+    },
+    /// The lease was lost while the guard lived (renewal failed, the store
+    /// said the grant was gone, or the local lease deadline passed). Work done
+    /// under the guard after [`lost`](crate::MutexGuard::lost) fired may have
+    /// overlapped another holder; use the fence to reject it downstream.
+    #[error("lease on lock {key:?} was lost before release")]
+    Lost {
+        /// The lock key.
+        key: String,
+    },
+    /// Input rejected before any I/O: a bad key, TTL, URL or option.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// What was wrong: `key`, `ttl`, `url`, ...
+        what: &'static str,
+        /// Why, in words a user can fix.
+        reason: String,
+    },
+    /// The store cannot do what was asked (for example a fair lock on a store
+    /// that does not queue waiters). Checked before any I/O.
+    #[error("{store} store does not support {what}")]
+    Unsupported {
+        /// The store's name.
+        store: &'static str,
+        /// The unsupported capability.
+        what: &'static str,
+    },
+    /// The URL names a store whose cargo feature was not enabled at build time.
+    #[error("URL scheme {scheme:?} needs holdfast's cargo feature {feature:?}, which is not enabled")]
+    FeatureDisabled {
+        /// The URL scheme.
+        scheme: String,
+        /// The cargo feature to enable.
+        feature: &'static str,
+    },
+    /// The store failed or could not be reached.
+    #[error("{store} store error{}: {source}", if *.retryable { " (retryable)" } else { "" })]
+    Backend {
+        /// The store's name.
+        store: &'static str,
+        /// Whether the same call may succeed if tried again (a lost connection,
+        /// a failover in progress), as opposed to a permanent refusal.
+        retryable: bool,
+        /// The store client's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same operation may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Backend { retryable, .. } => *retryable,
+            Error::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// An [`Error::InvalidInput`].
+    pub fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput { what, reason: reason.into() }
+    }
+
+    /// An [`Error::Backend`] from any error, for store implementations.
+    pub fn backend(
+        store: &'static str,
+        retryable: bool,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Backend { store, retryable, source: source.into() }
+    }
+}

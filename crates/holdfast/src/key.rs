@@ -1,0 +1,163 @@
+//! Lock keys, owner tokens and the limits on TTLs, checked before any I/O.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Longest key accepted, in bytes of UTF-8.
+///
+/// Long enough for any path-like name, short enough to fit every store's
+/// key limits once a backend adds its own prefix (ZooKeeper paths, etcd keys,
+/// an indexed `VARCHAR` in MySQL).
+pub const MAX_KEY_BYTES: usize = 256;
+
+/// Shortest lease TTL accepted.
+///
+/// Renewal runs every `ttl / 3` by default; below this the renewal round trip
+/// itself would eat most of the lease.
+pub const MIN_TTL: Duration = Duration::from_millis(50);
+
+/// Longest lease TTL accepted. A lease lives longer than this only by renewal,
+/// so a holder that dies frees the key within a day at the very worst.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A validated lock key.
+///
+/// Rules: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, no control characters
+/// (U+0000..U+001F, U+007F..U+009F, so no NUL, tab or newline). Anything else
+/// is allowed, quotes, backslashes, `%`, `/`, `*` and non-ASCII included;
+/// stores never interpolate a key into a command or a query.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey(String);
+
+impl LockKey {
+    /// Checks `key` against the rules above.
+    pub fn new(key: impl Into<String>) -> Result<Self> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(Error::invalid("key", "a lock key must not be empty"));
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(Error::invalid(
+                "key",
+                format!("a lock key is at most {MAX_KEY_BYTES} bytes, this one has {}", key.len()),
+            ));
+        }
+        if let Some(c) = key.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid(
+                "key",
+                format!("a lock key must not contain control characters (found U+{:04X})", c as u32),
+            ));
+        }
+        Ok(LockKey(key))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks a lease TTL against [`MIN_TTL`] and [`MAX_TTL`].
+pub fn check_ttl(ttl: Duration) -> Result<Duration> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            "ttl",
+            format!("a lease TTL must be between {MIN_TTL:?} and {MAX_TTL:?}, got {ttl:?}"),
+        ));
+    }
+    Ok(ttl)
+}
+
+/// The random 128-bit value that names one grant.
+///
+/// Release and renew present it; a store changes a lease only when the token
+/// matches, so a stale holder can never free or extend someone else's grant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OwnerToken(u128);
+
+impl OwnerToken {
+    /// A fresh token from the thread-local CSPRNG.
+    pub fn random() -> Self {
+        OwnerToken(rand::random())
+    }
+
+    /// The token as a number.
+    pub fn as_u128(&self) -> u128 {
+        self.0
+    }
+
+    /// The token's 16 big-endian bytes.
+    pub fn to_bytes(&self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+
+    /// The token from 16 big-endian bytes.
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        OwnerToken(u128::from_be_bytes(bytes))
+    }
+
+    /// The token as 32 lowercase hex digits.
+    pub fn to_hex(&self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parses 32 hex digits.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(OwnerToken)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only a prefix: enough to correlate logs, not enough to forge a release.
+        write!(f, "OwnerToken({:08x}..)", (self.0 >> 96) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_rules() {
+        assert!(LockKey::new("orders/42").is_ok());
+        assert!(LockKey::new("it's 100% \"quoted\" \\ ünïcode").is_ok());
+        assert!(LockKey::new("a".repeat(MAX_KEY_BYTES)).is_ok());
+        for bad in [String::new(), "a".repeat(MAX_KEY_BYTES + 1), "nul\0".into(), "line\n".into()] {
+            assert!(matches!(LockKey::new(bad), Err(Error::InvalidInput { what: "key", .. })));
+        }
+    }
+
+    #[test]
+    fn ttl_rules() {
+        assert!(check_ttl(Duration::from_secs(30)).is_ok());
+        assert!(check_ttl(Duration::ZERO).is_err());
+        assert!(check_ttl(MIN_TTL - Duration::from_millis(1)).is_err());
+        assert!(check_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn token_hex_round_trip() {
+        let t = OwnerToken::random();
+        assert_eq!(OwnerToken::from_hex(&t.to_hex()), Some(t));
+        assert_eq!(OwnerToken::from_bytes(t.to_bytes()), t);
+        assert_ne!(OwnerToken::random(), OwnerToken::random());
+    }
+}

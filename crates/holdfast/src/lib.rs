@@ -1,0 +1,71 @@
+//! # holdfast: distributed locks that hold fast
+//!
+//! One API over many stores. Every grant carries a fencing token; leases renew
+//! themselves while held and tell the holder when they are lost; waiters are
+//! woken by notification, not by sleep-polling alone.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> holdfast::Result<()> {
+//! let client = holdfast::Client::connect("sqlite:///tmp/holdfast-doc.db").await?;
+//! let guard = client
+//!     .mutex("stock:42")
+//!     .ttl(Duration::from_secs(10))
+//!     .acquire_timeout(Duration::from_secs(3))
+//!     .await?;
+//! let fence = guard.fence(); // pass to the protected resource; it rejects lower fences
+//! tokio::select! {
+//!     _ = tokio::time::sleep(Duration::from_millis(100)) => { /* the work */ }
+//!     _ = guard.lost() => return Err(holdfast::Error::Lost { key: "stock:42".into() }),
+//! }
+//! guard.release().await?;
+//! # let _ = fence; Ok(()) }
+//! ```
+//!
+//! ## Stores
+//!
+//! | URL | feature | notes |
+//! |---|---|---|
+//! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
+//!
+//! The URL scheme picks the store in one place; a scheme whose feature is off
+//! is [`Error::FeatureDisabled`].
+//!
+//! ## Guarantees
+//!
+//! Every store passes the conformance suite C1..C11 of `holdfast-testkit`
+//! against a real server. What each store guarantees, and where a guarantee
+//! ends, is in the README's guarantee table and in each backend's docs.
+//!
+//! ## Checking a fence
+//!
+//! A lock alone cannot stop a holder that paused (GC, swap, a stopped VM)
+//! past its lease from writing after the next holder started. The fence can:
+//! the protected resource remembers the highest fence it accepted and rejects
+//! lower ones, for example in SQL:
+//!
+//! ```sql
+//! UPDATE stock SET count = count - 1, last_fence = $fence
+//!  WHERE item = $item AND last_fence < $fence;   -- 0 rows: a newer holder wrote first
+//! ```
+
+pub mod audit;
+pub mod backend;
+mod capability;
+mod client;
+mod error;
+mod key;
+mod lease;
+mod mutex;
+mod url;
+pub mod wait;
+
+pub use backend::{HolderInfo, LockStatus};
+pub use capability::{Capabilities, FenceDurability};
+pub use client::{Client, ClientOptions};
+pub use error::{BoxError, Error, Result};
+pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
+pub use lease::drift_margin as lease_drift_margin;
+pub use mutex::{DEFAULT_TTL, LockOptions, Mutex, MutexGuard};
+pub use url::SCHEMES;
