@@ -1,1 +1,8 @@
-//! Real servers and the conformance suite.
+//! Test kit of holdfast: real store servers on loopback in temp dirs
+//! ([`servers`]), and the conformance suite every backend runs
+//! ([`conformance`], clauses C1..C11).
+//!
+//! Not a stable API: it exists for holdfast's own tests.
+
+pub mod conformance;
+pub mod servers;

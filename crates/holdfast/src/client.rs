@@ -20,6 +20,14 @@ pub struct ClientOptions {
     pub label: Option<String>,
 }
 
+impl ClientOptions {
+    /// Sets the holder label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+}
+
 /// A connection to one lock store. Cheap to clone; clones share the
 /// connection and the renewal task.
 ///

@@ -1,0 +1,114 @@
+//! Real store servers on loopback ports in temp dirs, killed on drop.
+//!
+//! Every launcher follows the same rules: a free port found by binding
+//! `127.0.0.1:0`; data in a fresh temp dir removed on drop; the server process
+//! killed on drop; a missing binary is a test failure naming the command that
+//! installs it (never a silent skip).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The Debian packages that provide every server the tests start.
+pub const APT_INSTALL: &str = "apt-get install -y redis-server redis-tools etcd-server etcd-client zookeeper \
+     postgresql-15 mariadb-server mariadb-client protobuf-compiler";
+
+/// A free TCP port on 127.0.0.1 (bind to port 0, read it, let it go).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"))
+}
+
+/// The path of `binary`, searching `PATH` and `extra_dirs`; panics with the
+/// install command when it is missing, so the test fails loudly.
+pub fn require_binary(binary: &str, extra_dirs: &[&str], package: &str) -> PathBuf {
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path_var).chain(extra_dirs.iter().map(PathBuf::from));
+    for dir in dirs {
+        let candidate = dir.join(binary);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("`{binary}` is not installed; install it with: apt-get install -y {package}   (all servers: {APT_INSTALL})");
+}
+
+/// Polls `ready` every 25 ms until it returns true or `timeout` passes;
+/// panics with `what` and the log tail on timeout.
+pub fn wait_until(what: &str, timeout: Duration, log: Option<&Path>, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let tail = log.and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+    let tail: String = tail.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    panic!("{what} not ready after {timeout:?}; log tail:\n{tail}");
+}
+
+/// True if something accepts TCP connections on 127.0.0.1:`port`.
+pub fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok()
+}
+
+/// A server child process, SIGKILLed and reaped on drop.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Spawns `cmd` with stdin closed and output to `log`.
+    pub fn spawn(mut cmd: Command, log: &Path) -> Self {
+        let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        let err = out.try_clone().unwrap_or_else(|e| panic!("cannot dup log handle: {e}"));
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        ServerProcess { child: Some(child) }
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL and reap now (a crash, for fault tests).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `signal` (e.g. `libc`-free: "TERM", "INT") with `kill -s` and waits for exit.
+    pub fn stop_with(&mut self, signal: &str) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-s").arg(signal).arg(c.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,4 @@
+//! The conformance suite C1..C11 against every enabled store, one test per clause.
+
+#[cfg(feature = "sqlite")]
+mod sqlite;
