@@ -130,7 +130,7 @@ pub fn c3_expiry_killed_process<S: Fn() -> Store>(module_path: &str, test: &str,
     let fence: u64 = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("HOLDFAST_FENCE ").and_then(|f| f.trim().parse().ok()))
+        .find_map(|l| l.split_once("HOLDFAST_FENCE ").and_then(|(_, f)| f.trim().parse().ok()))
         .expect("holder printed no fence");
     holder.kill().expect("SIGKILL holder");
     let killed = Instant::now();
