@@ -1,1 +1,3 @@
+//! The `holdfast` command.
+
 fn main() {}

@@ -115,7 +115,13 @@ impl Witness {
         Ok(Report {
             entries: fences.len() as u64,
             overlaps,
-            max_inside: if fences.is_empty() { 0 } else if overlaps > 0 { 2 } else { 1 },
+            max_inside: if fences.is_empty() {
+                0
+            } else if overlaps > 0 {
+                2
+            } else {
+                1
+            },
             fences_increasing: fences.windows(2).all(|w| w[0] < w[1]),
             counter: self.counter()?,
         })

@@ -97,11 +97,7 @@ impl Error {
     }
 
     /// An [`Error::Backend`] from any error, for store implementations.
-    pub fn backend(
-        store: &'static str,
-        retryable: bool,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    pub fn backend(store: &'static str, retryable: bool, source: impl Into<BoxError>) -> Self {
         Error::Backend { store, retryable, source: source.into() }
     }
 }

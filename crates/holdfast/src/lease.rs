@@ -69,9 +69,7 @@ impl LeaseState {
         if self.lost.is_cancelled() {
             return true;
         }
-        if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled())
-            || Instant::now() >= self.valid_until()
-        {
+        if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled()) || Instant::now() >= self.valid_until() {
             self.lost.cancel();
             return true;
         }
@@ -203,10 +201,8 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
             }
             continue;
         }
-        let requests: Vec<RenewRequest> = due
-            .iter()
-            .map(|(_, l)| RenewRequest { key: l.key.clone(), token: l.token, ttl: l.ttl })
-            .collect();
+        let requests: Vec<RenewRequest> =
+            due.iter().map(|(_, l)| RenewRequest { key: l.key.clone(), token: l.token, ttl: l.ttl }).collect();
         // Never wait on a renewal past the earliest local deadline in the batch:
         // by then lost() has fired anyway, and the other leases need the task.
         let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or(now);

@@ -228,7 +228,8 @@ impl Mutex {
         };
         cleanup.disarm();
         tracing::debug!(key = %key, fence = grant.fence, "granted");
-        let lease = Arc::new(LeaseState::new(key, req.token, grant.fence, ttl, grant.attempt_started, grant.session_lost));
+        let lease =
+            Arc::new(LeaseState::new(key, req.token, grant.fence, ttl, grant.attempt_started, grant.session_lost));
         let renewal = self.opts.auto_renew.then(|| inner.renewer.register(lease.clone(), interval, self.opts.max_hold));
         let held = Arc::new(Held {
             client: self.client.clone(),

@@ -22,7 +22,10 @@ pub const SCHEMES: &[(&str, &str)] = &[
 /// Connects to the store `url` names.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return Err(Error::invalid("url", format!("{url:?} has no scheme; expected for example sqlite:///path/to/locks.db")));
+        return Err(Error::invalid(
+            "url",
+            format!("{url:?} has no scheme; expected for example sqlite:///path/to/locks.db"),
+        ));
     };
     let scheme = scheme.to_ascii_lowercase();
     match scheme.as_str() {

@@ -41,11 +41,7 @@ pub struct PollBounds {
 impl PollBounds {
     /// The delay before the next attempt.
     pub fn next_delay(&self, expires_in: Option<Duration>) -> Duration {
-        let jittered = if self.max > self.min {
-            rand::rng().random_range(self.min..=self.max)
-        } else {
-            self.min
-        };
+        let jittered = if self.max > self.min { rand::rng().random_range(self.min..=self.max) } else { self.min };
         match expires_in {
             Some(left) => jittered.min(left + Duration::from_millis(1)),
             None => jittered,

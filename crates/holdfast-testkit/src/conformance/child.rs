@@ -122,10 +122,8 @@ pub fn multi_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S)
 pub fn c3_expiry_killed_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S) {
     let store = start();
     let key = super::fresh_key("c3-kill");
-    let mut holder = child(module_path, test, "hold", &store.url, &key)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
+    let mut holder =
+        child(module_path, test, "hold", &store.url, &key).stdout(Stdio::piped()).spawn().expect("spawn holder");
     let stdout = holder.stdout.take().expect("stdout");
     let fence: u64 = BufReader::new(stdout)
         .lines()

@@ -106,7 +106,11 @@ pub async fn c2_fencing(store: &Store) {
     assert!(g.fence() > last);
     last = g.fence();
     std::mem::forget(g);
-    let g = clients[1].mutex(&key).acquire_timeout(Duration::from_secs(10) + store.expiry_slack).await.expect("after expiry");
+    let g = clients[1]
+        .mutex(&key)
+        .acquire_timeout(Duration::from_secs(10) + store.expiry_slack)
+        .await
+        .expect("after expiry");
     assert!(g.fence() > last, "fence {} after expiry of {last}", g.fence());
     g.release().await.expect("release");
     // Fences of other keys never interfere with this one's order.
@@ -141,7 +145,11 @@ pub async fn c4_ownership(store: &Store) {
     assert!(!a.backend().release(&lock_key, forged).await.expect("forged release"), "a forged token released a lock");
     let renewed = a
         .backend()
-        .renew(&[holdfast::backend::RenewRequest { key: lock_key.clone(), token: forged, ttl: Duration::from_secs(60) }])
+        .renew(&[holdfast::backend::RenewRequest {
+            key: lock_key.clone(),
+            token: forged,
+            ttl: Duration::from_secs(60),
+        }])
         .await
         .expect("forged renew");
     assert_eq!(renewed, vec![false], "a forged token renewed a lock");
@@ -199,7 +207,8 @@ pub async fn c5_lost_before_regrant(store: &Store) {
     };
     let waiter = b.mutex(&key).acquire_timeout(Duration::from_secs(10) + store.expiry_slack).await.expect("regrant");
     let granted_at = Instant::now();
-    let lost_at = tokio::time::timeout(Duration::from_secs(5), lost_at).await.expect("lost() never fired").expect("task");
+    let lost_at =
+        tokio::time::timeout(Duration::from_secs(5), lost_at).await.expect("lost() never fired").expect("task");
     assert!(lost_at <= granted_at, "lost() fired {:?} after the key was granted again", lost_at - granted_at);
     assert!(g.is_lost());
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
@@ -283,7 +292,10 @@ pub async fn c8_reentrancy(store: &Store) {
     assert_eq!(inner.fence(), outer.fence(), "a re-entry is the same grant");
     assert_eq!(outer.hold_count(), 2);
     assert!(a.mutex(&key).reentrant("job-2").try_acquire().await.expect("try").is_none(), "another owner re-entered");
-    assert!(b.mutex(&key).reentrant("job-1").try_acquire().await.expect("try").is_none(), "reentrancy leaked across clients");
+    assert!(
+        b.mutex(&key).reentrant("job-1").try_acquire().await.expect("try").is_none(),
+        "reentrancy leaked across clients"
+    );
     inner.release().await.expect("inner release");
     assert!(b.mutex(&key).try_acquire().await.expect("try").is_none(), "freed before the outer release");
     outer.release().await.expect("outer release");
@@ -315,10 +327,7 @@ pub async fn c9_cancel_safety(store: &Store) {
         assert!(tokio::time::timeout(abort_after, m.acquire()).await.is_err(), "granted a held key");
     }
     // acquire_timeout cleans up before it returns.
-    assert!(matches!(
-        a.mutex(&key).acquire_timeout(Duration::from_millis(50)).await,
-        Err(Error::Timeout { .. })
-    ));
+    assert!(matches!(a.mutex(&key).acquire_timeout(Duration::from_millis(50)).await, Err(Error::Timeout { .. })));
     g.release().await.expect("release");
     // Background releases of raced grants finish quickly; long before the 60 s TTL.
     eventually("key free after aborted acquires", Duration::from_secs(5), || is_free(&b, &key)).await;

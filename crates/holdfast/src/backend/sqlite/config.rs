@@ -49,7 +49,9 @@ impl SqliteConfig {
                     config.synchronous_full = match v {
                         "full" => true,
                         "normal" => false,
-                        _ => return Err(Error::invalid("url", format!("synchronous must be full or normal, got {v:?}"))),
+                        _ => {
+                            return Err(Error::invalid("url", format!("synchronous must be full or normal, got {v:?}")));
+                        }
                     }
                 }
                 "busy_timeout_ms" => config.busy_timeout = ms()?,

@@ -29,10 +29,8 @@ pub struct SqliteBackend {
 }
 
 fn map_err(e: rusqlite::Error) -> Error {
-    let retryable = matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    );
+    let retryable =
+        matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked));
     Error::backend(STORE, retryable, e)
 }
 

@@ -129,7 +129,9 @@ pub(super) fn renew(conn: &mut Connection, leases: &[(String, OwnerToken, Durati
 /// The unexpired holder of `key`: (label, fence, ms left).
 pub(super) fn holder(conn: &Connection, key: &str) -> rusqlite::Result<Option<(String, u64, i64)>> {
     let now = now_ms();
-    conn.prepare_cached("SELECT label, fence, expires_at_ms FROM holdfast_leases WHERE key = ?1 AND expires_at_ms > ?2")?
-        .query_row(params![key, now], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? - now)))
-        .optional()
+    conn.prepare_cached(
+        "SELECT label, fence, expires_at_ms FROM holdfast_leases WHERE key = ?1 AND expires_at_ms > ?2",
+    )?
+    .query_row(params![key, now], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? - now)))
+    .optional()
 }
