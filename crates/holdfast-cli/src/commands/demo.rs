@@ -12,7 +12,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use holdfast::audit::Witness;
+use holdfast::audit::{Report, Witness};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{DemoArgs, DemoWorkerArgs, ENV_BACKEND};
@@ -108,32 +108,64 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     }
 
     let report = witness.report().map_err(io_failure)?;
-    let left = report.counter;
-    let really_sold = args.stock as i64 - left;
-    let oversold = sold as i64 - really_sold;
-    let ok_oversold = oversold == 0 && left >= 0;
-    let ok_inside = report.max_inside <= 1;
-    let ok_fences = report.fences_increasing;
+    let v = Verdict::new(args.stock, sold, &report);
     let mark = |ok: bool| if ok { "ok" } else { "BROKEN" };
     let rate = sold as f64 / elapsed.as_secs_f64().max(1e-9);
-    println!("sold               {sold}");
-    println!("left               {left}");
-    println!("oversold           {oversold}    {} (must be 0)", mark(ok_oversold));
-    println!("max holders inside {}    {} (must be 1)", report.max_inside, mark(ok_inside));
+    println!("sold               {}", v.sold);
+    println!("left               {}", v.left);
+    println!("oversold           {}    {} (must be 0)", v.oversold, mark(v.oversold == 0 && v.left >= 0));
+    println!("max holders inside {}    {} (must be 1)", v.max_inside, mark(v.max_inside <= 1));
     println!(
         "fences             {}    {} ({} grants, each fence above the one before)",
-        if ok_fences { "strictly increasing" } else { "NOT increasing" },
-        mark(ok_fences),
-        report.entries
+        if v.fences_increasing { "strictly increasing" } else { "NOT increasing" },
+        mark(v.fences_increasing),
+        v.grants
     );
     println!("leases lost        {lost}");
     println!("throughput         {rate:.0} items/s ({sold} items in {})", duration::show(elapsed));
-    if ok_oversold && ok_inside && ok_fences {
+    if v.ok() {
         println!("result             ok: no item oversold, one holder at a time");
         Ok(OK)
     } else {
         println!("result             BROKEN: the lock let more than one holder in");
         Ok(INVARIANT_BROKEN)
+    }
+}
+
+/// What the demo concludes from the workers' sales and the witness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Items the workers say they sold.
+    pub sold: u64,
+    /// Stock left in the witness.
+    pub left: i64,
+    /// Sales beyond what left the stock: two workers sold the same item.
+    pub oversold: i64,
+    /// The most holders the witness saw inside at once.
+    pub max_inside: u64,
+    /// Whether fences rose strictly in entry order.
+    pub fences_increasing: bool,
+    /// Grants the witness recorded.
+    pub grants: u64,
+}
+
+impl Verdict {
+    /// Judges a run that started with `stock` items.
+    pub fn new(stock: u64, sold: u64, report: &Report) -> Self {
+        let taken = stock as i64 - report.counter;
+        Verdict {
+            sold,
+            left: report.counter,
+            oversold: sold as i64 - taken,
+            max_inside: report.max_inside,
+            fences_increasing: report.fences_increasing,
+            grants: report.entries,
+        }
+    }
+
+    /// Whether every invariant held.
+    pub fn ok(&self) -> bool {
+        self.oversold == 0 && self.left >= 0 && self.max_inside <= 1 && self.fences_increasing
     }
 }
 
@@ -169,7 +201,9 @@ pub async fn worker(args: DemoWorkerArgs) -> Result<u8, Failure> {
     let (mut sold, mut lost) = (0u64, 0u64);
     loop {
         let guard = mutex.acquire_timeout(WORKER_WAIT).await.map_err(|e| match e {
-            holdfast::Error::Timeout { .. } => Failure::new(UNAVAILABLE, format!("no turn at the lock in {WORKER_WAIT:?}")),
+            holdfast::Error::Timeout { .. } => {
+                Failure::new(UNAVAILABLE, format!("no turn at the lock in {WORKER_WAIT:?}"))
+            }
             e => e.into(),
         })?;
         let sold_out = buy(&witness, guard.fence(), &mut sold)?;
@@ -198,3 +232,28 @@ fn buy(witness: &Witness, fence: u64, sold: &mut u64) -> Result<bool, Failure> {
     Ok(left <= 0)
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(counter: i64, max_inside: u64, fences_increasing: bool) -> Report {
+        Report { entries: 10, overlaps: max_inside.saturating_sub(1), max_inside, fences_increasing, counter }
+    }
+
+    #[test]
+    fn verdict_catches_each_broken_invariant() {
+        assert!(Verdict::new(10, 10, &report(0, 1, true)).ok());
+        let oversold = Verdict::new(10, 11, &report(0, 1, true));
+        assert_eq!(oversold.oversold, 1);
+        assert!(!oversold.ok());
+        assert!(!Verdict::new(10, 10, &report(0, 2, true)).ok());
+        assert!(!Verdict::new(10, 10, &report(0, 1, false)).ok());
+        assert!(!Verdict::new(10, 11, &report(-1, 1, true)).ok());
+    }
+
+    #[test]
+    fn worker_lines_parse() {
+        assert_eq!(parse_worker_line("sold 12 lost 0\n"), Some((12, 0)));
+        assert_eq!(parse_worker_line("garbage"), None);
+    }
+}

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::cli::{ENV_FENCE, ENV_KEY, RunArgs};
 use crate::duration;
-use crate::exit::{BUSY, Failure, INTERNAL, LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND, USAGE};
+use crate::exit::{BUSY, Failure, INTERNAL, LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND};
 
 /// Runs `args.command` under the lock `args.key`; returns the exit code.
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
@@ -34,7 +34,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     // Everything that can be checked without I/O, before any I/O.
     holdfast::LockKey::new(args.key.as_str())?;
-    holdfast::check_ttl(args.ttl).map_err(|e| Failure::new(USAGE, format!("--ttl: {e}")))?;
+    holdfast::check_ttl(args.ttl)?;
     let max_hold = args.max_hold.map(|d| duration::non_zero("--max-hold", d)).transpose()?;
     let url = args.backend.url()?;
 

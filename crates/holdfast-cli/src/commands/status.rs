@@ -36,7 +36,8 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
         });
     }
     if args.json {
-        let text = serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(crate::exit::INTERNAL, e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(crate::exit::INTERNAL, e.to_string()))?;
         println!("{text}");
     } else {
         print!("{}", table(&rows));
