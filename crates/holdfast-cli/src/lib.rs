@@ -13,6 +13,16 @@ use clap::Parser;
 
 use crate::exit::Failure;
 
+/// `println!` that ignores a closed stdout (`holdfast status | head -1`)
+/// instead of panicking on the broken pipe.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Runs a parsed command line to its exit code.
 pub async fn run(cli: cli::Cli) -> Result<u8, Failure> {
     commands::dispatch(cli.command).await

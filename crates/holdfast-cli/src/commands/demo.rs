@@ -46,7 +46,7 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let key = format!("holdfast-demo/{}-{nanos}", std::process::id());
 
-    println!(
+    crate::say!(
         "holdfast demo: {} workers sell {} items under lock {key:?} on {store} ({})",
         args.workers,
         args.stock,
@@ -111,23 +111,23 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let v = Verdict::new(args.stock, sold, &report);
     let mark = |ok: bool| if ok { "ok" } else { "BROKEN" };
     let rate = sold as f64 / elapsed.as_secs_f64().max(1e-9);
-    println!("sold               {}", v.sold);
-    println!("left               {}", v.left);
-    println!("oversold           {}    {} (must be 0)", v.oversold, mark(v.oversold == 0 && v.left >= 0));
-    println!("max holders inside {}    {} (must be 1)", v.max_inside, mark(v.max_inside <= 1));
-    println!(
+    crate::say!("sold               {}", v.sold);
+    crate::say!("left               {}", v.left);
+    crate::say!("oversold           {}    {} (must be 0)", v.oversold, mark(v.oversold == 0 && v.left >= 0));
+    crate::say!("max holders inside {}    {} (must be 1)", v.max_inside, mark(v.max_inside <= 1));
+    crate::say!(
         "fences             {}    {} ({} grants, each fence above the one before)",
         if v.fences_increasing { "strictly increasing" } else { "NOT increasing" },
         mark(v.fences_increasing),
         v.grants
     );
-    println!("leases lost        {lost}");
-    println!("throughput         {rate:.0} items/s ({sold} items in {})", duration::show(elapsed));
+    crate::say!("leases lost        {lost}");
+    crate::say!("throughput         {rate:.0} items/s ({sold} items in {})", duration::show(elapsed));
     if v.ok() {
-        println!("result             ok: no item oversold, one holder at a time");
+        crate::say!("result             ok: no item oversold, one holder at a time");
         Ok(OK)
     } else {
-        println!("result             BROKEN: the lock let more than one holder in");
+        crate::say!("result             BROKEN: the lock let more than one holder in");
         Ok(INVARIANT_BROKEN)
     }
 }
@@ -216,7 +216,7 @@ pub async fn worker(args: DemoWorkerArgs) -> Result<u8, Failure> {
             break;
         }
     }
-    println!("sold {sold} lost {lost}");
+    crate::say!("sold {sold} lost {lost}");
     Ok(OK)
 }
 

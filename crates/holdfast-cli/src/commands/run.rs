@@ -59,10 +59,19 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         guard = acquire => guard?,
         signo = signals.recv() => {
             eprintln!("holdfast: got signal {signo} while waiting for lock {:?}; giving up", args.key);
+            // The dropped acquire releases an attempt that raced the signal in the
+            // background; give that a moment before the runtime stops (past it, such
+            // a grant expires after --ttl).
+            tokio::time::sleep(Duration::from_millis(200)).await;
             return Ok(128 + signo);
         }
     };
     tracing::info!(key = %args.key, fence = guard.fence(), "lock acquired");
+    if guard.is_lost() {
+        // Lost between the grant and here (a stalled process): do not start CMD unprotected.
+        eprintln!("holdfast: lease on lock {:?} was lost before the command could start", args.key);
+        return Ok(LEASE_LOST);
+    }
 
     let mut child = match Command::new(program)
         .args(program_args)
@@ -102,7 +111,8 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
                     duration::show(args.kill_after)
                 );
                 stop(&mut child, pgid, args.kill_after).await;
-                drop(guard);
+                // Tidy up if the store still has the grant; never hang on a store that is down.
+                let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
                 return Ok(LEASE_LOST);
             }
             signo = signals.recv() => {
@@ -127,6 +137,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     }
 }
+
+/// How long to try releasing a lost lease before exiting anyway.
+const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(1);
 
 fn busy(key: &str, waited: Option<Duration>) -> Failure {
     let msg = match waited {

@@ -38,9 +38,9 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     if args.json {
         let text =
             serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(crate::exit::INTERNAL, e.to_string()))?;
-        println!("{text}");
+        crate::say!("{text}");
     } else {
-        print!("{}", table(&rows));
+        crate::say!("{}", table(&rows).trim_end_matches('\n'));
     }
     Ok(OK)
 }
