@@ -45,6 +45,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         mutex = mutex.max_hold(max_hold);
     }
 
+    tracing::debug!(key = %args.key, "waiting for the lock");
     let acquire = async {
         match args.wait {
             Some(wait) if wait.is_zero() => mutex.try_acquire().await?.ok_or_else(|| busy(&args.key, None)),

@@ -126,7 +126,7 @@ fn lease_lost_by_max_hold_stops_the_command_with_74() {
     assert_eq!(out.status.code(), Some(i32::from(exit::LEASE_LOST)), "{}", String::from_utf8_lossy(&out.stderr));
     assert_one_line(&out.stderr, "lost");
     // Lost after ~0.5 s (200 ms hold cap + one 300 ms TTL); SIGTERM stops sh and sleep at once.
-    assert!(took < Duration::from_secs(3), "the command was not stopped promptly: {took:?}");
+    assert!(took < Duration::from_secs(10), "the command was not stopped promptly: {took:?}");
     assert!(!marker.exists());
 }
 
@@ -144,7 +144,7 @@ fn a_command_ignoring_sigterm_gets_sigkill_after_the_grace() {
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(i32::from(exit::LEASE_LOST)));
     assert!(took >= Duration::from_millis(700), "SIGKILL came before the grace: {took:?}");
-    assert!(took < Duration::from_secs(5), "SIGKILL came late: {took:?}");
+    assert!(took < Duration::from_secs(10), "SIGKILL came late: {took:?}");
     // The whole process group was killed, the grandchild too.
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -184,8 +184,9 @@ fn lease_lost_when_the_store_cannot_renew_stops_the_command() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(i32::from(exit::LEASE_LOST)), "{stderr}");
     assert!(stderr.contains("lost"), "{stderr}");
-    // Within one TTL (plus scheduling slack) of the store going dark.
-    assert!(took < Duration::from_secs(4), "lost() fired late: {took:?}");
+    // Lost about one TTL after the store went dark (generous bound for a loaded machine;
+    // the command itself would have run 30 s).
+    assert!(took < Duration::from_secs(10), "lost() fired late: {took:?}");
 }
 
 fn wait_timeout(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
@@ -243,8 +244,20 @@ fn a_signal_while_waiting_gives_up_without_running_the_command() {
     let guard = lib.hold("w");
     let marker = env.path("ran");
     let touch = format!("touch {}", marker.display());
-    let mut child = env.run_std("w", &[], &["sh", "-c", &touch]).stderr(std::process::Stdio::null()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let mut child = env
+        .run_std("w", &[], &["sh", "-c", &touch])
+        .env("RUST_LOG", "holdfast_cli=debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Signal only once holdfast is waiting (its signal handlers are in place by then).
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("waiting for the lock") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0, "holdfast never waited");
+    }
+    std::thread::sleep(Duration::from_millis(200));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = wait_timeout(&mut child, Duration::from_secs(10));
     assert_eq!(status.code(), Some(128 + 15));
