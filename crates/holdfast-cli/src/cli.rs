@@ -40,11 +40,15 @@ pub enum Command {
 }
 
 const RUN_HELP: &str = "\
-CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set, in
-its own process group. holdfast renews the lease while CMD runs and exits with CMD's status.
-If the lease is lost, CMD's process group gets SIGTERM, then SIGKILL after --kill-after, and
-holdfast exits 74. SIGINT, SIGTERM and SIGHUP sent to holdfast are forwarded to CMD's process
-group; the lock is released once CMD has exited. The lock busy past --wait: exit 75.
+CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.
+holdfast renews the lease while CMD runs and exits with CMD's status. If the lease is lost,
+CMD gets SIGTERM, then SIGKILL after --kill-after, and holdfast exits 74. SIGINT, SIGTERM and
+SIGHUP sent to holdfast are forwarded to CMD; the lock is released once CMD has exited.
+The lock still busy when --wait runs out: exit 75.
+
+When stdin is not a terminal, CMD runs in a process group of its own and every signal goes
+to the whole group (a script's children are stopped too). When stdin is a terminal, CMD
+stays in the foreground group so it can read the terminal; signals then go to CMD alone.
 
 Examples:
     holdfast run --key nightly-report --ttl 30s -- ./report.sh

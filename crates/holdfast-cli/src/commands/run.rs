@@ -1,23 +1,32 @@
 //! `holdfast run --key K -- CMD [ARGS]`: run a command while holding a lock.
 //!
-//! The lock is taken first; CMD then runs in its own process group with
-//! `HOLDFAST_KEY` and `HOLDFAST_FENCE` set, while the library renews the
-//! lease. Three things can end the run:
+//! The lock is taken first; CMD then runs with `HOLDFAST_KEY` and
+//! `HOLDFAST_FENCE` set, while the library renews the lease. Three things can
+//! end the run:
 //!
 //! - CMD exits: the lock is released and CMD's status is passed through
 //!   (128 + signal number if a signal killed it).
-//! - The lease is lost (`guard.lost()`): CMD's process group gets SIGTERM,
-//!   then SIGKILL once `--kill-after` has passed with anything of it still
-//!   alive; holdfast exits [`LEASE_LOST`].
-//! - holdfast gets SIGINT, SIGTERM or SIGHUP: the signal is forwarded to CMD's
-//!   process group, holdfast keeps holding (and renewing) the lock until CMD
-//!   has exited, then releases it and passes CMD's status through.
+//! - The lease is lost (`guard.lost()`): CMD gets SIGTERM, then SIGKILL once
+//!   `--kill-after` has passed with it (or anything of its process group)
+//!   still alive; holdfast exits [`LEASE_LOST`].
+//! - holdfast gets SIGINT, SIGTERM or SIGHUP: the signal is forwarded to CMD,
+//!   holdfast keeps holding (and renewing) the lock until CMD has exited, then
+//!   releases it and passes CMD's status through.
+//!
+//! Process groups: when stdin is not a terminal (cron, CI, scripts), CMD runs
+//! in a process group of its own and signals go to the whole group, so a
+//! lost lease stops a script's children too. When stdin is a terminal, CMD
+//! stays in holdfast's (foreground) group so that it can read the terminal;
+//! signals then go to CMD alone, and SIGINT is not forwarded because the
+//! terminal already delivers Ctrl-C to CMD.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
+use std::io::IsTerminal;
+
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -74,14 +83,13 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         return Ok(LEASE_LOST);
     }
 
-    let mut child = match Command::new(program)
-        .args(program_args)
-        .env(ENV_KEY, &args.key)
-        .env(ENV_FENCE, guard.fence().to_string())
-        .process_group(0)
-        .kill_on_drop(false)
-        .spawn()
-    {
+    let interactive = std::io::stdin().is_terminal();
+    let mut command = Command::new(program);
+    command.args(program_args).env(ENV_KEY, &args.key).env(ENV_FENCE, guard.fence().to_string()).kill_on_drop(false);
+    if !interactive {
+        command.process_group(0);
+    }
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             release(guard, &args.key).await;
@@ -94,8 +102,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             return Err(Failure::new(code, format!("{program}: {what}")));
         }
     };
-    let pgid = match child.id() {
-        Some(pid) => Pid::from_raw(pid as i32),
+    let target = match child.id() {
+        Some(pid) if interactive => Target::Process(Pid::from_raw(pid as i32)),
+        Some(pid) => Target::Group(Pid::from_raw(pid as i32)),
         None => return Err(Failure::new(INTERNAL, "the command's process id is unknown")),
     };
 
@@ -111,15 +120,18 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
                     args.key,
                     duration::show(args.kill_after)
                 );
-                stop(&mut child, pgid, args.kill_after).await;
+                stop(&mut child, target, args.kill_after).await;
                 // Tidy up if the store still has the grant; never hang on a store that is down.
                 let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
                 return Ok(LEASE_LOST);
             }
             signo = signals.recv() => {
-                tracing::info!(signo, "forwarding signal to the command");
-                if let Ok(sig) = Signal::try_from(signo as i32) {
-                    let _ = killpg(pgid, sig);
+                let sig = Signal::try_from(i32::from(signo)).unwrap_or(Signal::SIGTERM);
+                if matches!(target, Target::Process(_)) && sig == Signal::SIGINT {
+                    tracing::debug!("SIGINT not forwarded: the terminal delivers it to the command");
+                } else {
+                    tracing::info!(signo, "forwarding signal to the command");
+                    target.send(sig);
                 }
             }
         }
@@ -165,26 +177,48 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// SIGTERM to the process group; SIGKILL once `grace` has passed with any of it alive.
-async fn stop(child: &mut Child, pgid: Pid, grace: Duration) {
-    let _ = killpg(pgid, Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
-    let mut exited = tokio::time::timeout_at(deadline, child.wait()).await.is_ok();
-    // The command is gone (or the grace ran out); wait for the rest of its group too.
-    while exited && Instant::now() < deadline && group_alive(pgid) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if group_alive(pgid) {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    if !exited {
-        exited = child.wait().await.is_ok();
-    }
-    tracing::debug!(exited, "command stopped");
+/// Where CMD's signals go.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// CMD's own process group (its id is CMD's pid).
+    Group(Pid),
+    /// CMD alone (it shares holdfast's group, for a terminal).
+    Process(Pid),
 }
 
-fn group_alive(pgid: Pid) -> bool {
-    killpg(pgid, None).is_ok()
+impl Target {
+    fn send(self, sig: Signal) {
+        let _ = match self {
+            Target::Group(pgid) => killpg(pgid, sig),
+            Target::Process(pid) => kill(pid, sig),
+        };
+    }
+
+    /// Whether any process of CMD's own group is left (after CMD was reaped).
+    fn group_alive(self) -> bool {
+        match self {
+            Target::Group(pgid) => killpg(pgid, None).is_ok(),
+            Target::Process(_) => false,
+        }
+    }
+}
+
+/// SIGTERM; SIGKILL once `grace` has passed with CMD (or its group) alive.
+async fn stop(child: &mut Child, target: Target, grace: Duration) {
+    target.send(Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    let exited = tokio::time::timeout_at(deadline, child.wait()).await.is_ok();
+    // CMD is gone; give the rest of its group the same grace.
+    while exited && Instant::now() < deadline && target.group_alive() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !exited || target.group_alive() {
+        target.send(Signal::SIGKILL);
+    }
+    if !exited {
+        let _ = child.wait().await;
+    }
+    tracing::debug!(exited_on_sigterm = exited, "command stopped");
 }
 
 /// SIGINT, SIGTERM and SIGHUP, as numbers.

@@ -269,3 +269,37 @@ fn a_signal_while_waiting_gives_up_without_running_the_command() {
     assert!(next.fence() > fence);
     lib.release(next);
 }
+
+/// `script` (util-linux) runs holdfast on a pseudo-terminal.
+fn on_a_terminal(env: &Env, holdfast_args: &str) -> assert_cmd::Command {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("script").is_file()));
+    assert!(found, "`script` is missing: apt-get install -y util-linux");
+    let mut cmd = assert_cmd::Command::new("script");
+    cmd.env_remove("HOLDFAST_BACKEND").env_remove("RUST_LOG").env("XDG_STATE_HOME", env.path("state"));
+    cmd.args(["-qec", &format!("{} {holdfast_args}", crate::bin()), "/dev/null"]);
+    cmd.timeout(Duration::from_secs(30));
+    cmd
+}
+
+#[test]
+fn on_a_terminal_the_command_can_read_it() {
+    // CMD stays in the terminal's foreground group: reading does not stop it (SIGTTIN).
+    let env = Env::new();
+    let args =
+        format!("run --backend {} --key tty -- sh -c 'read x; echo got-$x; test -t 0 && echo on-a-tty'", env.url);
+    let out = on_a_terminal(&env, &args).write_stdin("hello\n").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("got-hello") && stdout.contains("on-a-tty"), "{stdout}");
+}
+
+#[test]
+fn on_a_terminal_a_lost_lease_still_stops_the_command() {
+    let env = Env::new();
+    let args = format!("run --backend {} --key tty --ttl 300ms --max-hold 100ms --kill-after 1s -- sleep 30", env.url);
+    let started = Instant::now();
+    let out = on_a_terminal(&env, &args).output().unwrap();
+    assert_eq!(out.status.code(), Some(i32::from(exit::LEASE_LOST)), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
