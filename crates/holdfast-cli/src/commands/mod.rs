@@ -26,5 +26,10 @@ pub(crate) async fn connect(url: &str, label: Option<String>) -> Result<holdfast
     if let Some(label) = label {
         options = options.with_label(label);
     }
-    holdfast::Client::connect_with(url, options).await.map_err(Failure::from)
+    holdfast::Client::connect_with(url, options).await.map_err(|e| {
+        // Never echo a password from the URL, whatever the store's error says.
+        let mut failure = Failure::from(e);
+        failure.message = failure.message.replace(url, &crate::redact::url(url));
+        failure
+    })
 }

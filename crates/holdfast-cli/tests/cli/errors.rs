@@ -126,3 +126,14 @@ fn default_backend_is_a_file_in_the_state_dir() {
     env.cmd().args(["run", "--key", "k", "--", "true"]).assert().code(0);
     assert!(env.path("state/holdfast/locks.db").exists());
 }
+
+#[test]
+fn passwords_in_backend_urls_are_never_printed() {
+    let env = Env::new();
+    for url in ["postgres://user:hunter2@127.0.0.1:1/db", "gopher://user:hunter2@127.0.0.1:1/"] {
+        let out = env.cmd().args(["status", "--backend", url, "k"]).output().unwrap();
+        assert_ne!(out.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+}
