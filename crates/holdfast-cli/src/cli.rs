@@ -96,6 +96,9 @@ pub struct DemoArgs {
     /// Items for sale.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: u64,
+    /// Sell without the lock, to see what it prevents (expect exit 1).
+    #[arg(long)]
+    pub without_lock: bool,
 }
 
 /// `holdfast run`.
@@ -153,4 +156,7 @@ pub struct DemoWorkerArgs {
     /// The witness directory holding the stock.
     #[arg(long)]
     pub witness: PathBuf,
+    /// Sell without the lock.
+    #[arg(long)]
+    pub without_lock: bool,
 }

@@ -33,3 +33,13 @@ fn flash_sale_on_a_given_backend() {
     assert!(env.path("locks.db").exists(), "the demo must use the given store");
     assert!(stdout.contains(&env.url));
 }
+
+#[test]
+fn without_the_lock_the_checks_catch_it_and_exit_1() {
+    let env = Env::new();
+    let out = env.cmd().args(["demo", "--workers", "4", "--stock", "200", "--without-lock"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Without a lock there are no fences (all 0), so at least that check fails every time.
+    assert_eq!(out.status.code(), Some(i32::from(holdfast_cli::exit::INVARIANT_BROKEN)), "{stdout}");
+    assert!(stdout.contains("NOT increasing") && stdout.contains("BROKEN"), "{stdout}");
+}
