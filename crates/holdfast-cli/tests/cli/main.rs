@@ -74,6 +74,24 @@ impl Env {
     }
 }
 
+/// A store for tests that must pass on every store: its name, its URL, and
+/// whatever keeps its server running (dropped at the end of the test).
+pub struct Store {
+    /// The store's name, for failure messages.
+    pub name: &'static str,
+    /// Its URL.
+    pub url: String,
+    /// The server handle, if any.
+    pub _server: Option<Box<dyn std::any::Any>>,
+}
+
+/// Every store the CLI is tested on. As a store lands, add it here, started
+/// with its `holdfast_testkit::servers` module; the tests that call this run
+/// unchanged on it.
+pub fn stores(env: &Env) -> Vec<Store> {
+    vec![Store { name: "sqlite", url: env.url.clone(), _server: None }]
+}
+
 fn scrub(cmd: &mut assert_cmd::Command) -> &mut assert_cmd::Command {
     cmd.env_remove("HOLDFAST_KEY").env_remove("HOLDFAST_FENCE").env_remove("RUST_LOG")
 }

@@ -56,3 +56,30 @@ fn shows_the_label_of_a_holdfast_run() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn run_and_status_on_every_store() {
+    // Inside `holdfast run`, `holdfast status` on the same key shows the run as the holder.
+    let env = Env::new();
+    for store in crate::stores(&env) {
+        let (json, fence) = (env.path(&format!("{}.json", store.name)), env.path(&format!("{}.fence", store.name)));
+        let script = format!(
+            "\"$0\" status --backend \"$1\" --json shared/key > {}; echo $HOLDFAST_FENCE > {}",
+            json.display(),
+            fence.display()
+        );
+        env.cmd()
+            .args(["run", "--backend", &store.url, "--key", "shared/key", "--label", "cron@host1", "--"])
+            .args(["sh", "-c", &script, crate::bin(), &store.url])
+            .assert()
+            .code(0);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let fence: u64 = std::fs::read_to_string(&fence).unwrap().trim().parse().unwrap();
+        assert_eq!(v[0]["holder"], "cron@host1", "{}", store.name);
+        assert_eq!(v[0]["fence"], fence, "{}", store.name);
+        // Released afterwards.
+        let out = env.cmd().args(["status", "--backend", &store.url, "--json", "shared/key"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v[0]["held"], false, "{}", store.name);
+    }
+}
