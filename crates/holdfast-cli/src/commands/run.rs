@@ -47,8 +47,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let max_hold = args.max_hold.map(|d| duration::non_zero("--max-hold", d)).transpose()?;
     let url = args.backend.url()?;
 
-    let mut signals = Signals::new()?;
+    // Connecting holds nothing yet: until here SIGINT/SIGTERM simply end holdfast.
     let client = super::connect(&url, args.label.clone()).await?;
+    let mut signals = Signals::new()?;
     let mut mutex = client.mutex(args.key.as_str()).ttl(args.ttl);
     if let Some(max_hold) = max_hold {
         mutex = mutex.max_hold(max_hold);
@@ -80,6 +81,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     if guard.is_lost() {
         // Lost between the grant and here (a stalled process): do not start CMD unprotected.
         eprintln!("holdfast: lease on lock {:?} was lost before the command could start", args.key);
+        let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
         return Ok(LEASE_LOST);
     }
 
@@ -93,13 +95,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         Ok(child) => child,
         Err(e) => {
             release(guard, &args.key).await;
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => NOT_EXECUTABLE,
-                _ => NOT_EXECUTABLE,
-            };
-            let what = if code == NOT_FOUND { "command not found".to_owned() } else { e.to_string() };
-            return Err(Failure::new(code, format!("{program}: {what}")));
+            // As shells do: 127 when not found, 126 when found but not executable.
+            return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                Failure::new(NOT_FOUND, format!("{program}: command not found"))
+            } else {
+                Failure::new(NOT_EXECUTABLE, format!("{program}: {e}"))
+            });
         }
     };
     let target = match child.id() {
