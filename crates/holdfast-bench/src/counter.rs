@@ -1,6 +1,7 @@
 //! Counting what reaches the store: the store's own command counter where it
 //! has one, and holdfast's `Backend` calls for every store.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -8,18 +9,49 @@ use async_trait::async_trait;
 use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use holdfast::{Capabilities, LockKey, OwnerToken, Result};
 
+/// Commands a store has executed so far, by command name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandCounts(pub BTreeMap<String, u64>);
+
+impl CommandCounts {
+    /// All commands.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// What ran between `earlier` and `self`, by command (zero counts left out).
+    pub fn since(&self, earlier: &CommandCounts) -> CommandCounts {
+        CommandCounts(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(earlier.0.get(k).copied().unwrap_or(0))))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+        )
+    }
+
+    /// Calls of script commands (`eval`, `evalsha`, `fcall` and their `_ro` forms):
+    /// for a store that runs each operation as one script, its round trips.
+    pub fn scripts(&self) -> u64 {
+        self.0.iter().filter(|(k, _)| k.starts_with("eval") || k.starts_with("fcall")).map(|(_, v)| v).sum()
+    }
+}
+
 /// A store-side count of the commands the store has executed, read on a
 /// connection of its own. Deltas between two snapshots give commands per
 /// acquisition (the snapshot's own commands are not counted).
 #[async_trait]
 pub trait CommandCounter: Send + Sync {
     /// Commands executed by the store so far.
-    async fn snapshot(&self) -> Result<u64>;
+    async fn snapshot(&self) -> Result<CommandCounts>;
 }
 
 /// The command counter of the store `url` names, or `None` when the store
-/// cannot count its commands (reported as n/a). Redis: the sum of `calls` in
-/// `INFO commandstats`, less the `INFO` calls themselves.
+/// cannot count its commands (reported as n/a). Redis: the `calls` of
+/// `INFO commandstats`, less the `INFO` calls themselves. Redis also counts
+/// the commands a Lua script runs (`redis.call`), so a script that reads and
+/// deletes one key counts as 3 commands in 1 round trip; see
+/// [`CommandCounts::scripts`].
 pub async fn command_counter_for(url: &str) -> Result<Option<Box<dyn CommandCounter>>> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
     match scheme.as_str() {
@@ -47,22 +79,24 @@ mod redis_counter {
 
     #[async_trait]
     impl CommandCounter for RedisCommandCounter {
-        async fn snapshot(&self) -> Result<u64> {
+        async fn snapshot(&self) -> Result<CommandCounts> {
             let mut conn = self.conn.lock().await;
             let info: String =
                 crate::floor::redis::timed(redis::cmd("INFO").arg("commandstats").query_async(&mut *conn)).await?;
-            Ok(sum_calls(&info))
+            Ok(parse_calls(&info))
         }
     }
 
-    /// Sums `calls=` over `cmdstat_*` lines, except `cmdstat_info`.
-    pub(super) fn sum_calls(info: &str) -> u64 {
-        info.lines()
-            .filter_map(|l| l.trim().strip_prefix("cmdstat_"))
-            .filter(|l| !l.starts_with("info:"))
-            .filter_map(|l| l.split_once(":calls=").map(|(_, rest)| rest))
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum()
+    /// `calls=` of every `cmdstat_<name>` line, except `cmdstat_info`.
+    pub(super) fn parse_calls(info: &str) -> CommandCounts {
+        CommandCounts(
+            info.lines()
+                .filter_map(|l| l.trim().strip_prefix("cmdstat_"))
+                .filter_map(|l| l.split_once(":calls="))
+                .filter(|(name, _)| *name != "info")
+                .filter_map(|(name, rest)| Some((name.to_owned(), rest.split(',').next()?.parse::<u64>().ok()?)))
+                .collect(),
+        )
     }
 
     #[cfg(test)]
@@ -71,7 +105,9 @@ mod redis_counter {
         fn sums_calls_without_info() {
             let info = "# Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n\
                         cmdstat_info:calls=3,usec=1\r\ncmdstat_evalsha:calls=7,usec=9\r\n";
-            assert_eq!(super::sum_calls(info), 17);
+            let counts = super::parse_calls(info);
+            assert_eq!(counts.total(), 17);
+            assert_eq!(counts.scripts(), 7);
         }
     }
 }

@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use counter::{CommandCounter, CountingBackend, command_counter_for};
+pub use counter::{CommandCounter, CommandCounts, CountingBackend, command_counter_for};
 pub use floor::{Floor, floor_for};
 pub use locker::{FloorLocker, HoldfastLocker, Locker};
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};

@@ -1,5 +1,6 @@
 //! The bench report: serialisable for `--json`, a table for humans.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -43,10 +44,15 @@ pub struct WorkloadResult {
     pub tasks_never_acquired: usize,
     /// Times two tasks were seen holding at once (must be 0).
     pub overlaps: u64,
-    /// Store commands during the workload, where the store counts them.
-    pub store_commands: Option<u64>,
+    /// Store commands during the workload by command, where the store counts
+    /// them (Redis: `INFO commandstats`, which includes commands run inside
+    /// Lua scripts).
+    pub store_commands: Option<BTreeMap<String, u64>>,
     /// Store commands per acquisition, where the store counts them.
     pub store_commands_per_acquisition: Option<f64>,
+    /// Script calls (`EVAL`/`EVALSHA`/`FCALL`) per acquisition, where the
+    /// store counts them: the round trips of a script-per-operation design.
+    pub store_scripts_per_acquisition: Option<f64>,
 }
 
 /// The figures of [`Workload::ManyLeases`].
@@ -76,6 +82,8 @@ pub struct LeaseResult {
     pub leases_renewed_per_period: f64,
     /// Store commands per period while holding, where the store counts them.
     pub store_commands_per_period: Option<f64>,
+    /// Script calls per period while holding, where the store counts them.
+    pub store_scripts_per_period: Option<f64>,
     /// Growth of the process's resident memory while acquiring, bytes.
     pub rss_delta_bytes: Option<i64>,
     /// Leases lost while held (must be 0).
@@ -222,7 +230,7 @@ impl fmt::Display for BenchReport {
             writeln!(f)?;
             writeln!(
                 f,
-                "{:<16} {:<22} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>5}",
+                "{:<16} {:<22} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>8} {:>5}",
                 "workload",
                 "subject",
                 "tasks",
@@ -234,12 +242,13 @@ impl fmt::Display for BenchReport {
                 "per task",
                 "switches",
                 "cmds/acq",
+                "scr/acq",
                 "overl"
             )?;
             for r in &self.results {
                 writeln!(
                     f,
-                    "{:<16} {:<22} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>5}",
+                    "{:<16} {:<22} {:>5} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>12} {:>8} {:>9} {:>8} {:>5}",
                     r.workload.name(),
                     r.subject,
                     r.tasks,
@@ -251,6 +260,7 @@ impl fmt::Display for BenchReport {
                     format!("{}..{}", r.per_task_min, r.per_task_max),
                     r.handoffs.map_or("-".to_owned(), |h| h.to_string()),
                     r.store_commands_per_acquisition.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
+                    r.store_scripts_per_acquisition.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
                     r.overlaps,
                 )?;
             }
@@ -280,11 +290,12 @@ impl fmt::Display for BenchReport {
             writeln!(
                 f,
                 "  renewal round trips per period: {:.2} ({:.3} per 1,000 leases), leases renewed per period: {:.0}, \
-                 store commands per period: {}",
+                 store commands (scripts) per period: {} ({})",
                 l.renew_calls_per_period,
                 l.renew_calls_per_period_per_1000_leases,
                 l.leases_renewed_per_period,
                 l.store_commands_per_period.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
+                l.store_scripts_per_period.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
             )?;
             writeln!(
                 f,

@@ -207,7 +207,8 @@ pub async fn run_cycles<L: Locker>(
             }
         }
     }
-    let store_commands = commands_before.zip(commands_after).map(|(b, a)| a.saturating_sub(b));
+    let commands = commands_before.zip(commands_after).map(|(b, a)| a.since(&b));
+    let per_acq = |n: u64| n as f64 / total.max(1) as f64;
     let result = WorkloadResult {
         workload: spec.workload,
         subject: spec.subject.clone(),
@@ -225,8 +226,9 @@ pub async fn run_cycles<L: Locker>(
         per_task_max: per_task.iter().copied().max().unwrap_or(0),
         tasks_never_acquired: per_task.iter().filter(|&&n| n == 0).count(),
         overlaps,
-        store_commands,
-        store_commands_per_acquisition: store_commands.map(|c| c as f64 / total.max(1) as f64),
+        store_commands_per_acquisition: commands.as_ref().map(|c| per_acq(c.total())),
+        store_scripts_per_acquisition: commands.as_ref().map(|c| per_acq(c.scripts())),
+        store_commands: commands.map(|c| c.0),
     };
     progress(ProgressEvent::Finished {
         workload: spec.workload,
@@ -307,7 +309,7 @@ pub async fn run_many_leases(
 
     let periods = held_for.as_secs_f64() / period.as_secs_f64();
     let per_period = renews as f64 / periods;
-    let store_commands = commands_before.zip(commands_after).map(|(b, a)| a.saturating_sub(b));
+    let store_commands = commands_before.zip(commands_after).map(|(b, a)| a.since(&b));
     let result = LeaseResult {
         subject,
         leases: opts.leases,
@@ -320,7 +322,8 @@ pub async fn run_many_leases(
         renew_calls_per_period: per_period,
         renew_calls_per_period_per_1000_leases: per_period * 1000.0 / opts.leases as f64,
         leases_renewed_per_period: renewed as f64 / periods,
-        store_commands_per_period: store_commands.map(|c| c as f64 / periods),
+        store_commands_per_period: store_commands.as_ref().map(|c| c.total() as f64 / periods),
+        store_scripts_per_period: store_commands.as_ref().map(|c| c.scripts() as f64 / periods),
         rss_delta_bytes: rss_before.zip(rss_after).map(|(b, a)| a as i64 - b as i64),
         lost,
         release_errors,

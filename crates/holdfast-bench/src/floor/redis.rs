@@ -33,9 +33,8 @@ pub(crate) async fn timed<T>(f: impl Future<Output = redis::RedisResult<T>>) -> 
 /// (holdfast's own `?options` are dropped; the password never appears in errors).
 pub(crate) async fn plain_connection(url: &str) -> Result<redis::aio::MultiplexedConnection> {
     let base = url.split_once('?').map_or(url, |(b, _)| b);
-    let client = redis::Client::open(base).map_err(|e| {
-        Error::invalid("url", format!("not a redis URL the plain client accepts: {}", format!("{:?}", e.kind())))
-    })?;
+    let client = redis::Client::open(base)
+        .map_err(|e| Error::invalid("url", format!("not a redis URL the plain client accepts: {:?}", e.kind())))?;
     timed(client.get_multiplexed_async_connection()).await
 }
 
