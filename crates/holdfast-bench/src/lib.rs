@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 
 pub use counter::{CommandCounter, CommandCounts, CountingBackend, command_counter_for};
 pub use floor::{Floor, floor_for};
-pub use locker::{FloorLocker, HoldfastLocker, Locker};
+pub use locker::{ACQUIRE_LIMIT, FloorLocker, HoldfastLocker, Locker};
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
 pub use workload::{CycleSpec, run_cycles, run_many_leases};
 
