@@ -36,6 +36,13 @@
 //! `Backend` trait, so for every store); and the invariants: overlapping
 //! holders (must be 0) and tasks that never acquired.
 //!
+//! ## Reading the figures
+//!
+//! Bench figures depend on the machine and on whatever else runs on it: run
+//! in `--release`, with `rounds = 3` (each figure is then the median round,
+//! the subjects interleaved round by round), and compare ratios measured in
+//! the same run rather than absolute rates across runs.
+//!
 //! The peer crates (rslock, ...) are measured by the separate `peers` binary
 //! of this crate (feature `peers`), so their dependencies never reach the
 //! library or the CLI.

@@ -50,9 +50,10 @@ pub struct WorkloadResult {
     pub store_commands: Option<BTreeMap<String, u64>>,
     /// Store commands per acquisition, where the store counts them.
     pub store_commands_per_acquisition: Option<f64>,
-    /// Script calls (`EVAL`/`EVALSHA`/`FCALL`) per acquisition, where the
-    /// store counts them: the round trips of a script-per-operation design.
-    pub store_scripts_per_acquisition: Option<f64>,
+    /// Client requests (round trips) per acquisition, where the store counts
+    /// them: store commands less those run inside scripts (see
+    /// [`CommandCounts::requests`](crate::CommandCounts::requests)).
+    pub store_requests_per_acquisition: Option<f64>,
 }
 
 /// The figures of [`Workload::ManyLeases`].
@@ -82,8 +83,8 @@ pub struct LeaseResult {
     pub leases_renewed_per_period: f64,
     /// Store commands per period while holding, where the store counts them.
     pub store_commands_per_period: Option<f64>,
-    /// Script calls per period while holding, where the store counts them.
-    pub store_scripts_per_period: Option<f64>,
+    /// Client requests per period while holding, where the store counts them.
+    pub store_requests_per_period: Option<f64>,
     /// Growth of the process's resident memory while acquiring, bytes.
     pub rss_delta_bytes: Option<i64>,
     /// Leases lost while held (must be 0).
@@ -242,7 +243,7 @@ impl fmt::Display for BenchReport {
                 "per task",
                 "switches",
                 "cmds/acq",
-                "scr/acq",
+                "req/acq",
                 "overl"
             )?;
             for r in &self.results {
@@ -260,7 +261,7 @@ impl fmt::Display for BenchReport {
                     format!("{}..{}", r.per_task_min, r.per_task_max),
                     r.handoffs.map_or("-".to_owned(), |h| h.to_string()),
                     r.store_commands_per_acquisition.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
-                    r.store_scripts_per_acquisition.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
+                    r.store_requests_per_acquisition.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
                     r.overlaps,
                 )?;
             }
@@ -290,12 +291,12 @@ impl fmt::Display for BenchReport {
             writeln!(
                 f,
                 "  renewal round trips per period: {:.2} ({:.3} per 1,000 leases), leases renewed per period: {:.0}, \
-                 store commands (scripts) per period: {} ({})",
+                 store commands (requests) per period: {} ({})",
                 l.renew_calls_per_period,
                 l.renew_calls_per_period_per_1000_leases,
                 l.leases_renewed_per_period,
                 l.store_commands_per_period.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
-                l.store_scripts_per_period.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
+                l.store_requests_per_period.map_or("n/a".to_owned(), |c| format!("{c:.2}")),
             )?;
             writeln!(
                 f,

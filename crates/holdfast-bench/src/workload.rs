@@ -87,12 +87,15 @@ async fn cycle_task<L: Locker>(
         let t0 = Instant::now();
         let guard = locker.acquire(&key).await.map_err(fail)?;
         let acquired = Instant::now();
-        // The critical section: enter, check that nobody else is inside, leave.
-        if shared.holder.swap(id + 1, Ordering::AcqRel) != 0 {
-            shared.overlaps.fetch_add(1, Ordering::Relaxed);
-        }
-        if shared.holder.compare_exchange(id + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            shared.overlaps.fetch_add(1, Ordering::Relaxed);
+        // The critical section of a shared key: enter, check that nobody else
+        // is inside, leave. (Uncontended tasks each have their own key.)
+        if contended {
+            if shared.holder.swap(id + 1, Ordering::AcqRel) != 0 {
+                shared.overlaps.fetch_add(1, Ordering::Relaxed);
+            }
+            if shared.holder.compare_exchange(id + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                shared.overlaps.fetch_add(1, Ordering::Relaxed);
+            }
         }
         let releasing = Instant::now();
         locker.release(guard).await.map_err(fail)?;
@@ -227,7 +230,7 @@ pub async fn run_cycles<L: Locker>(
         tasks_never_acquired: per_task.iter().filter(|&&n| n == 0).count(),
         overlaps,
         store_commands_per_acquisition: commands.as_ref().map(|c| per_acq(c.total())),
-        store_scripts_per_acquisition: commands.as_ref().map(|c| per_acq(c.scripts())),
+        store_requests_per_acquisition: commands.as_ref().map(|c| per_acq(c.requests())),
         store_commands: commands.map(|c| c.0),
     };
     progress(ProgressEvent::Finished {
@@ -323,7 +326,7 @@ pub async fn run_many_leases(
         renew_calls_per_period_per_1000_leases: per_period * 1000.0 / opts.leases as f64,
         leases_renewed_per_period: renewed as f64 / periods,
         store_commands_per_period: store_commands.as_ref().map(|c| c.total() as f64 / periods),
-        store_scripts_per_period: store_commands.as_ref().map(|c| c.scripts() as f64 / periods),
+        store_requests_per_period: store_commands.as_ref().map(|c| c.requests() as f64 / periods),
         rss_delta_bytes: rss_before.zip(rss_after).map(|(b, a)| a as i64 - b as i64),
         lost,
         release_errors,
