@@ -5,16 +5,13 @@
 //! cargo run -p holdfast-bench --release --features redis --example bench -- --url redis://127.0.0.1:6379
 //! ```
 
-#[path = "../src/bin/args.rs"]
-mod args;
-
 use std::io::Write;
 
 use clap::Parser;
 
 #[tokio::main]
 async fn main() {
-    let args = args::Args::parse();
+    let args = Cli::parse().args;
     let opts = args.options();
     let report = holdfast_bench::run(&opts, |e| {
         if !matches!(e, holdfast_bench::ProgressEvent::Tick { .. }) {
@@ -38,4 +35,11 @@ async fn main() {
 fn fail(e: &dyn std::fmt::Display) -> ! {
     eprintln!("error: {e}");
     std::process::exit(1)
+}
+
+/// The command line: the flags of `holdfast bench`.
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: holdfast_bench::args::Args,
 }

@@ -47,6 +47,8 @@
 //! of this crate (feature `peers`), so their dependencies never reach the
 //! library or the CLI.
 
+#[cfg(feature = "cli")]
+pub mod args;
 mod counter;
 pub mod floor;
 mod locker;

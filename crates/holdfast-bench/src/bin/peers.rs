@@ -18,9 +18,6 @@
 //! Their dependencies stay in this binary (feature `peers`): the library and
 //! the CLI never link them. The many-leases workload has no peer here.
 
-#[path = "args.rs"]
-mod args;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,14 +110,14 @@ async fn subject_run<L: Locker>(
 
 #[tokio::main]
 async fn main() {
-    let args = args::Args::parse();
+    let args = Cli::parse().args;
     if let Err(e) = bench(&args).await {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
 }
 
-async fn bench(args: &args::Args) -> Result<()> {
+async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     let opts = args.options();
     let url = opts.url.as_str();
     if !url.starts_with("redis://") {
@@ -188,4 +185,11 @@ async fn bench(args: &args::Args) -> Result<()> {
     }
     let _ = std::io::stdout().flush();
     Ok(())
+}
+
+/// The command line: the flags of `holdfast bench`.
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: holdfast_bench::args::Args,
 }

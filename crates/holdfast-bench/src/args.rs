@@ -1,15 +1,15 @@
-//! The flags shared by the `peers` binary and the `bench` example; the same
-//! flags `holdfast bench` exposes.
+//! The flags of `holdfast bench`, shared with the `peers` binary and the
+//! `bench` example (feature `cli`).
 
 use std::time::Duration;
 
-use holdfast_bench::{BenchOptions, Workload};
+use crate::{BenchOptions, Workload};
 
 /// Bench options from the command line.
-#[derive(Debug, clap::Parser)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// The store URL, e.g. redis://127.0.0.1:6379 or sqlite:///tmp/bench.db.
-    #[arg(long, alias = "backend")]
+    #[arg(long = "backend", alias = "url", env = "HOLDFAST_BACKEND", value_name = "URL", hide_env_values = true)]
     pub url: String,
     /// Tasks in the uncontended workload.
     #[arg(long, default_value_t = 64)]
