@@ -1,0 +1,228 @@
+//! The one pub/sub connection of a client, shared by all its waiters.
+//!
+//! Non-fair waiters of a key share one subscription to the key's channel for as
+//! long as any of them waits; a message wakes **one** of them
+//! ([`LocalWakeups::wake_one`]). Fair waiters are woken through the client's
+//! own channel, whose messages name the waiter's token; only that waiter wakes.
+//!
+//! Subscribe and unsubscribe commands go through one task, in order, so an
+//! unsubscribe of a key whose last waiter left can never overtake the
+//! subscribe of a waiter that arrived after it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::wait::LocalWakeups;
+
+enum Request {
+    Subscribe(String, oneshot::Sender<redis::RedisResult<()>>),
+    Unsubscribe(String),
+}
+
+/// Routes pub/sub messages to waiters and keeps the subscriptions.
+#[derive(Debug)]
+pub(super) struct Notifier {
+    /// Channel name prefix of per-lock channels; the rest is the lock key.
+    lock_prefix: String,
+    /// This client's own channel (fair hand-offs).
+    client_channel: String,
+    wakeups: LocalWakeups,
+    /// Fair waiters of this client by token (hex).
+    fair: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Waiters per lock channel.
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Notifier {
+    /// Creates the notifier and the push handler to give the pub/sub connection.
+    pub(super) fn new(
+        lock_prefix: String,
+        client_channel: String,
+    ) -> (Arc<Self>, impl Fn(PushInfo) -> Result<(), redis::aio::SendError> + Send + Sync + 'static, Pending) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let notifier = Arc::new(Notifier {
+            lock_prefix,
+            client_channel,
+            wakeups: LocalWakeups::default(),
+            fair: Mutex::new(HashMap::new()),
+            counts: counts.clone(),
+            requests: tx,
+        });
+        let weak: Weak<Notifier> = Arc::downgrade(&notifier);
+        let handler = move |info: PushInfo| {
+            if let Some(n) = weak.upgrade() {
+                n.on_push(info);
+            }
+            Ok(())
+        };
+        (notifier, handler, Pending { rx, counts })
+    }
+
+    fn on_push(&self, info: PushInfo) {
+        match info.kind {
+            PushKind::Message => {
+                let text = |v: Option<&Value>| match v {
+                    Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+                    Some(Value::SimpleString(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                let (Some(channel), payload) = (text(info.data.first()), text(info.data.get(1))) else {
+                    return;
+                };
+                if channel == self.client_channel {
+                    let fair = self.fair.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(n) = payload.and_then(|t| fair.get(&t).cloned()) {
+                        n.notify_one();
+                    }
+                } else if let Some(key) = channel.strip_prefix(&self.lock_prefix) {
+                    self.wakeups.wake_one(key);
+                }
+            }
+            PushKind::Disconnection => {
+                // Messages sent while disconnected are lost: every waiter tries again.
+                tracing::debug!("redis pub/sub connection lost; waking all waiters");
+                let keys: Vec<String> = {
+                    let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    counts.keys().filter_map(|c| c.strip_prefix(&self.lock_prefix).map(str::to_owned)).collect()
+                };
+                for key in keys {
+                    self.wakeups.wake_one(&key);
+                }
+                for n in self.fair.lock().unwrap_or_else(|p| p.into_inner()).values() {
+                    n.notify_one();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The wake-up handle of non-fair waiters of `key`.
+    pub(super) fn key_wakeup(&self, key: &str) -> Arc<Notify> {
+        self.wakeups.subscribe(key)
+    }
+
+    /// Makes sure this client is subscribed to the channel of `key` while the
+    /// returned guard lives. Resolves once the server confirmed the
+    /// subscription (or failed: then waiting falls back to polling).
+    pub(super) async fn watch_key(self: &Arc<Self>, key: &str, timeout: Duration) -> KeyWatch {
+        let channel = format!("{}{}", self.lock_prefix, key);
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(channel.clone()).or_insert(0) += 1;
+        let watch = KeyWatch { notifier: self.clone(), channel: channel.clone() };
+        self.subscribe(channel, timeout).await;
+        watch
+    }
+
+    /// Registers a fair waiter by token; it is woken by a hand-off message
+    /// naming it. Subscribes to the client's channel first if needed.
+    pub(super) async fn watch_token(self: &Arc<Self>, token_hex: String, timeout: Duration) -> TokenWatch {
+        let notify = Arc::new(Notify::new());
+        self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), notify.clone());
+        let watch = TokenWatch { notifier: self.clone(), token_hex, notify };
+        self.subscribe(self.client_channel.clone(), timeout).await;
+        watch
+    }
+
+    async fn subscribe(&self, channel: String, timeout: Duration) {
+        let (tx, rx) = oneshot::channel();
+        if self.requests.send(Request::Subscribe(channel.clone(), tx)).is_err() {
+            return;
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!(%channel, error = %e, "subscribe failed; waiting by polling"),
+            _ => tracing::warn!(%channel, "subscribe timed out; waiting by polling"),
+        }
+    }
+}
+
+/// A waiter's hold on a lock channel subscription.
+pub(super) struct KeyWatch {
+    notifier: Arc<Notifier>,
+    channel: String,
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        let mut counts = self.notifier.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = counts.get_mut(&self.channel) {
+            *c -= 1;
+            if *c == 0 {
+                counts.remove(&self.channel);
+                let _ = self.notifier.requests.send(Request::Unsubscribe(std::mem::take(&mut self.channel)));
+            }
+        }
+    }
+}
+
+/// A fair waiter's registration.
+pub(super) struct TokenWatch {
+    notifier: Arc<Notifier>,
+    token_hex: String,
+    notify: Arc<Notify>,
+}
+
+impl TokenWatch {
+    /// The wake-up of this waiter.
+    pub(super) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+impl Drop for TokenWatch {
+    fn drop(&mut self) {
+        self.notifier.fair.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.token_hex);
+    }
+}
+
+/// The subscription task's inputs, until it is started on a connection.
+pub(super) struct Pending {
+    rx: mpsc::UnboundedReceiver<Request>,
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Pending {
+    /// Runs the subscription task on `conn` until the notifier is dropped.
+    pub(super) fn spawn(self, conn: ConnectionManager, timeout: Duration) {
+        tokio::spawn(run(self, conn, timeout));
+    }
+}
+
+async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
+    let Pending { mut rx, counts } = pending;
+    let mut subscribed: HashSet<String> = HashSet::new();
+    while let Some(req) = rx.recv().await {
+        match req {
+            Request::Subscribe(channel, reply) => {
+                if subscribed.contains(&channel) {
+                    let _ = reply.send(Ok(()));
+                    continue;
+                }
+                let outcome = match tokio::time::timeout(timeout, conn.subscribe(&channel)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out"))),
+                };
+                if outcome.is_ok() {
+                    subscribed.insert(channel);
+                }
+                let _ = reply.send(outcome);
+            }
+            Request::Unsubscribe(channel) => {
+                let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel);
+                if waiting || !subscribed.remove(&channel) {
+                    continue;
+                }
+                match tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
+                    Ok(Ok(())) => {}
+                    _ => tracing::debug!(%channel, "unsubscribe failed; a stray message only costs a retry"),
+                }
+            }
+        }
+    }
+}
