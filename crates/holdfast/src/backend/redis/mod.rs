@@ -177,12 +177,52 @@ impl RedisBackend {
         &self.inner.config
     }
 
+    /// Runs a script within the operation timeout. Every holdfast script is
+    /// idempotent for its token (a repeated acquire returns the same grant, a
+    /// repeated renew or release changes nothing more), so a call that failed
+    /// on a dead connection (a server restart, a failover) is sent once more
+    /// on the connection the manager re-establishes.
     async fn invoke<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
         let mut conn = self.inner.conn.clone();
         let limit = self.inner.config.timeout;
-        match tokio::time::timeout(limit, inv.invoke_async(&mut conn)).await {
+        let deadline = tokio::time::Instant::now() + limit;
+        let call = async {
+            match inv.invoke_async(&mut conn).await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
+                    inv.invoke_async(&mut conn).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(r) => r.map_err(map_err),
             Err(_) => Err(timed_out("redis script", limit)),
+        }
+    }
+
+    /// An attempt of a waiting acquire: retryable errors (the server is
+    /// restarting, a failover) count as busy until they have lasted one
+    /// operation timeout, then the error is returned.
+    async fn waiting_attempt(
+        &self,
+        req: &AcquireRequest,
+        fair: bool,
+        failing_since: &mut Option<Instant>,
+    ) -> Result<Attempt> {
+        match self.attempt(req, fair).await {
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.inner.config.timeout {
+                    return Err(e);
+                }
+                tracing::debug!(key = %req.key, error = %e, "acquire attempt failed; retrying");
+                Ok(Attempt::Busy { expires_in: Some(Duration::from_millis(50)) })
+            }
+            other => {
+                *failing_since = None;
+                other
+            }
         }
     }
 
@@ -207,11 +247,12 @@ impl RedisBackend {
         // Registered before the first attempt, so a hand-off right after it is not missed.
         let watch = self.inner.notifier.watch_token(req.token.to_hex(), self.inner.config.timeout).await;
         let refresh = self.inner.config.queue_ttl / 4;
+        let mut failing_since = None;
         loop {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.attempt(req, true).await? {
+            match self.waiting_attempt(req, true, &mut failing_since).await? {
                 Attempt::Granted(grant) => return Ok(grant),
                 Attempt::Busy { expires_in } => {
                     let delay = match expires_in {
@@ -229,14 +270,22 @@ impl RedisBackend {
 
     async fn acquire_waiting(&self, req: &AcquireRequest) -> Result<Grant> {
         // Fast path: one script call when the key is free.
-        if let Attempt::Granted(grant) = self.attempt(req, false).await? {
+        let mut failing_since = None;
+        if let Attempt::Granted(grant) = self.waiting_attempt(req, false, &mut failing_since).await? {
             return Ok(grant);
         }
         // Subscribe (confirmed by the server) before the retry, so a release
         // between the busy attempt and here is seen by the retry itself.
         let _watch = self.inner.notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
-        wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req, false)).await
+        let failing_since = std::sync::Mutex::new(failing_since);
+        wait::until_granted(&wakeup, self.inner.config.poll, || async {
+            let mut since = *failing_since.lock().unwrap_or_else(|p| p.into_inner());
+            let outcome = self.waiting_attempt(req, false, &mut since).await;
+            *failing_since.lock().unwrap_or_else(|p| p.into_inner()) = since;
+            outcome
+        })
+        .await
     }
 }
 
