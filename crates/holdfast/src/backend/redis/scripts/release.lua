@@ -24,10 +24,14 @@ if o ~= token then
   end
   return 0
 end
-local us = now_us()
-local now_ms = math.floor(us / 1000)
-local head = purge(q, e, now_ms)
+local head = nil
+local us = 0
+if redis.call('EXISTS', q) == 1 then
+  us = now_us()
+  head = purge(q, e, math.floor(us / 1000))
+end
 if head then
+  local now_ms = math.floor(us / 1000)
   local exp, ttl, client, label = parse_entry(redis.call('HGET', e, head))
   redis.call('LPOP', q)
   redis.call('HDEL', e, head)
