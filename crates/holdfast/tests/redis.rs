@@ -310,3 +310,41 @@ fn unreachable_server_is_a_typed_error_in_time() {
         assert!(!format!("{err} {err:?}").contains("hunter2"));
     });
 }
+
+/// Pub/sub wake-ups come back after the server was away for longer than the
+/// connection's reconnect attempts: the subscription connection is checked,
+/// re-established and resubscribed on its own. The waiter's fallback poll is
+/// 20 s here, so only a notification can wake it within the bound.
+#[test]
+fn wakeups_survive_a_server_outage() {
+    let mut server = RedisServer::start_durable();
+    let url = server.url();
+    let slow_poll = format!("{url}?poll_min_ms=20000&poll_max_ms=20000");
+    let runtime = rt();
+    let (holder, waiter) = runtime.block_on(async {
+        let c = client(&url, "holder").await;
+        let b = client(&slow_poll, "waiter").await;
+        let held = c.mutex("outage").ttl(Duration::from_secs(30)).acquire().await.expect("hold");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("outage").acquire().await.expect("waiter acquire");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (held, waiter)
+    });
+    server.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    server.restart();
+    runtime.block_on(async {
+        // Time for the checks to reconnect and resubscribe (one a second).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!waiter.is_finished(), "the waiter got a held lock");
+        let released = Instant::now();
+        holder.release().await.expect("release after the outage");
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        let woke = granted - released;
+        assert!(woke < Duration::from_secs(1), "the waiter woke {woke:?} after the release (no notification)");
+    });
+}

@@ -197,7 +197,28 @@ impl Pending {
 async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
     let Pending { mut rx, counts } = pending;
     let mut subscribed: HashSet<String> = HashSet::new();
-    while let Some(req) = rx.recv().await {
+    // While anything is subscribed, a PING a second keeps the connection
+    // checked: the manager reconnects (and resubscribes) on a failure even if
+    // the server stayed away longer than its reconnect attempts.
+    let mut health = tokio::time::interval(Duration::from_secs(1));
+    health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let req = tokio::select! {
+            req = rx.recv() => match req {
+                Some(req) => req,
+                None => return,
+            },
+            _ = health.tick() => {
+                if !subscribed.is_empty() {
+                    let cmd = redis::cmd("PING");
+                    let ping = cmd.query_async::<Value>(&mut conn);
+                    if !matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_))) {
+                        tracing::debug!("redis pub/sub connection check failed; it reconnects");
+                    }
+                }
+                continue;
+            }
+        };
         match req {
             Request::Subscribe(channel, reply) => {
                 if subscribed.contains(&channel) {
