@@ -348,3 +348,69 @@ fn wakeups_survive_a_server_outage() {
         assert!(woke < Duration::from_secs(1), "the waiter woke {woke:?} after the release (no notification)");
     });
 }
+
+/// `rediss://` with `ca_file=`: locks and pub/sub wake-ups over TLS, trusting
+/// only the given CA; without it the server's certificate is refused.
+#[test]
+fn tls_with_a_ca_file() {
+    let server = RedisServer::start_tls();
+    rt().block_on(async {
+        let url = server.url();
+        assert!(url.starts_with("rediss://") && url.contains("ca_file="), "{url}");
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        let g = a.mutex("tls").acquire().await.expect("acquire over TLS");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("tls").acquire_timeout(Duration::from_secs(10)).await.expect("wait over TLS");
+            g.release().await.expect("release");
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g.release().await.expect("release");
+        tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        // The system trust store does not know the test CA.
+        let untrusted = format!("rediss://127.0.0.1:{}?timeout_ms=2000", server.port());
+        assert!(matches!(Client::connect(&untrusted).await, Err(Error::Backend { .. })));
+    });
+}
+
+/// The least an ACL user needs (the list in docs.md), and a wrong password is
+/// a non-retryable error that does not show the password.
+#[test]
+fn acl_user_with_minimal_permissions() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let mut conn = raw(&server).await;
+        let rules = "on >s3cret-pw ~{holdfast:* &holdfast:* +evalsha +eval +script|load +subscribe +unsubscribe \
+                     +ping +hello +hget +hset +hdel +hvals +pexpire +pttl +time +exists +llen \
+                     +lindex +lpop +rpush +lrem +publish";
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("locker");
+        for rule in rules.split_whitespace() {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut conn).await.expect("acl setuser");
+        let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        for fair in [false, true] {
+            let g = a.mutex("acl").fair(fair).acquire().await.expect("acquire as an ACL user");
+            let waiter = {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    let g = b.mutex("acl").fair(fair).acquire_timeout(Duration::from_secs(10)).await.expect("wait");
+                    g.release().await.expect("release");
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(a.status("acl").await.expect("status").holder.map(|h| h.label), Some("a".to_owned()));
+            g.release().await.expect("release");
+            tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        }
+        let bad = format!("redis://locker:wrong-pw@127.0.0.1:{}?timeout_ms=2000", server.port());
+        match Client::connect(&bad).await {
+            Err(e @ Error::Backend { .. }) => {
+                assert!(!e.is_retryable(), "{e}");
+                assert!(!format!("{e} {e:?}").contains("wrong-pw"));
+            }
+            other => panic!("expected an auth error, got {other:?}"),
+        }
+    });
+}
