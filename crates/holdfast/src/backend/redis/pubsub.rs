@@ -10,6 +10,7 @@
 //! subscribe of a waiter that arrived after it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -31,6 +32,9 @@ pub(super) struct Notifier {
     lock_prefix: String,
     /// This client's own channel (fair hand-offs).
     client_channel: String,
+    /// Set once the client channel's subscription was confirmed; the
+    /// connection manager resubscribes it after reconnects.
+    client_subscribed: AtomicBool,
     wakeups: LocalWakeups,
     /// Fair waiters of this client by token (hex).
     fair: Mutex<HashMap<String, Arc<Notify>>>,
@@ -50,6 +54,7 @@ impl Notifier {
         let notifier = Arc::new(Notifier {
             lock_prefix,
             client_channel,
+            client_subscribed: AtomicBool::new(false),
             wakeups: LocalWakeups::default(),
             fair: Mutex::new(HashMap::new()),
             counts: counts.clone(),
@@ -125,19 +130,29 @@ impl Notifier {
         let notify = Arc::new(Notify::new());
         self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), notify.clone());
         let watch = TokenWatch { notifier: self.clone(), token_hex, notify };
-        self.subscribe(self.client_channel.clone(), timeout).await;
+        if !self.client_subscribed.load(Ordering::Acquire) && self.subscribe(self.client_channel.clone(), timeout).await
+        {
+            self.client_subscribed.store(true, Ordering::Release);
+        }
         watch
     }
 
-    async fn subscribe(&self, channel: String, timeout: Duration) {
+    /// Asks the subscription task to subscribe; true once confirmed.
+    async fn subscribe(&self, channel: String, timeout: Duration) -> bool {
         let (tx, rx) = oneshot::channel();
         if self.requests.send(Request::Subscribe(channel.clone(), tx)).is_err() {
-            return;
+            return false;
         }
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!(%channel, error = %e, "subscribe failed; waiting by polling"),
-            _ => tracing::warn!(%channel, "subscribe timed out; waiting by polling"),
+            Ok(Ok(Ok(()))) => true,
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(%channel, error = %e, "subscribe failed; waiting by polling");
+                false
+            }
+            _ => {
+                tracing::warn!(%channel, "subscribe timed out; waiting by polling");
+                false
+            }
         }
     }
 }
