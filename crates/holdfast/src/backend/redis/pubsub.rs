@@ -7,7 +7,8 @@
 //!
 //! Subscribe and unsubscribe commands go through one task, in order, so an
 //! unsubscribe of a key whose last waiter left can never overtake the
-//! subscribe of a waiter that arrived after it.
+//! subscribe of a waiter that arrived after it. A channel is unsubscribed
+//! lazily, once nobody waited on it for about a second.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -209,9 +210,13 @@ impl Pending {
     }
 }
 
+/// How long a lock channel nobody waits on stays subscribed.
+const IDLE_UNSUBSCRIBE: Duration = Duration::from_secs(1);
+
 async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
     let Pending { mut rx, counts } = pending;
     let mut subscribed: HashSet<String> = HashSet::new();
+    let mut idle: HashMap<String, tokio::time::Instant> = HashMap::new();
     // While anything is subscribed, a PING a second keeps the connection
     // checked: the manager reconnects (and resubscribes) on a failure even if
     // the server stayed away longer than its reconnect attempts.
@@ -224,6 +229,20 @@ async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
                 None => return,
             },
             _ = health.tick() => {
+                let now = tokio::time::Instant::now();
+                let due: Vec<String> =
+                    idle.iter().filter(|(_, since)| now - **since >= IDLE_UNSUBSCRIBE).map(|(c, _)| c.clone()).collect();
+                for channel in due {
+                    idle.remove(&channel);
+                    let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel);
+                    if waiting || !subscribed.remove(&channel) {
+                        continue;
+                    }
+                    match tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
+                        Ok(Ok(())) => {}
+                        _ => tracing::debug!(%channel, "unsubscribe failed; a stray message only costs a retry"),
+                    }
+                }
                 if !subscribed.is_empty() {
                     let cmd = redis::cmd("PING");
                     let ping = cmd.query_async::<Value>(&mut conn);
@@ -236,6 +255,7 @@ async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
         };
         match req {
             Request::Subscribe(channel, reply) => {
+                idle.remove(&channel);
                 if subscribed.contains(&channel) {
                     let _ = reply.send(Ok(()));
                     continue;
@@ -250,14 +270,9 @@ async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
                 let _ = reply.send(outcome);
             }
             Request::Unsubscribe(channel) => {
-                let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel);
-                if waiting || !subscribed.remove(&channel) {
-                    continue;
-                }
-                match tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
-                    Ok(Ok(())) => {}
-                    _ => tracing::debug!(%channel, "unsubscribe failed; a stray message only costs a retry"),
-                }
+                // Lazily: a lock that is busy again within a second keeps its
+                // subscription, so bursts of contention do not churn commands.
+                idle.entry(channel).or_insert_with(tokio::time::Instant::now);
             }
         }
     }
