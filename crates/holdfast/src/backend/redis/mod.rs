@@ -270,13 +270,19 @@ impl RedisBackend {
 
     async fn acquire_waiting(&self, req: &AcquireRequest) -> Result<Grant> {
         // Fast path: one script call when the key is free.
+        let notifier = &self.inner.notifier;
         let mut failing_since = None;
-        if let Attempt::Granted(grant) = self.waiting_attempt(req, false, &mut failing_since).await? {
-            return Ok(grant);
+        // Fast path when no waiter of this client waits on the key: one script
+        // call when the key is free. When others wait, the channel is
+        // subscribed already and the first attempt comes after joining them.
+        if !notifier.has_waiters(req.key.as_str()) {
+            if let Attempt::Granted(grant) = self.waiting_attempt(req, false, &mut failing_since).await? {
+                return Ok(grant);
+            }
         }
-        // Subscribe (confirmed by the server) before the retry, so a release
-        // between the busy attempt and here is seen by the retry itself.
-        let _watch = self.inner.notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
+        // Subscribe (confirmed by the server) before the next attempt, so a
+        // release between a busy attempt and here is seen by that attempt.
+        let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
         let failing_since = std::sync::Mutex::new(failing_since);
         wait::until_granted(&wakeup, self.inner.config.poll, || async {

@@ -109,6 +109,13 @@ impl Notifier {
         }
     }
 
+    /// Whether waiters of this client already wait on `key` (its channel is
+    /// subscribed, or being subscribed).
+    pub(super) fn has_waiters(&self, key: &str) -> bool {
+        let channel = format!("{}{}", self.lock_prefix, key);
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel)
+    }
+
     /// The wake-up handle of non-fair waiters of `key`.
     pub(super) fn key_wakeup(&self, key: &str) -> Arc<Notify> {
         self.wakeups.subscribe(key)
