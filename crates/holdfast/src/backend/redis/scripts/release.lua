@@ -6,13 +6,14 @@
 -- that waiter's client is told; otherwise the lock channel is told, once.
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
 local token, keep, chan, cprefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local dequeued = false
-if redis.call('HDEL', e, token) == 1 then
-  redis.call('LREM', q, 1, token)
-  dequeued = true
-end
 local o = redis.call('HGET', h, 'o')
 if o ~= token then
+  -- Not the holder: maybe a cancelled fair waiter (the owner is never queued).
+  local dequeued = false
+  if redis.call('HDEL', e, token) == 1 then
+    redis.call('LREM', q, 1, token)
+    dequeued = true
+  end
   if dequeued and not o then
     -- The lock is free (its holder expired) and this waiter may have been the
     -- head: let the new head know.
