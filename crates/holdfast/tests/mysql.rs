@@ -86,31 +86,34 @@ fn restart_and_crash_while_held_keep_the_lease() {
 }
 
 /// A server down longer than the TTL: `lost()` fires (from the client's own
-/// deadline, before the lease ends on the server clock), and once the server
-/// is back another client takes the expired row over with a higher fence.
+/// deadline, before the lease ends on the server clock); a waiter that starts
+/// during the outage keeps waiting, and once the server is back it takes the
+/// expired row over with a higher fence.
 #[test]
 fn outage_longer_than_ttl_fires_lost() {
     let mut server = MysqlServer::start();
     let url = server.url_with("timeout_ms=500");
     let rt = rt();
-    let a = rt.block_on(client(&url, "outage-a"));
+    let (a, b) = rt.block_on(async { (client(&url, "outage-a").await, client(&url, "outage-b").await) });
     let ttl = Duration::from_secs(1);
     let guard = rt.block_on(a.mutex("outage/key").ttl(ttl).acquire()).expect("acquire");
     let fence = guard.fence();
     let lost = guard.lost();
     let stopped = Instant::now();
     server.stop();
-    rt.block_on(async {
+    let waiter = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), lost).await.expect("lost() did not fire during the outage");
+        assert!(stopped.elapsed() < ttl + Duration::from_secs(5));
+        let b2 = b.clone();
+        tokio::spawn(async move { b2.mutex("outage/key").acquire_timeout(Duration::from_secs(30)).await })
     });
-    assert!(stopped.elapsed() < ttl + Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(500));
     server.start_again();
     rt.block_on(async {
-        let b = client(&url, "outage-b").await;
-        let g = b.mutex("outage/key").acquire_timeout(Duration::from_secs(10)).await.expect("take over");
+        let g = waiter.await.expect("task").expect("a waiter from the outage gets the key");
         assert!(g.fence() > fence);
         assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
-        assert!(b.mutex("outage/key").try_acquire().await.expect("try").is_none(), "stale release freed the key");
+        assert!(a.mutex("outage/key").try_acquire().await.expect("try").is_none(), "stale release freed the key");
         g.release().await.expect("release");
     });
 }
