@@ -21,10 +21,8 @@ use holdfast::{Client, LockKey, OwnerToken};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolOpts, TxOpts};
 
-/// Rounds of each measurement, interleaved so that load from other
-/// processes hits all of them alike; the median round is reported.
-const ROUNDS: usize = 7;
-const ROUND: Duration = Duration::from_millis(700);
+/// How long the three uncontended loops run together.
+const RUN: Duration = Duration::from_secs(9);
 
 fn raw_pool(url: &str) -> Pool {
     let c = holdfast::backend::mysql::MysqlConfig::from_url(url).expect("url");
@@ -38,7 +36,12 @@ fn raw_pool(url: &str) -> Pool {
             .pass(pass)
             .db_name(Some(c.database.clone()))
             .stmt_cache_size(64)
-            .pool_opts(PoolOpts::default().with_reset_connection(false)),
+            .pool_opts(
+                PoolOpts::default()
+                    .with_reset_connection(false)
+                    .with_constraints(mysql_async::PoolConstraints::new(0, 16).expect("constraints"))
+                    .with_inactive_connection_ttl(Duration::from_secs(60)),
+            ),
     )
 }
 
@@ -86,19 +89,10 @@ async fn raw_cycle(pool: &Pool, key: &[u8]) -> u64 {
     fence
 }
 
-async fn rate(f: &mut impl AsyncFnMut()) -> f64 {
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < ROUND {
-        f().await;
-        n += 1;
-    }
-    n as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+async fn connections(pool: &Pool) -> i64 {
+    let mut c = pool.get_conn().await.expect("conn");
+    let row: Option<(String, i64)> = c.query_first("SHOW GLOBAL STATUS LIKE 'Connections'").await.expect("status");
+    row.map(|r| r.1).unwrap_or(0)
 }
 
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
@@ -147,11 +141,11 @@ async fn main() {
     let client = Client::connect(&url).await.expect("connect");
     let pool = raw_pool(&url);
 
-    let mut holdfast_cycle = async || {
+    let holdfast_cycle = async || {
         let g = client.mutex("floor/holdfast").ttl(Duration::from_secs(30)).try_acquire().await.expect("acquire");
         g.expect("free").release().await.expect("release");
     };
-    let mut raw = async || {
+    let raw = async || {
         raw_cycle(&pool, b"floor/raw").await;
     };
     // What a GET_LOCK wake-up scheme adds: the holder takes the wake name on
@@ -168,14 +162,32 @@ async fn main() {
         raw().await;
         with_getlock().await;
     }
-    let (mut h, mut r, mut g) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        h.push(rate(&mut holdfast_cycle).await);
-        r.push(rate(&mut raw).await);
-        g.push(rate(&mut with_getlock).await);
+    // Cycles alternate one by one, each timed, so that load from other
+    // processes (and fsync latency) hits all three alike.
+    let (mut h, mut r, mut g) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut n = 0u32;
+    let c0 = connections(&pool).await;
+    let start = Instant::now();
+    while start.elapsed() < RUN {
+        let t = Instant::now();
+        holdfast_cycle().await;
+        h += t.elapsed();
+        let t = Instant::now();
+        raw().await;
+        r += t.elapsed();
+        let t = Instant::now();
+        with_getlock().await;
+        g += t.elapsed();
+        n += 1;
     }
-    let (holdfast_rate, raw_rate, getlock_rate) = (median(h), median(r), median(g));
-    println!("uncontended cycles/s: holdfast {holdfast_rate:.0}, raw floor {raw_rate:.0}, ratio {:.2}", holdfast_rate / raw_rate);
+    let c1 = connections(&pool).await;
+    println!("{n} cycles each; {} connections opened meanwhile", c1 - c0);
+    let per_s = |d: Duration| f64::from(n) / d.as_secs_f64();
+    let (holdfast_rate, raw_rate, getlock_rate) = (per_s(h), per_s(r), per_s(g));
+    println!(
+        "uncontended cycles/s: holdfast {holdfast_rate:.0}, raw floor {raw_rate:.0}, ratio {:.2}",
+        holdfast_rate / raw_rate
+    );
     println!(
         "raw floor + GET_LOCK/RELEASE_LOCK on a dedicated session: {getlock_rate:.0}/s ({:.2}x the raw floor)",
         getlock_rate / raw_rate
@@ -210,7 +222,11 @@ async fn main() {
     let same = MysqlBackend::open_url(&format!("{url}?poll_min_ms=1000&poll_max_ms=1000")).await.expect("open");
     let other = MysqlBackend::open_url(&url.replace("@127.0.0.1:", "@localhost:")).await.expect("open");
     let local = handoff(&a, &same, "floor/handoff-local", 100).await;
-    println!("hand-off, waiter in the same process (woken; its poll is 1 s): p50 {:?}, p99 {:?}", pct(local.clone(), 0.5), pct(local, 0.99));
+    println!(
+        "hand-off, waiter in the same process (woken; its poll is 1 s): p50 {:?}, p99 {:?}",
+        pct(local.clone(), 0.5),
+        pct(local, 0.99)
+    );
     let polled = handoff(&a, &other, "floor/handoff-poll", 100).await;
     println!(
         "hand-off, waiter in another process (poll {:?}): p50 {:?}, p99 {:?}",

@@ -107,9 +107,7 @@ pub(super) fn check_namespace(ns: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(bad(format!(
-            "namespace {ns:?}: use 1 to 48 letters, digits or '_', not starting with a digit"
-        )))
+        Err(bad(format!("namespace {ns:?}: use 1 to 48 letters, digits or '_', not starting with a digit")))
     }
 }
 

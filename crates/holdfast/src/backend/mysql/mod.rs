@@ -9,7 +9,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
@@ -111,6 +111,10 @@ impl MysqlBackend {
         };
         let pool_opts = PoolOpts::default()
             .with_constraints(PoolConstraints::new(0, config.pool_max).unwrap_or_default())
+            // Keep idle connections up to `pool_max` for a minute (with the
+            // default of 0 the pool closes every connection above the minimum
+            // as soon as it is returned, and each call would reconnect).
+            .with_inactive_connection_ttl(Duration::from_secs(60))
             // No session state is kept between calls, so no reset (it would
             // cost a round trip per call and drop the prepared statements).
             // A connection returned inside a transaction is rolled back by

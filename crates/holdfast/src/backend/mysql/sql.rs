@@ -173,7 +173,12 @@ pub(super) async fn acquire(
 }
 
 /// Deletes the row of `token`; true if it owned one (not taken over).
-pub(super) async fn release(conn: &mut Conn, s: &Statements, key: &str, token: OwnerToken) -> mysql_async::Result<bool> {
+pub(super) async fn release(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<bool> {
     conn.exec_drop(s.release.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(conn.affected_rows() == 1)
 }
