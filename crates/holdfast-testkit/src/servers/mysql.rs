@@ -48,11 +48,16 @@ impl MysqlServer {
         let client = require_binary("mariadb", SBIN, "mariadb-client");
         let dir = tempfile::Builder::new().prefix("holdfast-maria").tempdir().expect("tempdir");
         let data = dir.path().join("data");
+        // A private tmpdir: parallel bootstraps sharing /tmp collide on
+        // their temporary table names and abort.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("tmpdir");
         let log = dir.path().join("install.log");
         let out = std::fs::File::create(&log).expect("install log");
         let status = Command::new(&install)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(["--user=root", "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"])
             .args(SERVER_FLAGS)
             .stdout(out.try_clone().expect("dup"))
@@ -89,6 +94,7 @@ impl MysqlServer {
         let mut cmd = Command::new(&self.mariadbd);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", d.join("data").display()))
+            .arg(format!("--tmpdir={}", d.join("tmp").display()))
             .arg("--user=root")
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
