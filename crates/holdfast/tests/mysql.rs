@@ -303,3 +303,30 @@ fn urls_namespaces_tls_and_secrets() {
     assert_eq!(rows(&server, "jobs_2_leases"), 0);
     assert!(PASSWORD.contains("secret"));
 }
+
+/// TLS against a server with a certificate from a throwaway CA: `verify_ca`
+/// and `verify_identity` with `ssl-ca`, and `required`, lock over an
+/// encrypted connection; `verify_ca` without the CA file is refused.
+#[test]
+fn tls_modes() {
+    let server = MysqlServer::start_tls();
+    let ca = server.ca_file();
+    let rt = rt();
+    rt.block_on(async {
+        for mode in ["verify_identity", "verify_ca", "required"] {
+            let url = server.url_with(&format!("ssl-mode={mode}&ssl-ca={}", ca.display()));
+            let c = Client::connect(&url).await.unwrap_or_else(|e| panic!("{mode}: {e}"));
+            let g = c.mutex("tls").try_acquire().await.expect("acquire").expect("free");
+            g.release().await.expect("release");
+        }
+        let c = Client::connect(&server.url_with("ssl-mode=required")).await.expect("required without a CA");
+        drop(c);
+        match Client::connect(&server.url_with("ssl-mode=verify_ca")).await {
+            Err(Error::Backend { .. }) => {}
+            other => panic!("verify_ca with an unknown CA must fail, got {other:?}"),
+        }
+    });
+    let ssl = server.sql("SHOW GLOBAL STATUS LIKE 'Ssl_accepts'");
+    let accepts: u64 = ssl.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("Ssl_accepts");
+    assert!(accepts >= 4, "TLS handshakes: {ssl}");
+}

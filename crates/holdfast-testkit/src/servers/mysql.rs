@@ -36,12 +36,24 @@ pub struct MysqlServer {
     mariadbd: PathBuf,
     admin: PathBuf,
     client: PathBuf,
+    tls: bool,
     process: Option<ServerProcess>,
 }
 
 impl MysqlServer {
     /// Initialises a data dir and starts the server; panics (with the log) on failure.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Like [`start`](Self::start), with TLS: a throwaway CA and a server
+    /// certificate for `127.0.0.1`/`localhost` made with `openssl`; the CA is
+    /// at [`ca_file`](Self::ca_file).
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         let install = require_binary("mariadb-install-db", SBIN, "mariadb-server");
         let mariadbd = require_binary("mariadbd", SBIN, "mariadb-server");
         let admin = require_binary("mariadb-admin", SBIN, "mariadb-client");
@@ -67,7 +79,10 @@ impl MysqlServer {
         if !status.success() {
             panic!("mariadb-install-db failed: {}", std::fs::read_to_string(&log).unwrap_or_default());
         }
-        let mut server = MysqlServer { port: free_port(), dir, mariadbd, admin, client, process: None };
+        if tls {
+            make_certs(&dir.path().join("tls"));
+        }
+        let mut server = MysqlServer { port: free_port(), dir, mariadbd, admin, client, tls, process: None };
         server.spawn();
         server.sql(&format!(
             "CREATE DATABASE IF NOT EXISTS {DATABASE}; \
@@ -103,6 +118,12 @@ impl MysqlServer {
             .args(["--skip-name-resolve", "--skip-log-bin"])
             .args(SERVER_FLAGS)
             .arg(format!("--log-error={}", self.error_log().display()));
+        if self.tls {
+            let t = d.join("tls");
+            cmd.arg(format!("--ssl-ca={}", t.join("ca.pem").display()))
+                .arg(format!("--ssl-cert={}", t.join("server.pem").display()))
+                .arg(format!("--ssl-key={}", t.join("server.key").display()));
+        }
         self.process = Some(ServerProcess::spawn(cmd, &d.join("stdout.log")));
         let (admin, port, log) = (self.admin.clone(), self.port, self.error_log());
         wait_until("mariadbd", Duration::from_secs(60), Some(&log), || {
@@ -111,6 +132,11 @@ impl MysqlServer {
                 .output()
                 .is_ok_and(|o| o.status.success())
         });
+    }
+
+    /// The CA certificate of a [`start_tls`](Self::start_tls) server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("tls").join("ca.pem")
     }
 
     fn error_log(&self) -> PathBuf {
@@ -178,5 +204,75 @@ impl MysqlServer {
     /// Whether the server process runs.
     pub fn is_running(&mut self) -> bool {
         self.process.as_mut().is_some_and(|p| p.is_running())
+    }
+}
+
+/// A CA and a server certificate signed by it, valid for 127.0.0.1 and localhost.
+fn make_certs(dir: &Path) {
+    let openssl = require_binary("openssl", SBIN, "openssl");
+    std::fs::create_dir_all(dir).expect("tls dir");
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .expect("ext file");
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=holdfast test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    ];
+    for args in steps {
+        let out = Command::new(&openssl)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

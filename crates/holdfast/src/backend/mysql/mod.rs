@@ -127,6 +127,9 @@ impl MysqlBackend {
             .pass(config.password().map(str::to_owned))
             .db_name(Some(config.database.clone()))
             .stmt_cache_size(64)
+            // On loopback the driver would otherwise reconnect through the
+            // server's Unix socket; with TLS asked for, stay on TCP.
+            .prefer_socket(ssl.is_none())
             .ssl_opts(ssl)
             .pool_opts(pool_opts);
         let statements = sql::Statements::new(&config.leases_table(), &config.fence_table());
