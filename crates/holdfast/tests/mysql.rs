@@ -197,8 +197,18 @@ fn expired_row_is_taken_over_atomically() {
         assert!(again.expect("same token regains").fence > f2);
         assert!(backend.release(&key, t2).await.expect("release"));
         assert!(!backend.release(&key, t2).await.expect("second release is a no-op"));
+        assert_eq!(rows(&server, "holdfast_leases"), 0);
+
+        // Rows of holders that vanished long ago are swept; recent ones stay
+        // (the next acquirer of their key takes them over).
+        server.sql(&format!(
+            "INSERT INTO {DATABASE}.holdfast_leases VALUES \
+             ('old', REPEAT('x', 16), 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE), \
+             ('recent', REPEAT('y', 16), 2, 'gone', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)"
+        ));
+        assert_eq!(backend.sweep_expired().await.expect("sweep"), 1);
+        assert_eq!(server.sql(&format!("SELECT lock_key FROM {DATABASE}.holdfast_leases")).trim(), "recent");
     });
-    assert_eq!(rows(&server, "holdfast_leases"), 0);
 }
 
 /// Batched renewal: one call renews many leases (one UPDATE), and reports

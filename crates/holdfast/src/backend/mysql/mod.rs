@@ -127,6 +127,9 @@ impl MysqlBackend {
             .pass(config.password().map(str::to_owned))
             .db_name(Some(config.database.clone()))
             .stmt_cache_size(64)
+            // Row lock waits end within the call's own bound (the server
+            // default is 50 s); a lock wait timeout counts as contention.
+            .init(vec![format!("SET SESSION innodb_lock_wait_timeout = {}", config.timeout.as_secs().clamp(1, 600))])
             // On loopback the driver would otherwise reconnect through the
             // server's Unix socket; with TLS asked for, stay on TCP.
             .prefer_socket(ssl.is_none())
@@ -169,6 +172,18 @@ impl MysqlBackend {
         &self.config
     }
 
+    /// Deletes up to 32 lease rows that expired more than a minute ago (their
+    /// holders vanished and nobody took the keys since); returns how many.
+    /// Every 64th release runs this in the background, so the lease table
+    /// holds about one row per held key without a separate cleanup job.
+    pub async fn sweep_expired(&self) -> Result<u64> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            sql::sweep(&mut conn, &self.sql).await
+        })
+        .await
+    }
+
     /// Runs `f` with the configured bound; a timeout is a retryable error.
     async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.config.timeout, f).await {
@@ -194,7 +209,7 @@ impl MysqlBackend {
                 // A waiter first looks without locking anything, so waiting
                 // costs one primary-key read, not a write transaction.
                 if peek_first {
-                    if let Some(left) = sql::peek_busy(&mut conn, &self.sql, key).await? {
+                    if let Some(left) = sql::peek_busy(&mut conn, &self.sql, key, req.token).await? {
                         return Ok(sql::Acquired::Busy { expires_in: Some(left) });
                     }
                 }
@@ -270,17 +285,20 @@ impl Backend for MysqlBackend {
         let released = self
             .timed(async {
                 let mut conn = self.conn().await?;
-                let released = sql::release(&mut conn, &self.sql, key.as_str(), token).await?;
-                if sweep {
-                    // Best effort: rows of holders that vanished long ago.
-                    if let Err(e) = sql::sweep(&mut conn, &self.sql).await {
-                        tracing::debug!(error = %e, "sweep of long-expired rows failed");
-                    }
-                }
-                Ok(released)
+                sql::release(&mut conn, &self.sql, key.as_str(), token).await
             })
             .await?;
         self.wakeups.wake_one(key.as_str());
+        if sweep {
+            // Best effort, in the background so that it can never delay or
+            // fail a release: rows of holders that vanished long ago.
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = this.sweep_expired().await {
+                    tracing::debug!(error = %e, "sweep of long-expired rows failed");
+                }
+            });
+        }
         Ok(released)
     }
 

@@ -82,9 +82,11 @@ impl Statements {
                    expires_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token),
                                    VALUES(expires_at), expires_at)"
             ),
+            // Busy only for another token: a retry after a lost reply goes on
+            // to the transaction, which hands the grant back.
             peek: format!(
                 "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
-                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6)"
+                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> ?"
             ),
             release: format!("DELETE FROM {l} WHERE lock_key = ? AND token = ?"),
             sweep: format!("DELETE FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT 32"),
@@ -132,10 +134,15 @@ pub(super) enum Acquired {
     Busy { expires_in: Option<Duration> },
 }
 
-/// Time left on an unexpired holder of `key`, without locking anything
-/// (a consistent read). `None`: free or expired.
-pub(super) async fn peek_busy(conn: &mut Conn, s: &Statements, key: &str) -> mysql_async::Result<Option<Duration>> {
-    let us: Option<Option<i64>> = conn.exec_first(s.peek.as_str(), (key.as_bytes(),)).await?;
+/// Time left on an unexpired holder of `key` other than `token`, without
+/// locking anything (a consistent read). `None`: free, expired or ours.
+pub(super) async fn peek_busy(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<Option<Duration>> {
+    let us: Option<Option<i64>> = conn.exec_first(s.peek.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(us.map(left))
 }
 
