@@ -36,6 +36,7 @@ fn raw_pool(url: &str) -> Pool {
             .pass(pass)
             .db_name(Some(c.database.clone()))
             .stmt_cache_size(64)
+            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"])
             .pool_opts(
                 PoolOpts::default()
                     .with_reset_connection(false)
@@ -72,6 +73,50 @@ const GRANT: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, labe
    label = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(label), label),
    expires_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(expires_at), expires_at)";
 const RELEASE: &str = "DELETE FROM `holdfast_leases` WHERE lock_key = ? AND token = ?";
+
+const MIN_ACQUIRE: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, label, expires_at)
+ VALUES (?, ?, 0, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ ON DUPLICATE KEY UPDATE
+   token = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
+   expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)";
+
+/// The least a lock needs, without a fence: one upsert, one delete.
+async fn minimal_cycle(pool: &Pool, key: &[u8]) {
+    let token = rand::random::<[u8; 16]>();
+    let mut conn = pool.get_conn().await.expect("conn");
+    conn.exec_drop(MIN_ACQUIRE, (key, &token[..], "bench", 30_000_000i64)).await.expect("acquire");
+    assert_eq!(conn.affected_rows(), 1, "minimal floor: key busy");
+    drop(conn);
+    let mut conn = pool.get_conn().await.expect("conn");
+    conn.exec_drop(RELEASE, (key, &token[..])).await.expect("release");
+}
+
+/// Cycles/s of `tasks` tasks, each on its own key, for `RUN / 3`.
+async fn concurrent<F, Fut>(tasks: usize, f: F) -> f64
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let start = Instant::now();
+    let mut joins = Vec::new();
+    for t in 0..tasks {
+        let f = f.clone();
+        joins.push(tokio::spawn(async move {
+            let key = format!("floor/concurrent/{t}");
+            let mut n = 0u64;
+            while start.elapsed() < RUN / 3 {
+                f(key.clone()).await;
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for j in joins {
+        total += j.await.expect("task");
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
 
 /// The raw cycle: the statements holdfast sends, nothing else.
 async fn raw_cycle(pool: &Pool, key: &[u8]) -> u64 {
@@ -191,6 +236,39 @@ async fn main() {
     println!(
         "raw floor + GET_LOCK/RELEASE_LOCK on a dedicated session: {getlock_rate:.0}/s ({:.2}x the raw floor)",
         getlock_rate / raw_rate
+    );
+
+    // Many tasks, each on its own key: grants in one namespace share the
+    // fence counter row.
+    let tasks = 16;
+    let c = client.clone();
+    let h = concurrent(tasks, move |k| {
+        let c = c.clone();
+        async move {
+            let g = c.mutex(k).ttl(Duration::from_secs(30)).try_acquire().await.expect("acquire");
+            g.expect("free").release().await.expect("release");
+        }
+    })
+    .await;
+    let p = pool.clone();
+    let r = concurrent(tasks, move |k| {
+        let p = p.clone();
+        async move {
+            raw_cycle(&p, format!("raw/{k}").as_bytes()).await;
+        }
+    })
+    .await;
+    let p = pool.clone();
+    let m = concurrent(tasks, move |k| {
+        let p = p.clone();
+        async move { minimal_cycle(&p, format!("min/{k}").as_bytes()).await }
+    })
+    .await;
+    println!(
+        "{tasks} tasks on own keys, cycles/s: holdfast {h:.0}, raw floor {r:.0} (ratio {:.2}), \
+         fence-less upsert+delete {m:.0} (ratio {:.2})",
+        h / r,
+        h / m
     );
 
     // Wake-up latency of a session blocked in GET_LOCK when the holder releases.

@@ -184,6 +184,25 @@ impl MysqlBackend {
         .await
     }
 
+    /// Runs an idempotent call again after a deadlock or lock wait timeout
+    /// (InnoDB rolled the statement back; trying again is what it asks for).
+    async fn retry_contention<T, F, Fut>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            match f().await {
+                Err(e) if is_contention(&e) && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_micros(rand::random_range(100..2000))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Runs `f` with the configured bound; a timeout is a retryable error.
     async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.config.timeout, f).await {
@@ -260,15 +279,10 @@ impl Backend for MysqlBackend {
         if !req.wait {
             // A deadlock or lock wait timeout is contention: try again a
             // couple of times before reporting it.
-            let mut tries = 0;
-            loop {
-                match self.attempt(req, false).await {
-                    Ok(Attempt::Granted(g)) => return Ok(Some(g)),
-                    Ok(Attempt::Busy { .. }) => return Ok(None),
-                    Err(e) if is_contention(&e) && tries < 3 => tries += 1,
-                    Err(e) => return Err(e),
-                }
-            }
+            return match self.retry_contention(|| self.attempt(req, false)).await? {
+                Attempt::Granted(g) => Ok(Some(g)),
+                Attempt::Busy { .. } => Ok(None),
+            };
         }
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
@@ -282,10 +296,13 @@ impl Backend for MysqlBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let sweep = self.releases.fetch_add(1, Ordering::Relaxed) % 64 == 63;
+        // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
-            .timed(async {
-                let mut conn = self.conn().await?;
-                sql::release(&mut conn, &self.sql, key.as_str(), token).await
+            .retry_contention(|| {
+                self.timed(async {
+                    let mut conn = self.conn().await?;
+                    sql::release(&mut conn, &self.sql, key.as_str(), token).await
+                })
             })
             .await?;
         self.wakeups.wake_one(key.as_str());
@@ -307,9 +324,12 @@ impl Backend for MysqlBackend {
             return Ok(Vec::new());
         }
         let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
-        self.timed(async {
-            let mut conn = self.conn().await?;
-            sql::renew(&mut conn, &self.sql, &batch).await
+        // Extending to "TTL from now" again is harmless, so retry deadlocks.
+        self.retry_contention(|| {
+            self.timed(async {
+                let mut conn = self.conn().await?;
+                sql::renew(&mut conn, &self.sql, &batch).await
+            })
         })
         .await
     }
