@@ -232,7 +232,9 @@ impl MysqlConfig {
         format!("{}_fence", self.namespace)
     }
 
-    pub(super) fn password(&self) -> Option<&str> {
+    /// The password, for tools that open their own connection with the same
+    /// settings (the raw-floor benchmark). Never shown by `Debug`.
+    pub fn password(&self) -> Option<&str> {
         self.password.as_deref()
     }
 }
