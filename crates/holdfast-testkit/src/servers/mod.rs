@@ -6,6 +6,7 @@
 //! installs it (never a silent skip).
 
 pub mod redis;
+pub mod mysql;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

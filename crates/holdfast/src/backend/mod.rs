@@ -36,6 +36,8 @@
 
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

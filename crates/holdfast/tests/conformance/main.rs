@@ -4,5 +4,7 @@
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
