@@ -237,7 +237,9 @@ impl EtcdBackend {
         Ok(Grant { fence: fence as u64, attempt_started: started, session_lost: Some(session.lost.clone()) })
     }
 
-    /// Waits until no key older than ours remains under the prefix.
+    /// Waits until no key older than ours remains under the prefix; returns
+    /// when the read that found us first in line was sent. The lock's TTL
+    /// runs from then: until that read, the session lease alone kept our key.
     async fn wait_turn(
         &self,
         prefix: &[u8],
@@ -245,18 +247,19 @@ impl EtcdBackend {
         my_rev: i64,
         session: &Session,
         mut pred: Option<(Vec<u8>, i64)>,
-    ) -> Result<()> {
+    ) -> Result<Instant> {
         loop {
             if let Some((pred_key, read_at)) = pred.take() {
                 self.wait_deleted(pred_key, read_at + 1, session).await?;
             }
+            let sent = Instant::now();
             let resp = self.shared.conn.txn("queue position", ops::position(prefix, own, my_rev)).await?;
             if ops::kvs(&resp, 0).is_empty() {
                 // Our key is gone: the session lease expired, or it was deleted.
                 return Err(session_lost());
             }
             match ops::kvs(&resp, 1).into_iter().next() {
-                None => return Ok(()),
+                None => return Ok(sent),
                 Some(kv) => pred = Some((kv.key().to_vec(), ops::revision(&resp))),
             }
         }
@@ -315,9 +318,11 @@ impl EtcdBackend {
             let kv = mine.first().ok_or_else(session_lost)?;
             (kv.create_revision(), None)
         };
-        if pred.is_some() || !resp.succeeded() {
-            self.wait_turn(&prefix, &own, my_rev, &session, pred).await?;
-        }
+        let started = if pred.is_some() || !resp.succeeded() {
+            self.wait_turn(&prefix, &own, my_rev, &session, pred).await?
+        } else {
+            started
+        };
         self.granted(req, own, &session, my_rev, started)
     }
 

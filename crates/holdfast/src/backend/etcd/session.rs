@@ -104,6 +104,10 @@ impl KeepAlive {
 
     async fn keep_alive(&mut self) -> Ended {
         let interval = (self.ttl / 3).max(Duration::from_millis(100));
+        // A keep-alive answers in milliseconds; one sent on a connection to a
+        // dead member never does. Give up on a stream well before the lease
+        // runs out, so there is time to reopen it on another endpoint.
+        let per_try = (self.ttl / 4).clamp(Duration::from_millis(250), self.conn.timeout);
         loop {
             let left = self.confirmed_until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -113,7 +117,7 @@ impl KeepAlive {
             let mut client = self.conn.client.clone();
             let opened = tokio::select! {
                 _ = self.shutdown.cancelled() => return Ended::Shutdown,
-                r = tokio::time::timeout(left.min(self.conn.timeout), client.lease_keep_alive(self.lease)) => r,
+                r = tokio::time::timeout(left.min(per_try), client.lease_keep_alive(self.lease)) => r,
             };
             let (mut keeper, mut stream) = match opened {
                 Ok(Ok(pair)) => pair,
@@ -139,7 +143,7 @@ impl KeepAlive {
                 }
                 let sent = Instant::now();
                 let left = self.confirmed_until.saturating_duration_since(sent);
-                let answer = tokio::time::timeout(left.min(self.conn.timeout), async {
+                let answer = tokio::time::timeout(left.min(per_try), async {
                     keeper.keep_alive().await?;
                     stream.message().await
                 })
