@@ -278,3 +278,46 @@ fn failover_leader_killed_while_held_and_waited() {
     });
     cluster.wait_healthy(Duration::from_secs(20));
 }
+
+/// TLS with a private CA and user/password authentication: locks work, a
+/// wrong password is a typed error that does not print the password, and
+/// plain `etcd://` cannot talk to a TLS port.
+#[test]
+fn tls_and_auth() {
+    let server = holdfast_testkit::servers::etcd::EtcdTlsServer::start();
+    let url = server.url();
+    rt().block_on(async {
+        let a = client(&url, "tls-a").await;
+        let g = a.mutex("tls/lock").ttl(Duration::from_secs(3)).acquire().await.expect("acquire over TLS");
+        let b = client(&url, "tls-b").await;
+        assert!(b.mutex("tls/lock").try_acquire().await.expect("try").is_none());
+        assert_eq!(b.status("tls/lock").await.expect("status").holder.expect("holder").label, "tls-a");
+        g.release().await.expect("release");
+        assert!(!format!("{a:?}").contains(&server.root_password), "the password leaked into Debug");
+
+        let wrong = url.replace("root:", "root:wrong");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), async {
+            let c = Client::connect(&wrong).await?;
+            c.mutex("tls/lock").try_acquire().await.map(|_| ())
+        })
+        .await
+        .expect("a wrong password hung");
+        match outcome {
+            Err(e @ Error::Backend { .. }) => {
+                assert!(!e.is_retryable(), "a wrong password is not retryable: {e}");
+                assert!(!e.to_string().contains("wrong"), "the password leaked into the error: {e}");
+            }
+            other => panic!("wrong password: expected a Backend error, got {other:?}"),
+        }
+
+        let port = server.cluster.members[0].client_port;
+        let plain = format!("etcd://127.0.0.1:{port}?timeout_ms=1500");
+        let outcome = tokio::time::timeout(Duration::from_secs(20), async {
+            let c = Client::connect(&plain).await?;
+            c.mutex("tls/lock").try_acquire().await.map(|_| ())
+        })
+        .await
+        .expect("plain text to a TLS port hung");
+        assert!(matches!(outcome, Err(Error::Backend { .. })), "{outcome:?}");
+    });
+}

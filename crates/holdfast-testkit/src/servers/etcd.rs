@@ -171,3 +171,119 @@ impl EtcdCluster {
         self.dir.path()
     }
 }
+
+/// A single etcd node serving clients over TLS (a test CA made with
+/// `openssl`), with authentication enabled and a `root` user.
+#[derive(Debug)]
+pub struct EtcdTlsServer {
+    /// The node.
+    pub cluster: EtcdCluster,
+    /// The PEM file of the CA that signed the server's certificate.
+    pub ca_file: PathBuf,
+    /// The root user's password.
+    pub root_password: String,
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl EtcdTlsServer {
+    /// Makes a CA and a server certificate for 127.0.0.1, starts etcd with
+    /// them, adds user `root` and enables authentication.
+    pub fn start() -> Self {
+        let openssl = require_binary("openssl", &[], "openssl");
+        let etcdctl = require_binary("etcdctl", &[], "etcd-client");
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let p = |name: &str| dir.path().join(name);
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        run(Command::new(&openssl)
+            .args(["req", "-x509"])
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("ca.key"))
+            .arg("-out")
+            .arg(p("ca.pem"))
+            .args(["-days", "2", "-subj", "/CN=holdfast-test-ca"])
+            .args([
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]));
+        run(Command::new(&openssl)
+            .arg("req")
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("server.key"))
+            .arg("-out")
+            .arg(p("server.csr"))
+            .args(["-subj", "/CN=127.0.0.1"]));
+        std::fs::write(
+            p("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=serverAuth\n",
+        )
+        .unwrap_or_else(|e| panic!("write ext: {e}"));
+        run(Command::new(&openssl)
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
+            .arg("-in")
+            .arg(p("server.csr"))
+            .arg("-CA")
+            .arg(p("ca.pem"))
+            .arg("-CAkey")
+            .arg(p("ca.key"))
+            .arg("-out")
+            .arg(p("server.pem"))
+            .arg("-extfile")
+            .arg(p("server.ext")));
+
+        let etcd = require_binary("etcd", &[], "etcd-server");
+        let (cp, pp) = (free_port(), free_port());
+        let log = p("e1.log");
+        let mut cmd = Command::new(etcd);
+        cmd.args(["--name", "e1", "--data-dir"])
+            .arg(p("e1.data"))
+            .args(["--listen-client-urls", &format!("https://127.0.0.1:{cp}")])
+            .args(["--advertise-client-urls", &format!("https://127.0.0.1:{cp}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{pp}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{pp}")])
+            .args(["--initial-cluster", &format!("e1=http://127.0.0.1:{pp}")])
+            .args(["--cert-file"])
+            .arg(p("server.pem"))
+            .args(["--key-file"])
+            .arg(p("server.key"))
+            .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        let process = ServerProcess::spawn(cmd, &log);
+        let member = EtcdMember { name: "e1".into(), client_port: cp, peer_port: pp, log: log.clone(), process };
+        let ctl = |args: &[&str]| {
+            let mut c = Command::new(&etcdctl);
+            c.arg(format!("--endpoints=https://127.0.0.1:{cp}")).arg(format!("--cacert={}", p("ca.pem").display()));
+            c.args(args);
+            c
+        };
+        wait_until("etcd over TLS", Duration::from_secs(30), Some(&log), || {
+            ctl(&["endpoint", "health"]).output().is_ok_and(|o| o.status.success())
+        });
+        let root_password = "s3cret-root:pw@x".to_owned();
+        run(&mut ctl(&["user", "add", &format!("root:{root_password}"), "--interactive=false"]));
+        run(&mut ctl(&["auth", "enable"]));
+        let ca_file = p("ca.pem");
+        EtcdTlsServer { cluster: EtcdCluster { members: vec![member], dir }, ca_file, root_password }
+    }
+
+    /// `etcds://root:<password %-encoded>@127.0.0.1:port?ca_file=...`.
+    pub fn url(&self) -> String {
+        let pw: String = self
+            .root_password
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
+        format!(
+            "etcds://root:{pw}@127.0.0.1:{}?ca_file={}",
+            self.cluster.members[0].client_port,
+            self.ca_file.display()
+        )
+    }
+}
