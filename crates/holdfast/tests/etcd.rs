@@ -321,3 +321,23 @@ fn tls_and_auth() {
         assert!(matches!(outcome, Err(Error::Backend { .. })), "{outcome:?}");
     });
 }
+
+/// An uncontended cycle is two writes to etcd (the queue put and the delete):
+/// consecutive fences, which are etcd revisions, differ by exactly two.
+#[test]
+fn uncontended_cycle_is_two_writes() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let a = client(&url, "a").await;
+        let m = a.mutex("two-writes").ttl(Duration::from_secs(30));
+        let mut fences = Vec::new();
+        for _ in 0..20 {
+            let g = m.acquire().await.expect("acquire");
+            fences.push(g.fence());
+            g.release().await.expect("release");
+        }
+        let gaps: Vec<u64> = fences.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
+    });
+}

@@ -27,7 +27,7 @@ use crate::key::{LockKey, OwnerToken};
 const STORE: &str = "etcd";
 
 /// How long a waiter trusts its watch before it re-reads its position anyway.
-const RECHECK: Duration = Duration::from_secs(2);
+const RECHECK: Duration = Duration::from_secs(10);
 
 fn is_retryable(e: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
