@@ -43,9 +43,11 @@ fn main() {
         });
         let raw_cycle = |mut c: etcd_client::Client| async move {
             let key = "floor/raw-lock";
-            let txn = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key, "me", Some(PutOptions::new().with_lease(lease)))]);
+            let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(
+                key,
+                "me",
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
             let r = c.txn(txn).await.expect("txn");
             assert!(r.succeeded(), "raw lock busy");
             c.delete(key, None).await.expect("delete");

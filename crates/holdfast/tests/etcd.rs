@@ -151,8 +151,19 @@ fn many_locks_renew_and_nothing_accumulates() {
         for i in 0..50 {
             guards.push(a.mutex(format!("many/{i}")).ttl(Duration::from_secs(1)).acquire().await.expect("acquire"));
         }
+        let member = &server.members[0];
+        let keep_alives = || member.metric(&["grpc_server_msg_received_total", "grpc_method=\"LeaseKeepAlive\""]);
+        let txns = || member.metric(&["grpc_server_handled_total", "grpc_method=\"Txn\""]);
+        let (ka0, txn0) = (keep_alives(), txns());
         tokio::time::sleep(Duration::from_secs(3)).await;
+        let (ka, txn) = (keep_alives() - ka0, txns() - txn0);
         assert!(guards.iter().all(|g| !g.is_lost()), "a renewed lock was lost");
+        // 50 locks renewed every 333 ms for 3 s: about 9 renewal ticks, each
+        // one keep-alive message for all 50 (plus a background one per TTL/3),
+        // and no request per lock.
+        eprintln!("renewing 50 locks for 3 s: {ka} keep-alive messages, {txn} transactions");
+        assert_eq!(txn, 0.0, "renewal sent transactions");
+        assert!(ka <= 40.0, "{ka} keep-alive messages for 50 locks in 3 s: not batched");
         let b = client(&url, "b").await;
         assert!(b.mutex("many/7").try_acquire().await.expect("try").is_none());
         for _ in 0..10 {

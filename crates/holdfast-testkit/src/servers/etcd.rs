@@ -36,6 +36,17 @@ impl EtcdMember {
         http(self.client_port, "GET", "/health", "").is_some_and(|b| b.contains("\"health\":\"true\""))
     }
 
+    /// The sum of a Prometheus counter from `/metrics` over every line whose
+    /// name and labels contain all of `parts` (e.g. `grpc_server_msg_received_total`,
+    /// `grpc_method="LeaseKeepAlive"`).
+    pub fn metric(&self, parts: &[&str]) -> f64 {
+        let body = http(self.client_port, "GET", "/metrics", "").unwrap_or_default();
+        body.lines()
+            .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    }
+
     /// `(member id, leader id)` from the member's status, as decimal strings.
     pub fn status(&self) -> Option<(String, String)> {
         let body = http(self.client_port, "POST", "/v3/maintenance/status", "{}")?;

@@ -138,7 +138,10 @@ impl EtcdBackend {
             .with_keep_alive_while_idle(true)
             .with_require_leader(true);
         if let Some(user) = &config.user {
-            opts = opts.with_user(user.clone(), config.password().unwrap_or_default().to_owned());
+            // Tokens expire (5 min idle by default): fetch a new one when told so.
+            opts = opts
+                .with_user(user.clone(), config.password().unwrap_or_default().to_owned())
+                .with_auto_token_refresh(true);
         }
         if config.tls {
             let mut tls = TlsOptions::new();
