@@ -424,12 +424,19 @@ impl Backend for EtcdBackend {
             // Let an aborted attempt's put land (or fail) before deleting.
             let _ = tokio::time::timeout(self.shared.conn.timeout, done.wait_for(|d| *d)).await;
         }
+        // Only granted keys are in `held`, so a delete of one that is there
+        // releases a grant; any other delete removes a queue entry (or nothing).
         let was_held = lock(&self.shared.held).remove(&(key.as_str().to_owned(), token.as_u128())).is_some();
-        let prefix = self.lock_prefix(key);
-        let own = ops::own_key(&prefix, token);
-        let resp = self.shared.conn.txn("release", ops::release(&prefix, &own)).await?;
-        let holder = ops::kvs(&resp, 0).first().is_some_and(|kv| kv.key() == own.as_slice());
-        Ok(was_held && holder && ops::deleted(&resp, 1) > 0)
+        let own = ops::own_key(&self.lock_prefix(key), token);
+        let resp = self
+            .shared
+            .conn
+            .call("release", |mut c| {
+                let k = own.clone();
+                async move { c.delete(k, None).await }
+            })
+            .await?;
+        Ok(was_held && resp.deleted() > 0)
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {

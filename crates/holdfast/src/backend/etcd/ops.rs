@@ -72,14 +72,6 @@ pub(super) fn position(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
     ])
 }
 
-/// Reads the holder, then deletes our key (holder or waiter).
-pub(super) fn release(prefix: &[u8], own: &[u8]) -> Txn {
-    Txn::new().and_then([
-        TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_limit(1).with_keys_only())),
-        TxnOp::delete(own.to_vec(), None),
-    ])
-}
-
 /// The header revision of a transaction's response.
 pub(super) fn revision(resp: &TxnResponse) -> i64 {
     resp.header().map(|h| h.revision()).unwrap_or(0)
@@ -90,14 +82,6 @@ pub(super) fn kvs(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
     match resp.op_responses().into_iter().nth(n) {
         Some(TxnOpResponse::Get(mut g)) => g.take_kvs(),
         _ => Vec::new(),
-    }
-}
-
-/// How many keys the `n`-th operation deleted, if it was a delete.
-pub(super) fn deleted(resp: &TxnResponse, n: usize) -> i64 {
-    match resp.op_responses().into_iter().nth(n) {
-        Some(TxnOpResponse::Delete(d)) => d.deleted(),
-        _ => 0,
     }
 }
 
