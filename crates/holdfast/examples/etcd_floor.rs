@@ -19,7 +19,7 @@ fn main() {
     use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let server = args.first().is_none().then(holdfast_testkit::servers::etcd::EtcdServer::start);
+    let server = args.is_empty().then(holdfast_testkit::servers::etcd::EtcdServer::start);
     let url = args.first().cloned().unwrap_or_else(|| server.as_ref().map(|s| s.url()).unwrap_or_default());
     let secs: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(5);
     let run_for = Duration::from_secs(secs);
