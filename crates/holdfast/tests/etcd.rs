@@ -352,3 +352,50 @@ fn uncontended_cycle_is_two_writes() {
         assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
     });
 }
+
+/// Queues `n` waiters behind a holder, releases, and returns etcd requests
+/// per hand-off until all are through.
+async fn requests_per_handoff(url: &str, member: &holdfast_testkit::servers::etcd::EtcdMember, n: u64) -> f64 {
+    let requests = || {
+        member.metric(&["grpc_server_handled_total", "grpc_type=\"unary\""])
+            + member.metric(&["grpc_server_msg_received_total", "grpc_method=\"Watch\""])
+    };
+    let key = format!("herd/{n}");
+    let holder = client(url, "holder").await;
+    let g = holder.mutex(&key).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+    let mut waiters = Vec::new();
+    for i in 0..n {
+        let (c, key) = (client(url, &format!("w{i}")).await, key.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = c.mutex(&key).ttl(Duration::from_secs(30)).acquire().await.expect("waiter");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            g.release().await.expect("release");
+        }));
+    }
+    holdfast_testkit::conformance::eventually("all queued", Duration::from_secs(10), || async {
+        holder.status(&key).await.expect("status").waiters == Some(n)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = requests();
+    g.release().await.expect("release");
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(30), w).await.expect("stuck").expect("task");
+    }
+    (requests() - before) / n as f64
+}
+
+/// No herd: each hand-off costs the same few requests (the releaser's
+/// delete, the next waiter's position read) with 4 or 24 waiters queued;
+/// a herd would cost a read per queued waiter. Counted by etcd's metrics.
+#[test]
+fn herd_free_handoffs() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let few = requests_per_handoff(&url, &server.members[0], 4).await;
+        let many = requests_per_handoff(&url, &server.members[0], 24).await;
+        eprintln!("etcd requests per hand-off: {few:.2} with 4 waiters, {many:.2} with 24");
+        assert!(many <= 4.0 && many <= few * 1.3 + 0.5, "hand-off cost grows with the queue: {few} -> {many}");
+    });
+}
