@@ -82,6 +82,69 @@ fn main() {
         println!("etcd raw floor (txn put-if-absent + delete): {raw_rate:.0} cycles/s ({raw_n} cycles)");
         println!("holdfast etcd acquire + release:             {hf_rate:.0} cycles/s ({hf_n} cycles)");
         println!("ratio holdfast / floor: {:.2}", hf_rate / raw_rate);
+
+        // Contended: N clients cycle on one key. Hand-off = from the start of
+        // a release to the next grant; compared with a raw put's latency.
+        let mut puts = Vec::new();
+        for _ in 0..200 {
+            let t = Instant::now();
+            raw.put("floor/write-latency", "x", None).await.expect("put");
+            puts.push(t.elapsed());
+        }
+        puts.sort();
+        let write_p50 = puts[puts.len() / 2];
+        println!("raw put latency p50: {write_p50:?}");
+        for n in [4usize, 16, 64] {
+            let requests = || {
+                server.as_ref().map_or(0.0, |s| {
+                    s.members[0].metric(&["grpc_server_handled_total", "grpc_type=\"unary\""])
+                        + s.members[0].metric(&["grpc_server_msg_received_total", "grpc_method=\"Watch\""])
+                })
+            };
+            let mut clients = Vec::new();
+            for _ in 0..n {
+                clients.push(holdfast::Client::connect(&url).await.expect("connect"));
+            }
+            let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let before = requests();
+            let stop = Instant::now() + run_for;
+            let mut tasks = Vec::new();
+            for c in clients.iter().cloned() {
+                let events = events.clone();
+                tasks.push(tokio::spawn(async move {
+                    let m = c.mutex("floor/contended").ttl(Duration::from_secs(30));
+                    let mut n = 0u64;
+                    while Instant::now() < stop {
+                        let g = m.acquire().await.expect("acquire");
+                        let granted = Instant::now();
+                        let releasing = Instant::now();
+                        g.release().await.expect("release");
+                        events.lock().expect("events").push((granted, releasing));
+                        n += 1;
+                    }
+                    n
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.expect("task");
+            }
+            let reqs = requests() - before;
+            let mut ev = events.lock().expect("events").clone();
+            ev.sort();
+            let mut handoffs: Vec<Duration> = ev.windows(2).map(|w| w[1].0.saturating_duration_since(w[0].1)).collect();
+            handoffs.sort();
+            let p50 = handoffs.get(handoffs.len() / 2).copied().unwrap_or_default();
+            let p99 = handoffs.get(handoffs.len() * 99 / 100).copied().unwrap_or_default();
+            let max = handoffs.last().copied().unwrap_or_default();
+            let per = if server.is_some() { format!("{:.2}", reqs / total as f64) } else { "n/a".into() };
+            println!(
+                "contended, {n:>2} clients: {:.0} acquisitions/s, hand-off p50 {p50:?} ({:.1} x put p50) p99 {p99:?} max {max:?}, etcd requests per acquisition {per}",
+                total as f64 / run_for.as_secs_f64(),
+                p50.as_secs_f64() / write_p50.as_secs_f64()
+            );
+            drop(clients);
+        }
     });
     drop(server);
 }

@@ -253,7 +253,7 @@ impl EtcdBackend {
     ) -> Result<Instant> {
         loop {
             if let Some((pred_key, read_at)) = pred.take() {
-                self.wait_deleted(pred_key, read_at + 1, session).await?;
+                self.wait_deleted(pred_key, read_at, session).await?;
             }
             let sent = Instant::now();
             let resp = self.shared.conn.txn("queue position", ops::position(prefix, own, my_rev)).await?;
@@ -268,14 +268,18 @@ impl EtcdBackend {
         }
     }
 
-    /// Resolves when `key` is deleted at or after revision `from`, when the
-    /// watch fails or is compacted, or after [`RECHECK`]; errors if the
-    /// session is lost.
-    async fn wait_deleted(&self, key: Vec<u8>, from: i64, session: &Session) -> Result<()> {
-        let opts = etcd_client::WatchOptions::new().with_start_revision(from);
+    /// Resolves when `key`, seen at revision `read_at`, is deleted, when the
+    /// watch fails, or after [`RECHECK`]; errors if the session is lost.
+    ///
+    /// The watch starts at the current revision rather than at `read_at + 1`:
+    /// etcd delivers events to a watch that starts in the past only from its
+    /// 100 ms catch-up loop, which would add up to 100 ms to hand-offs. If the
+    /// store moved on between our read and the watch, one read of the key
+    /// closes the gap.
+    async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, session: &Session) -> Result<()> {
         let watching = self.shared.conn.call("watch", |mut c| {
-            let (k, o) = (key.clone(), opts.clone());
-            async move { c.watch(k, Some(o)).await }
+            let k = key.clone();
+            async move { c.watch(k, None).await }
         });
         let mut stream = tokio::select! {
             _ = session.lost.cancelled() => return Err(session_lost()),
@@ -294,6 +298,10 @@ impl EtcdBackend {
                         {
                             return Ok(());
                         }
+                        let watched_from = resp.header().map_or(i64::MAX, |h| h.revision());
+                        if resp.created() && watched_from > read_at && !self.exists(&key).await? {
+                            return Ok(());
+                        }
                     }
                     other => {
                         tracing::debug!(?other, "etcd watch ended; re-reading the queue");
@@ -303,6 +311,18 @@ impl EtcdBackend {
                 },
             }
         }
+    }
+
+    async fn exists(&self, key: &[u8]) -> Result<bool> {
+        let resp = self
+            .shared
+            .conn
+            .call("get", |mut c| {
+                let k = key.to_vec();
+                async move { c.get(k, Some(GetOptions::new().with_count_only())).await }
+            })
+            .await?;
+        Ok(resp.count() > 0)
     }
 
     async fn acquire_waiting(&self, req: &AcquireRequest, session: Arc<Session>, started: Instant) -> Result<Grant> {
