@@ -109,8 +109,8 @@ fn main() {
             let before = requests();
             let stop = Instant::now() + run_for;
             let mut tasks = Vec::new();
-            for c in clients.iter().cloned() {
-                let events = events.clone();
+            for c in &clients {
+                let (c, events) = (c.clone(), events.clone());
                 tasks.push(tokio::spawn(async move {
                     let m = c.mutex("floor/contended").ttl(Duration::from_secs(30));
                     let mut n = 0u64;
