@@ -382,20 +382,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// guard forgotten or not renewed), so a lock lives no longer than its TTL
 /// while the client lives; if the client dies, the session lease frees them.
 async fn expire_held(shared: Arc<Shared>) {
+    // Keys whose delete failed (store unreachable): retried every second,
+    // since their session lease is kept alive and would keep them forever.
+    let mut retry: Vec<Vec<u8>> = Vec::new();
+    let mut retry_at = tokio::time::Instant::now();
     loop {
         let next = lock(&shared.held).values().map(|h| h.deadline).min();
-        let wake = next.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        let far = if retry.is_empty() { tokio::time::Instant::now() + Duration::from_secs(3600) } else { retry_at };
+        let wake = next.map_or(far, |n| n.min(far));
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = shared.held_changed.notified() => continue,
             _ = tokio::time::sleep_until(wake) => {}
         }
         let now = tokio::time::Instant::now();
-        let expired: Vec<Vec<u8>> = {
+        let mut expired: Vec<Vec<u8>> = {
             let mut held = lock(&shared.held);
             let keys: Vec<_> = held.iter().filter(|(_, h)| h.deadline <= now).map(|(k, _)| k.clone()).collect();
             keys.into_iter().filter_map(|k| held.remove(&k)).map(|h| h.own).collect()
         };
+        if !retry.is_empty() && retry_at <= now {
+            expired.append(&mut retry);
+        }
         for own in expired {
             tracing::debug!(key = %String::from_utf8_lossy(&own), "etcd lock TTL ran out without renewal; deleting");
             let r = shared
@@ -406,7 +414,9 @@ async fn expire_held(shared: Arc<Shared>) {
                 })
                 .await;
             if let Err(e) = r {
-                tracing::warn!(error = %e, "could not delete an expired etcd lock key; its session lease will");
+                tracing::warn!(error = %e, "could not delete an expired etcd lock key; retrying");
+                retry.push(own);
+                retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
             }
         }
     }
