@@ -399,3 +399,27 @@ fn herd_free_handoffs() {
         assert!(many <= 4.0 && many <= few * 1.3 + 0.5, "hand-off cost grows with the queue: {few} -> {many}");
     });
 }
+
+/// A dead endpoint in the URL is retried past: every operation succeeds on
+/// the live one (etcd-client alone fails some requests on the dead one).
+#[test]
+fn dead_endpoint_in_url_is_retried_past() {
+    let server = EtcdCluster::start();
+    let live = server.url().trim_start_matches("etcd://").to_owned();
+    let url = format!("etcd://127.0.0.1:{},{live}", holdfast_testkit::servers::free_port());
+    rt().block_on(async {
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        for i in 0..30 {
+            let g = a.mutex("dead-endpoint").ttl(Duration::from_secs(2)).acquire().await.expect("acquire");
+            if i % 10 == 0 {
+                assert!(b.mutex("dead-endpoint").try_acquire().await.expect("try").is_none());
+                assert!(b.status("dead-endpoint").await.expect("status").holder.is_some());
+            }
+            g.release().await.expect("release");
+        }
+        let g = b.mutex("dead-endpoint").ttl(Duration::from_secs(1)).acquire().await.expect("acquire");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!g.is_lost(), "renewal failed with a dead endpoint in the URL");
+        g.release().await.expect("release");
+    });
+}
