@@ -86,7 +86,7 @@ impl EtcdConfig {
     /// `connect_timeout_ms`, `session_ttl` (seconds), `ca_file`, `cert_file`,
     /// `key_file`. A host without a port gets 2379.
     pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad(format!("{url:?} is not an etcd:// URL")))?;
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("not an etcd:// or etcds:// URL"))?;
         let tls = match scheme.to_ascii_lowercase().as_str() {
             "etcd" => false,
             "etcds" => true,
