@@ -29,6 +29,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use holdfast::{Error, OwnerToken, Result};
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -59,6 +61,8 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
         "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
         _ => Err(Error::Unsupported {
             store: "holdfast-bench",
             what: "a raw floor for this URL scheme (run with --no-floor)",
