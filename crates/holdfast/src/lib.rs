@@ -29,6 +29,7 @@
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
 //! | `etcd://host:port[,host:port...]`, `etcds://` | `etcd` | consistent (raft); session leases, fair FIFO queue, revision fences, failover between members |
+//! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].
