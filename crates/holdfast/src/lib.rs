@@ -28,6 +28,7 @@
 //! | URL | feature | notes |
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
+//! | `etcd://host:port[,host:port...]`, `etcds://` | `etcd` | consistent (raft); session leases, fair FIFO queue, revision fences, failover between members |
 //! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //!

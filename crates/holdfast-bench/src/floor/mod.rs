@@ -31,6 +31,8 @@ use holdfast::{Error, OwnerToken, Result};
 
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -63,6 +65,8 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
         "mysql" => Ok(Box::new(mysql::MysqlFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
         _ => Err(Error::Unsupported {
             store: "holdfast-bench",
             what: "a raw floor for this URL scheme (run with --no-floor)",

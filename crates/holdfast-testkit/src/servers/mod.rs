@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod etcd;
+
 /// The Debian packages that provide every server the tests start.
 pub const APT_INSTALL: &str = "apt-get install -y redis-server redis-tools etcd-server etcd-client zookeeper \
      postgresql-15 mariadb-server mariadb-client protobuf-compiler";
