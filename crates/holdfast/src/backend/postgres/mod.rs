@@ -1,0 +1,517 @@
+//! The PostgreSQL store: lease rows on the database's clock, fences from a
+//! per-namespace counter in the same statement, wake-ups by LISTEN/NOTIFY.
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod sql;
+mod tls;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::watch;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client as PgClient, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use config::{PostgresConfig, SslMode};
+
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::capability::{Capabilities, FenceDurability};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, Attempt, LocalWakeups};
+
+const STORE: &str = "postgres";
+
+/// How often an idle listener checks that its connection still answers.
+const LISTENER_PING: Duration = Duration::from_secs(10);
+
+/// Maps a tokio-postgres error: connection loss, server shutdown, resource
+/// shortage, serialization failures and deadlocks are retryable.
+fn map_err(e: tokio_postgres::Error) -> Error {
+    let retryable = match e.code() {
+        None => true, // I/O, closed connection, protocol: the connection is the problem
+        Some(code) => {
+            let c = code.code();
+            c.starts_with("08") // connection exception
+                || c.starts_with("53") // insufficient resources (too many connections)
+                || c.starts_with("57P") // admin/crash shutdown, cannot connect now
+                || c == "40001" // serialization failure
+                || c == "40P01" // deadlock
+                || c == "55P03" // lock not available
+        }
+    };
+    Error::backend(STORE, retryable, e)
+}
+
+fn timed_out(what: &str, after: Duration) -> Error {
+    Error::backend(STORE, true, format!("{what} timed out after {after:?}"))
+}
+
+/// Keys that waiters of this client wait on, so a reconnected listener can
+/// wake one waiter per key (notifications sent while it was down are lost).
+#[derive(Debug, Default)]
+struct WaitingKeys(Mutex<HashMap<String, usize>>);
+
+impl WaitingKeys {
+    fn enter(self: &Arc<Self>, key: &str) -> WaitingGuard {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_default() += 1;
+        WaitingGuard { keys: self.clone(), key: key.to_owned() }
+    }
+
+    fn poke_all(&self, wakeups: &LocalWakeups) {
+        let keys: Vec<String> = self.0.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        for k in keys {
+            wakeups.wake_one(&k);
+        }
+    }
+}
+
+struct WaitingGuard {
+    keys: Arc<WaitingKeys>,
+    key: String,
+}
+
+impl Drop for WaitingGuard {
+    fn drop(&mut self) {
+        let mut map = self.keys.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A few statement connections, used round-robin. tokio-postgres pipelines
+/// concurrent statements on one connection; as every statement is a short
+/// autocommit one, no caller holds a connection while it waits for a key.
+struct Pool {
+    pg: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    slots: Vec<tokio::sync::Mutex<Option<Arc<PgClient>>>>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    async fn get(&self) -> Result<Arc<PgClient>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let (client, connection) = self.pg.connect(self.tls.clone()).await.map_err(map_err)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres connection ended");
+            }
+        });
+        let client = Arc::new(client);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+}
+
+/// The listener task's handle: readiness, and a guard that stops it.
+struct Listener {
+    ready: watch::Receiver<bool>,
+    _stop: DropGuard,
+}
+
+struct Inner {
+    config: PostgresConfig,
+    sql: sql::Statements,
+    channel: String,
+    pool: Pool,
+    wakeups: Arc<LocalWakeups>,
+    waiting: Arc<WaitingKeys>,
+    listener: OnceLock<Listener>,
+    durability: OnceLock<FenceDurability>,
+    /// Last sweep of long-expired rows, in ms since `epoch`.
+    last_sweep_ms: AtomicU64,
+    epoch: Instant,
+}
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl PostgresBackend {
+    /// Connects to the store a `postgres://` URL names (see [`PostgresConfig::from_url`]).
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(PostgresConfig::from_url(url)?).await
+    }
+
+    /// Connects, creates the schema and tables if missing (unless `create=false`)
+    /// and reads the server's durability settings.
+    pub async fn open(config: PostgresConfig) -> Result<Self> {
+        let (tls, mode) = tls::connector(&config)?;
+        let mut pg = config.pg.clone();
+        pg.ssl_mode(mode);
+        let mut config = config;
+        if let Some(l) = config.listen.as_mut() {
+            l.ssl_mode(mode);
+        }
+        let pool = Pool {
+            pg,
+            tls,
+            slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+        };
+        let inner = Inner {
+            sql: sql::Statements::new(&config),
+            channel: config.channel(),
+            config,
+            pool,
+            wakeups: Arc::default(),
+            waiting: Arc::default(),
+            listener: OnceLock::new(),
+            durability: OnceLock::new(),
+            last_sweep_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        };
+        let backend = PostgresBackend { inner: Arc::new(inner) };
+        let durability = backend.init().await?;
+        let _ = backend.inner.durability.set(durability);
+        Ok(backend)
+    }
+
+    /// Creates the namespace if needed; returns the fence durability the
+    /// server's settings give.
+    async fn init(&self) -> Result<FenceDurability> {
+        let i = &self.inner;
+        let timeout = i.config.op_timeout;
+        let fut = async {
+            let c = i.pool.get().await?;
+            let row = c
+                .query_typed_one(
+                    "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL,
+                            current_setting('fsync'), current_setting('synchronous_commit')",
+                    &[(&i.sql.lease_regclass, Type::TEXT), (&i.sql.fence_regclass, Type::TEXT)],
+                )
+                .await
+                .map_err(map_err)?;
+            let exists: bool = row.get(0);
+            if !exists {
+                if !i.config.create {
+                    return Err(Error::backend(
+                        STORE,
+                        false,
+                        format!(
+                            "tables {} / {} do not exist and create=false; run the migration in the store docs",
+                            i.sql.lease_regclass, i.sql.fence_regclass
+                        ),
+                    ));
+                }
+                c.batch_execute(&i.sql.create).await.map_err(map_err)?;
+            }
+            let (fsync, sync_commit): (String, String) = (row.get(1), row.get(2));
+            Ok(match (fsync.as_str(), sync_commit.as_str()) {
+                (_, "off") => FenceDurability::Volatile,
+                ("on", _) => FenceDurability::Durable,
+                _ => FenceDurability::ProcessCrash,
+            })
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out("connecting and creating tables", timeout))?
+    }
+
+    /// Runs one statement on a pooled connection, within `op_timeout`.
+    async fn query(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<Vec<Row>> {
+        let timeout = self.inner.config.op_timeout;
+        let fut = async {
+            let c = self.inner.pool.get().await?;
+            c.query_typed(sql, params).await.map_err(map_err)
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
+    }
+
+    async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+        let started = Instant::now();
+        let token = req.token.to_bytes().to_vec();
+        let ttl_ms = req.ttl.as_millis() as i64;
+        let rows = self
+            .query(
+                "acquire",
+                &self.inner.sql.acquire,
+                &[
+                    (&req.key.as_str(), Type::TEXT),
+                    (&token, Type::BYTEA),
+                    (&ttl_ms, Type::INT8),
+                    (&req.label, Type::TEXT),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "acquire returned no row"))?;
+        let granted: Option<i64> = row.try_get(0).map_err(map_err)?;
+        let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
+        let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
+        Ok(match granted.or(mine) {
+            Some(fence) => Attempt::Granted(Grant { fence: fence as u64, attempt_started: started, session_lost: None }),
+            None => Attempt::Busy { expires_in: left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)) },
+        })
+    }
+
+    /// Starts the listener on first use; returns whether it is listening now.
+    async fn ensure_listener(&self) -> bool {
+        let i = &self.inner;
+        let Some(cfg) = i.config.listen.clone() else { return false };
+        let listener = i.listener.get_or_init(|| {
+            let (tx, rx) = watch::channel(false);
+            let stop = CancellationToken::new();
+            let task = ListenTask {
+                pg: cfg,
+                tls: i.pool.tls.clone(),
+                channel: i.channel.clone(),
+                wakeups: i.wakeups.clone(),
+                waiting: i.waiting.clone(),
+                ready: tx,
+                stop: stop.clone(),
+                connect_timeout: i.config.op_timeout,
+                poll: i.config.poll,
+            };
+            tokio::spawn(task.run());
+            Listener { ready: rx, _stop: stop.drop_guard() }
+        });
+        let mut ready = listener.ready.clone();
+        if *ready.borrow() {
+            return true;
+        }
+        // The first waiter gives the listener a moment to LISTEN, so that
+        // the first release is not missed; later ones poll while it reconnects.
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2).min(i.config.op_timeout), ready.wait_for(|r| *r)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    fn listening(&self) -> bool {
+        self.inner.listener.get().is_some_and(|l| *l.ready.borrow())
+    }
+
+    /// At most once a minute per client: delete a few rows whose holders
+    /// vanished long ago and whose keys nobody took since.
+    async fn maybe_sweep(&self) {
+        let i = &self.inner;
+        let now = i.epoch.elapsed().as_millis() as u64;
+        let last = i.last_sweep_ms.load(Ordering::Relaxed);
+        if (last != 0 && now.saturating_sub(last) < 60_000)
+            || i.last_sweep_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.query("sweep", &i.sql.sweep, &[]).await {
+            tracing::debug!(error = %e, "sweep of expired lease rows failed");
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            always_fair: false,
+            store_notification: self.inner.config.listen.is_some(),
+            counts_waiters: false,
+            fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        if !req.wait {
+            return Ok(match self.attempt(req).await? {
+                Attempt::Granted(g) => Some(g),
+                Attempt::Busy { .. } => None,
+            });
+        }
+        let _waiting = self.inner.waiting.enter(req.key.as_str());
+        let wakeup = self.inner.wakeups.subscribe(req.key.as_str());
+        self.ensure_listener().await;
+        let grant = wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req)).await?;
+        Ok(Some(grant))
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let token = token.to_bytes().to_vec();
+        let rows = self
+            .query(
+                "release",
+                &self.inner.sql.release,
+                &[(&key.as_str(), Type::TEXT), (&token, Type::BYTEA), (&self.inner.channel, Type::TEXT)],
+            )
+            .await?;
+        let released = match rows.first() {
+            Some(row) => {
+                // With a live listener the NOTIFY wakes one waiter here as in
+                // every other client; without one, wake a local waiter directly.
+                if !self.listening() {
+                    self.inner.wakeups.wake_one(key.as_str());
+                }
+                row.try_get::<_, bool>(0).map_err(map_err)?
+            }
+            None => false,
+        };
+        self.maybe_sweep().await;
+        Ok(released)
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+        let tokens: Vec<Vec<u8>> = leases.iter().map(|l| l.token.to_bytes().to_vec()).collect();
+        let ttls: Vec<i64> = leases.iter().map(|l| l.ttl.as_millis() as i64).collect();
+        let rows = self
+            .query(
+                "renew",
+                &self.inner.sql.renew,
+                &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
+            )
+            .await?;
+        let mut held = vec![false; leases.len()];
+        for row in rows {
+            let i: i64 = row.try_get(0).map_err(map_err)?;
+            if let Some(h) = usize::try_from(i).ok().and_then(|i| i.checked_sub(1)).and_then(|i| held.get_mut(i)) {
+                *h = true;
+            }
+        }
+        Ok(held)
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        let rows = self.query("status", &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
+        let holder = match rows.first() {
+            Some(row) => {
+                let label: String = row.try_get(0).map_err(map_err)?;
+                let fence: i64 = row.try_get(1).map_err(map_err)?;
+                let left: i64 = row.try_get(2).map_err(map_err)?;
+                Some(HolderInfo {
+                    label,
+                    fence: fence as u64,
+                    ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
+                })
+            }
+            None => None,
+        };
+        Ok(LockStatus { key: key.to_string(), holder, waiters: None })
+    }
+}
+
+/// The one LISTEN connection of a client: every notification on the
+/// namespace channel wakes one local waiter of the key in its payload.
+struct ListenTask {
+    pg: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    channel: String,
+    wakeups: Arc<LocalWakeups>,
+    waiting: Arc<WaitingKeys>,
+    ready: watch::Sender<bool>,
+    stop: CancellationToken,
+    connect_timeout: Duration,
+    poll: wait::PollBounds,
+}
+
+impl ListenTask {
+    async fn run(self) {
+        loop {
+            let outcome = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                r = self.session() => r,
+            };
+            self.ready.send_replace(false);
+            if let Err(e) = outcome {
+                tracing::debug!(error = %e, "postgres listener disconnected; waiters poll until it is back");
+            }
+            // Notifications sent while disconnected are lost: let every
+            // waiter look again, now and after each failed reconnect.
+            self.waiting.poke_all(&self.wakeups);
+            let pause = self.poll.next_delay(None);
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One listening session; returns when the connection fails.
+    async fn session(&self) -> Result<()> {
+        let (client, mut connection) = tokio::time::timeout(self.connect_timeout, self.pg.connect(self.tls.clone()))
+            .await
+            .map_err(|_| timed_out("listener connect", self.connect_timeout))?
+            .map_err(map_err)?;
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        // The channel name is ours ("holdfast_" + hex), quoted as an identifier.
+        let listen = format!("LISTEN \"{}\"", self.channel);
+        self.drive(&mut messages, client.batch_execute(&listen)).await?;
+        self.ready.send_replace(true);
+        // Releases between the last session and this LISTEN were missed.
+        self.waiting.poke_all(&self.wakeups);
+        let mut ping = tokio::time::interval(LISTENER_PING);
+        ping.reset();
+        loop {
+            tokio::select! {
+                m = messages.next() => self.dispatch(m)?,
+                _ = ping.tick() => {
+                    // A health check; its reply arrives while `messages` is polled.
+                    self.drive(&mut messages, client.simple_query("")).await?;
+                }
+            }
+        }
+    }
+
+    /// Polls the connection (dispatching notifications) until `request`
+    /// completes, within the connect timeout.
+    async fn drive<S, T>(
+        &self,
+        messages: &mut S,
+        request: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<()>
+    where
+        S: futures::Stream<Item = std::result::Result<AsyncMessage, tokio_postgres::Error>> + Unpin,
+    {
+        let mut request = std::pin::pin!(request);
+        let deadline = tokio::time::sleep(self.connect_timeout);
+        let mut deadline = std::pin::pin!(deadline);
+        loop {
+            tokio::select! {
+                r = &mut request => return r.map(|_| ()).map_err(map_err),
+                m = messages.next() => self.dispatch(m)?,
+                _ = &mut deadline => return Err(timed_out("listener request", self.connect_timeout)),
+            }
+        }
+    }
+
+    /// Handles one message of the listening connection.
+    fn dispatch(&self, m: Option<std::result::Result<AsyncMessage, tokio_postgres::Error>>) -> Result<()> {
+        match m {
+            Some(Ok(AsyncMessage::Notification(n))) => {
+                self.wakeups.wake_one(n.payload());
+                Ok(())
+            }
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(map_err(e)),
+            None => Err(Error::backend(STORE, true, "listener connection closed")),
+        }
+    }
+}
