@@ -90,9 +90,15 @@ impl Drop for WaitingGuard {
     }
 }
 
-/// A few statement connections, used round-robin. tokio-postgres pipelines
-/// concurrent statements on one connection; as every statement is a short
-/// autocommit one, no caller holds a connection while it waits for a key.
+/// A few statement connections. tokio-postgres pipelines concurrent
+/// statements on one connection and the server runs them in order; as every
+/// statement is a short autocommit one, no caller holds a connection while
+/// it waits for a key.
+///
+/// Statements about one key always use the same connection (chosen by a hash
+/// of the key), so the release that cleans up after a dropped acquire runs
+/// after that acquire on the server, never before it (on two connections the
+/// release could overtake the acquire and leave an orphan grant).
 struct Pool {
     pg: tokio_postgres::Config,
     tls: MakeRustlsConnect,
@@ -101,8 +107,12 @@ struct Pool {
 }
 
 impl Pool {
-    async fn get(&self) -> Result<Arc<PgClient>> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+    /// The connection for statements about `key`, or any (round-robin) for `None`.
+    async fn get(&self, key: Option<&str>) -> Result<Arc<PgClient>> {
+        let i = match key {
+            Some(k) => (fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize,
+            None => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
+        };
         let mut slot = self.slots[i].lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
@@ -118,6 +128,10 @@ impl Pool {
         *slot = Some(client.clone());
         Ok(client)
     }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// The listener task's handle: readiness, and a guard that stops it.
@@ -198,7 +212,7 @@ impl PostgresBackend {
         let i = &self.inner;
         let timeout = i.config.op_timeout;
         let fut = async {
-            let c = i.pool.get().await?;
+            let c = i.pool.get(None).await?;
             let row = c
                 .query_typed_one(
                     "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL,
@@ -232,10 +246,17 @@ impl PostgresBackend {
     }
 
     /// Runs one statement on a pooled connection, within `op_timeout`.
-    async fn query(&self, what: &str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<Vec<Row>> {
+    /// `key` picks the connection (see [`Pool`]); `None` for multi-key statements.
+    async fn query(
+        &self,
+        what: &str,
+        key: Option<&str>,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
         let timeout = self.inner.config.op_timeout;
         let fut = async {
-            let c = self.inner.pool.get().await?;
+            let c = self.inner.pool.get(key).await?;
             c.query_typed(sql, params).await.map_err(map_err)
         };
         tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
@@ -248,6 +269,7 @@ impl PostgresBackend {
         let rows = self
             .query(
                 "acquire",
+                Some(req.key.as_str()),
                 &self.inner.sql.acquire,
                 &[
                     (&req.key.as_str(), Type::TEXT),
@@ -315,7 +337,7 @@ impl PostgresBackend {
         {
             return;
         }
-        if let Err(e) = self.query("sweep", &i.sql.sweep, &[]).await {
+        if let Err(e) = self.query("sweep", None, &i.sql.sweep, &[]).await {
             tracing::debug!(error = %e, "sweep of expired lease rows failed");
         }
     }
@@ -356,6 +378,7 @@ impl Backend for PostgresBackend {
         let rows = self
             .query(
                 "release",
+                Some(key.as_str()),
                 &self.inner.sql.release,
                 &[(&key.as_str(), Type::TEXT), (&token, Type::BYTEA), (&self.inner.channel, Type::TEXT)],
             )
@@ -385,6 +408,7 @@ impl Backend for PostgresBackend {
         let rows = self
             .query(
                 "renew",
+                None,
                 &self.inner.sql.renew,
                 &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
             )
@@ -400,7 +424,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let rows = self.query("status", &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
+        let rows = self.query("status", Some(key.as_str()), &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
         let holder = match rows.first() {
             Some(row) => {
                 let label: String = row.try_get(0).map_err(map_err)?;
