@@ -77,6 +77,7 @@ pub struct PostgresServer {
     dir: tempfile::TempDir,
     port: u16,
     durable: bool,
+    settings: Vec<(String, String)>,
     process: Option<ServerProcess>,
 }
 
@@ -84,15 +85,20 @@ impl PostgresServer {
     /// A fast test server: `fsync=off` (no fsync; a server process crash
     /// loses nothing, an OS crash could).
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, &[])
+    }
+
+    /// A fast test server with extra `-c name=value` settings (kept across restarts).
+    pub fn start_with_settings(settings: &[(&str, &str)]) -> Self {
+        Self::start_with(false, settings)
     }
 
     /// A server with `fsync=on` and `synchronous_commit=on`, for durability tests.
     pub fn start_durable() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, &[])
     }
 
-    fn start_with(durable: bool) -> Self {
+    fn start_with(durable: bool, settings: &[(&str, &str)]) -> Self {
         let dir = pg_tempdir("holdfast-pg-");
         let status = as_postgres(Path::new("cp"))
             .arg("-a")
@@ -101,7 +107,8 @@ impl PostgresServer {
             .status()
             .unwrap_or_else(|e| panic!("cannot copy the template cluster: {e}"));
         assert!(status.success(), "cp -a of the template cluster failed");
-        let mut server = PostgresServer { dir, port: free_port(), durable, process: None };
+        let settings = settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut server = PostgresServer { dir, port: free_port(), durable, settings, process: None };
         server.launch();
         server
     }
@@ -119,6 +126,9 @@ impl PostgresServer {
             cmd.args(["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"]);
         } else {
             cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=on", "-c", "full_page_writes=off"]);
+        }
+        for (k, v) in &self.settings {
+            cmd.arg("-c").arg(format!("{k}={v}"));
         }
         // Its own process group, so a crash test can SIGKILL the postmaster
         // and all its backends at once.
@@ -144,6 +154,11 @@ impl PostgresServer {
     /// A URL for the `postgres` database as user `postgres`, TLS off.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable", self.port)
+    }
+
+    /// The server's temp dir (owned by `postgres`; holds `data/`, the socket and the log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The data directory (owned by `postgres`).

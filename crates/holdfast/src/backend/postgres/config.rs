@@ -200,7 +200,7 @@ impl PostgresConfig {
             (false, _) => None,
             (true, None) => {
                 let mut l = pg.clone();
-                l.application_name("holdfast-listener");
+                l.application_name(&format!("{}-listener", pg.get_application_name().unwrap_or("holdfast")));
                 Some(l)
             }
             (true, Some(u)) => {
@@ -212,7 +212,8 @@ impl PostgresConfig {
                 // Only connection settings belong in listen_url; TLS follows the main URL.
                 let q: Vec<&str> = q.split('&').filter(|p| !p.is_empty() && decode(p).0 != "sslmode").collect();
                 let u = if q.is_empty() { b.to_owned() } else { format!("{b}?{}", q.join("&")) };
-                Some(parse_pg(&u, "holdfast-listener")?)
+                let app = format!("{}-listener", pg.get_application_name().unwrap_or("holdfast"));
+                Some(parse_pg(&u, &app)?)
             }
         };
         let default_poll = if listen.is_some() { POLL_LISTENING } else { POLL_ONLY };

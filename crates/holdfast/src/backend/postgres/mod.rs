@@ -29,14 +29,46 @@ use crate::wait::{self, Attempt, LocalWakeups};
 
 const STORE: &str = "postgres";
 
+/// Back-off of listener reconnects.
+const RECONNECT_MIN: Duration = Duration::from_millis(25);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
 /// How often an idle listener checks that its connection still answers.
 const LISTENER_PING: Duration = Duration::from_secs(10);
 
+/// A tokio-postgres error whose message includes its cause (tokio-postgres
+/// prints only "db error" for a server error; the SQLSTATE and the server's
+/// message are in the cause). The original is the `source()`.
+#[derive(Debug)]
+pub struct PgError(tokio_postgres::Error);
+
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.0.as_db_error(), std::error::Error::source(&self.0)) {
+            (Some(db), _) => write!(f, "{} (SQLSTATE {})", db.message(), db.code().code()),
+            (None, Some(cause)) => write!(f, "{}: {cause}", self.0),
+            (None, None) => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 /// Maps a tokio-postgres error: connection loss, server shutdown, resource
-/// shortage, serialization failures and deadlocks are retryable.
+/// shortage, serialization failures and deadlocks are retryable; TLS and
+/// authentication failures, bad settings and SQL errors are not.
 fn map_err(e: tokio_postgres::Error) -> Error {
     let retryable = match e.code() {
-        None => true, // I/O, closed connection, protocol: the connection is the problem
+        None => {
+            let kind = e.to_string();
+            ["error communicating with the server", "connection closed", "error connecting to server", "timeout"]
+                .iter()
+                .any(|k| kind.starts_with(k))
+        }
         Some(code) => {
             let c = code.code();
             c.starts_with("08") // connection exception
@@ -47,7 +79,7 @@ fn map_err(e: tokio_postgres::Error) -> Error {
                 || c == "55P03" // lock not available
         }
     };
-    Error::backend(STORE, retryable, e)
+    Error::backend(STORE, retryable, PgError(e))
 }
 
 fn timed_out(what: &str, after: Duration) -> Error {
@@ -305,7 +337,6 @@ impl PostgresBackend {
                 ready: tx,
                 stop: stop.clone(),
                 connect_timeout: i.config.op_timeout,
-                poll: i.config.poll,
             };
             tokio::spawn(task.run());
             Listener { ready: rx, _stop: stop.drop_guard() }
@@ -453,28 +484,33 @@ struct ListenTask {
     ready: watch::Sender<bool>,
     stop: CancellationToken,
     connect_timeout: Duration,
-    poll: wait::PollBounds,
 }
 
 impl ListenTask {
     async fn run(self) {
+        let mut pause = RECONNECT_MIN;
         loop {
+            let was_ready = *self.ready.borrow();
             let outcome = tokio::select! {
                 _ = self.stop.cancelled() => return,
                 r = self.session() => r,
             };
+            if was_ready || *self.ready.borrow() {
+                pause = RECONNECT_MIN; // it had been up: reconnect at once
+            }
             self.ready.send_replace(false);
             if let Err(e) = outcome {
                 tracing::debug!(error = %e, "postgres listener disconnected; waiters poll until it is back");
             }
             // Notifications sent while disconnected are lost: let every
-            // waiter look again, now and after each failed reconnect.
+            // waiter look again, now, after each failed reconnect, and once
+            // more when LISTEN is back (in `session`).
             self.waiting.poke_all(&self.wakeups);
-            let pause = self.poll.next_delay(None);
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
             }
+            pause = (pause * 2).min(RECONNECT_MAX);
         }
     }
 
