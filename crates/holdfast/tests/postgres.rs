@@ -205,7 +205,10 @@ async fn notify_hands_off_one_waiter_per_release_with_flat_statements() {
         let released = Instant::now();
         hold.release().await.expect("release");
         for t in tasks {
-            tokio::time::timeout(Duration::from_secs(15), t).await.expect("hand-off stalled: no wake-up").expect("task");
+            tokio::time::timeout(Duration::from_secs(15), t)
+                .await
+                .expect("hand-off stalled: no wake-up")
+                .expect("task");
         }
         let took = released.elapsed();
         assert_eq!(granted.load(Ordering::SeqCst), n);
@@ -244,10 +247,7 @@ async fn expired_row_is_taken_over() {
     let g = b.mutex(key.as_str()).try_acquire().await.expect("try").expect("expired key granted");
     assert!(g.fence() > first.fence);
     assert_eq!(psql(&server, row), "1|f", "takeover reuses the one row");
-    assert_eq!(
-        psql(&server, "SELECT fence FROM holdfast_leases WHERE key = 'takeover/k'"),
-        g.fence().to_string()
-    );
+    assert_eq!(psql(&server, "SELECT fence FROM holdfast_leases WHERE key = 'takeover/k'"), g.fence().to_string());
     assert!(!a.backend().release(&key, stale).await.expect("stale release"));
     let renewed = a
         .backend()
@@ -366,8 +366,21 @@ async fn tls_modes() {
     openssl(
         &dir,
         &[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-            "-extfile", "ext.cnf", "-out", "server.pem",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "server.pem",
         ],
     );
     let status = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();

@@ -6,15 +6,16 @@
 //! `initdb` once per test process into a template dir and copied for every
 //! server (`cp -a`), which is much faster than one `initdb` per server.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::{ServerProcess, free_port, port_open, require_binary, wait_until};
 
-const PG_BIN_DIRS: &[&str] = &["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"];
+const PG_BIN_DIRS: &[&str] =
+    &["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"];
 const PACKAGE: &str = "postgresql-15";
 
 fn bin(name: &str) -> PathBuf {

@@ -12,7 +12,10 @@ fn start() -> Store {
         // Expiry is on the server's clock; a waiter retries at the holder's
         // expiry, so the slack is a few statement round trips.
         expiry_slack: Duration::from_millis(200),
-        unreachable_url: format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2", free_port()),
+        unreachable_url: format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
+            free_port()
+        ),
         server: Box::new(server),
     }
 }

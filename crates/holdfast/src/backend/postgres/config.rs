@@ -97,7 +97,10 @@ pub(crate) fn check_ident(what: &str, name: &str, max: usize) -> Result<()> {
 }
 
 fn decode(piece: &str) -> (String, String) {
-    url::form_urlencoded::parse(piece.as_bytes()).next().map(|(k, v)| (k.into_owned(), v.into_owned())).unwrap_or_default()
+    url::form_urlencoded::parse(piece.as_bytes())
+        .next()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .unwrap_or_default()
 }
 
 fn parse_pg(url: &str, app: &str) -> Result<tokio_postgres::Config> {
@@ -200,7 +203,7 @@ impl PostgresConfig {
             (false, _) => None,
             (true, None) => {
                 let mut l = pg.clone();
-                l.application_name(&format!("{}-listener", pg.get_application_name().unwrap_or("holdfast")));
+                l.application_name(format!("{}-listener", pg.get_application_name().unwrap_or("holdfast")));
                 Some(l)
             }
             (true, Some(u)) => {
@@ -221,18 +224,7 @@ impl PostgresConfig {
         if poll.min.is_zero() || poll.max < poll.min {
             return Err(Error::invalid("url", "need 0 < poll_min_ms <= poll_max_ms"));
         }
-        Ok(PostgresConfig {
-            pg,
-            listen,
-            ssl_mode,
-            ssl_root_cert,
-            schema,
-            table,
-            pool_size,
-            op_timeout,
-            poll,
-            create,
-        })
+        Ok(PostgresConfig { pg, listen, ssl_mode, ssl_root_cert, schema, table, pool_size, op_timeout, poll, create })
     }
 
     /// The LISTEN/NOTIFY channel of this namespace: `holdfast_` and a stable

@@ -316,7 +316,9 @@ impl PostgresBackend {
         let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
         let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
         Ok(match granted.or(mine) {
-            Some(fence) => Attempt::Granted(Grant { fence: fence as u64, attempt_started: started, session_lost: None }),
+            Some(fence) => {
+                Attempt::Granted(Grant { fence: fence as u64, attempt_started: started, session_lost: None })
+            }
             None => Attempt::Busy { expires_in: left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)) },
         })
     }
@@ -455,7 +457,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let rows = self.query("status", Some(key.as_str()), &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
+        let rows =
+            self.query("status", Some(key.as_str()), &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
         let holder = match rows.first() {
             Some(row) => {
                 let label: String = row.try_get(0).map_err(map_err)?;

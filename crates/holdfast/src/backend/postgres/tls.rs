@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -29,11 +29,11 @@ pub(super) fn connector(config: &PostgresConfig) -> Result<(MakeRustlsConnect, t
         let pem = std::fs::read(path)
             .map_err(|e| Error::invalid("url", format!("cannot read sslrootcert {}: {e}", path.display())))?;
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert
-                .map_err(|e| Error::invalid("url", format!("sslrootcert {} is not PEM: {e}", path.display())))?;
-            store
-                .add(cert)
-                .map_err(|e| Error::invalid("url", format!("bad certificate in sslrootcert {}: {e}", path.display())))?;
+            let cert =
+                cert.map_err(|e| Error::invalid("url", format!("sslrootcert {} is not PEM: {e}", path.display())))?;
+            store.add(cert).map_err(|e| {
+                Error::invalid("url", format!("bad certificate in sslrootcert {}: {e}", path.display()))
+            })?;
         }
         if store.is_empty() {
             return Err(Error::invalid("url", format!("sslrootcert {} holds no certificate", path.display())));
@@ -60,9 +60,7 @@ pub(super) fn connector(config: &PostgresConfig) -> Result<(MakeRustlsConnect, t
             let verifier = Arc::new(IgnoreName(webpki(roots()?)?));
             (builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth(), Pg::Require)
         }
-        SslMode::VerifyFull => {
-            (builder.with_webpki_verifier(webpki(roots()?)?).with_no_client_auth(), Pg::Require)
-        }
+        SslMode::VerifyFull => (builder.with_webpki_verifier(webpki(roots()?)?).with_no_client_auth(), Pg::Require),
     };
     Ok((MakeRustlsConnect::new(tls), mode))
 }
