@@ -28,6 +28,7 @@
 //! | URL | feature | notes |
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
+//! | `postgres://` / `postgresql://` | `postgres` | lease rows on the server clock, LISTEN/NOTIFY wake-ups, PgBouncer-safe ([docs](backend::postgres)) |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].
