@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use holdfast::backend::AcquireRequest;
-use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
-use holdfast_testkit::servers::postgres::PostgresServer;
+use holdfast::{Client, ClientOptions, Error, FenceDurability, LockKey, OwnerToken};
+use holdfast_testkit::servers::postgres::{PgBouncer, PostgresServer};
 use tokio::task::block_in_place;
 
 async fn connect(url: &str, label: &str) -> Client {
@@ -87,6 +87,8 @@ async fn crash_keeps_rows_and_fences() {
     let mut server = PostgresServer::start_durable();
     let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
     let key = "crash/k";
+    // fsync=on and synchronous_commit=on: the store declares durable fences.
+    assert_eq!(a.capabilities().fence_durability, FenceDurability::Durable);
     let mut last = 0;
     for _ in 0..5 {
         let g = a.mutex(key).acquire().await.expect("acquire");
@@ -117,6 +119,8 @@ async fn crash_keeps_rows_and_fences() {
 async fn hostile_keys_are_data() {
     let server = PostgresServer::start();
     let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    // The fast test server has fsync=off: fences survive a server crash, not an OS crash.
+    assert_eq!(a.capabilities().fence_durability, FenceDurability::ProcessCrash);
     let long_mixed: String = "'\"\\%_;".chars().cycle().take(256).collect();
     let long_multibyte: String = "é".repeat(128);
     let keys = [
@@ -417,4 +421,80 @@ async fn tls_modes() {
     c.mutex("tls/k").acquire().await.expect("verify-ca").release().await.expect("release");
     let c = connect(&format!("{base}?sslmode=require"), "tls-req").await;
     c.mutex("tls/k").acquire().await.expect("require").release().await.expect("release");
+}
+
+/// Behind a transaction-pooling PgBouncer (1.18: no protocol-level prepared
+/// statements) with 2 server connections shared by all clients: first use,
+/// exclusion, renewal, NOTIFY wake-ups (LISTEN over `listen_url`, direct)
+/// and polling with `listen=off` all work, because nothing is session state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn behind_transaction_pooling_pgbouncer() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start(&server);
+    let direct: String = url::form_urlencoded::byte_serialize(server.url().as_bytes()).collect();
+    let url = format!("{}&schema=pooled&poll_min_ms=20000&poll_max_ms=30000&listen_url={direct}", bouncer.url());
+    // Concurrent first use through the pooler.
+    let mut joins = Vec::new();
+    for i in 0..4 {
+        let url = url.clone();
+        joins.push(tokio::spawn(async move { connect(&url, &format!("p{i}")).await }));
+    }
+    let mut clients = Vec::new();
+    for j in joins {
+        clients.push(j.await.expect("task"));
+    }
+    // Exclusion under interleaving on shared server connections.
+    let key = "pooled/k";
+    let inside = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (c, inside) = (clients[t % 4].clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..10 {
+                let g = c.mutex(key).acquire_timeout(Duration::from_secs(30)).await.expect("acquire via pooler");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders behind the pooler");
+                assert!(g.fence() > last);
+                last = g.fence();
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release via pooler");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t).await.expect("stalled behind the pooler").expect("task");
+    }
+    // Renewal through the pooler.
+    let g = clients[0].mutex(key).ttl(Duration::from_millis(500)).acquire().await.expect("hold");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!g.is_lost(), "renewal through the pooler failed");
+    assert!(clients[1].mutex(key).try_acquire().await.expect("try").is_none());
+    // A waiter woken by NOTIFY (its LISTEN goes direct; the poll is 20 s).
+    let w = clients[1].clone();
+    let waiter = tokio::spawn(async move {
+        let g = w.mutex(key).acquire().await.expect("waiter");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let at = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+    assert!(at - released < Duration::from_secs(2), "NOTIFY wake-up took {:?}", at - released);
+    // listen=off: waiters poll (5..50 ms), through the pooler only.
+    let polling = connect(&format!("{}&schema=pooled&listen=off", bouncer.url()), "poll").await;
+    assert!(!polling.capabilities().store_notification);
+    let g = clients[2].mutex(key).acquire().await.expect("hold");
+    let p = polling.clone();
+    let waiter = tokio::spawn(async move { p.mutex(key).acquire().await.expect("polling waiter").release().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g.release().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("polling waiter stuck")
+        .expect("task")
+        .expect("release");
+    drop(bouncer);
 }

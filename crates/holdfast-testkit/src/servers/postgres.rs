@@ -226,3 +226,66 @@ impl Drop for PostgresServer {
         }
     }
 }
+
+/// A PgBouncer in **transaction** pooling mode in front of a
+/// [`PostgresServer`], with a pool of 2 server connections, so that
+/// consecutive statements of one client land on different server sessions.
+/// Runs as `postgres` when we are root (PgBouncer refuses root).
+#[derive(Debug)]
+pub struct PgBouncer {
+    dir: tempfile::TempDir,
+    port: u16,
+    process: ServerProcess,
+}
+
+impl PgBouncer {
+    /// Starts PgBouncer for `server`'s `postgres` database.
+    pub fn start(server: &PostgresServer) -> Self {
+        let binary = require_binary("pgbouncer", &["/usr/sbin", "/usr/bin"], "pgbouncer");
+        let dir = pg_tempdir("holdfast-pgbouncer-");
+        let port = free_port();
+        let d = dir.path().display();
+        let ini = format!(
+            "[databases]\n\
+             postgres = host=127.0.0.1 port={} dbname=postgres user=postgres\n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = trust\n\
+             auth_file = {d}/userlist.txt\n\
+             pool_mode = transaction\n\
+             default_pool_size = 2\n\
+             max_client_conn = 500\n\
+             ignore_startup_parameters = extra_float_digits\n",
+            server.port()
+        );
+        std::fs::write(dir.path().join("pgbouncer.ini"), ini).unwrap_or_else(|e| panic!("pgbouncer.ini: {e}"));
+        std::fs::write(dir.path().join("userlist.txt"), "\"postgres\" \"\"\n")
+            .unwrap_or_else(|e| panic!("userlist.txt: {e}"));
+        if running_as_root() {
+            let _ = Command::new("chown").arg("-R").arg("postgres:postgres").arg(dir.path()).status();
+        }
+        let mut cmd = as_postgres(&binary);
+        cmd.arg(dir.path().join("pgbouncer.ini"));
+        let log = dir.path().join("pgbouncer.log");
+        let process = ServerProcess::spawn(cmd, &log);
+        wait_until("pgbouncer", Duration::from_secs(20), Some(&log), || port_open(port));
+        PgBouncer { dir, port, process }
+    }
+
+    /// A URL through the pooler (TLS off).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable", self.port)
+    }
+
+    /// The pooler's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Its temp dir (config and log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
