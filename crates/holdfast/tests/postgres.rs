@@ -419,6 +419,8 @@ async fn tls_modes() {
     assert!(Client::connect(&format!("{by_name}?sslmode=verify-full&sslrootcert={}", ca.display())).await.is_err());
     let c = connect(&format!("{by_name}?sslmode=verify-ca&sslrootcert={}", ca.display()), "tls-ca").await;
     c.mutex("tls/k").acquire().await.expect("verify-ca").release().await.expect("release");
+    let missing = format!("{base}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem");
+    assert!(matches!(Client::connect(&missing).await, Err(Error::InvalidInput { what: "url", .. })));
     let c = connect(&format!("{base}?sslmode=require"), "tls-req").await;
     c.mutex("tls/k").acquire().await.expect("require").release().await.expect("release");
 }

@@ -207,7 +207,15 @@ impl PostgresBackend {
     /// Connects, creates the schema and tables if missing (unless `create=false`)
     /// and reads the server's durability settings.
     pub async fn open(config: PostgresConfig) -> Result<Self> {
-        let (tls, mode) = tls::connector(&config)?;
+        let root_pem = match &config.ssl_root_cert {
+            Some(path) => Some(
+                tokio::fs::read(path)
+                    .await
+                    .map_err(|e| Error::invalid("url", format!("cannot read sslrootcert {}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        let (tls, mode) = tls::connector(&config, root_pem.as_deref())?;
         let mut pg = config.pg.clone();
         pg.ssl_mode(mode);
         let mut config = config;
@@ -253,7 +261,7 @@ impl PostgresBackend {
                 )
                 .await
                 .map_err(map_err)?;
-            let exists: bool = row.get(0);
+            let exists: bool = row.try_get(0).map_err(map_err)?;
             if !exists {
                 if !i.config.create {
                     return Err(Error::backend(
@@ -267,7 +275,8 @@ impl PostgresBackend {
                 }
                 c.batch_execute(&i.sql.create).await.map_err(map_err)?;
             }
-            let (fsync, sync_commit): (String, String) = (row.get(1), row.get(2));
+            let fsync: String = row.try_get(1).map_err(map_err)?;
+            let sync_commit: String = row.try_get(2).map_err(map_err)?;
             Ok(match (fsync.as_str(), sync_commit.as_str()) {
                 (_, "off") => FenceDurability::Volatile,
                 ("on", _) => FenceDurability::Durable,

@@ -18,17 +18,19 @@ const STORE: &str = "postgres";
 
 /// The TLS connector for `config` (also for `sslmode=disable`, where
 /// tokio-postgres never uses it) and the tokio-postgres mode to set.
-pub(super) fn connector(config: &PostgresConfig) -> Result<(MakeRustlsConnect, tokio_postgres::config::SslMode)> {
+/// `root_pem` is the content of `sslrootcert`, read by the caller.
+pub(super) fn connector(
+    config: &PostgresConfig,
+    root_pem: Option<&[u8]>,
+) -> Result<(MakeRustlsConnect, tokio_postgres::config::SslMode)> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::backend(STORE, false, e))?;
     let roots = || -> Result<Arc<RootCertStore>> {
         let mut store = RootCertStore::empty();
-        let Some(path) = &config.ssl_root_cert else { return Ok(Arc::new(store)) };
-        let pem = std::fs::read(path)
-            .map_err(|e| Error::invalid("url", format!("cannot read sslrootcert {}: {e}", path.display())))?;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
+        let (Some(path), Some(pem)) = (&config.ssl_root_cert, root_pem) else { return Ok(Arc::new(store)) };
+        for cert in CertificateDer::pem_slice_iter(pem) {
             let cert =
                 cert.map_err(|e| Error::invalid("url", format!("sslrootcert {} is not PEM: {e}", path.display())))?;
             store.add(cert).map_err(|e| {
