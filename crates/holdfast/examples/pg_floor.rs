@@ -44,6 +44,15 @@ const RELEASE: &str = r#"WITH d AS (
  )
  SELECT d.live, pg_notify($3, $1)::text FROM d"#;
 
+/// The minimal floor: a hand-written lease row without fences or wake-ups.
+const MIN_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS holdfast_floor_min (
+    key text PRIMARY KEY, token bytea NOT NULL, expires_at timestamptz NOT NULL)";
+const MIN_ACQUIRE: &str = "INSERT INTO holdfast_floor_min AS l (key, token, expires_at)
+    VALUES ($1, $2, clock_timestamp() + $3::int8 * interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
+    WHERE l.expires_at <= clock_timestamp()";
+const MIN_RELEASE: &str = "DELETE FROM holdfast_floor_min WHERE key = $1 AND token = $2";
+
 const WORKERS: usize = 4;
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
@@ -72,6 +81,24 @@ async fn raw_release(c: &tokio_postgres::Client, key: &str, token: &[u8], channe
     c.query_typed(RELEASE, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&channel, Type::TEXT)])
         .await
         .expect("raw release");
+}
+
+async fn min_uncontended(pg_url: &str, secs: f64) -> f64 {
+    let c = raw_client(pg_url).await;
+    c.batch_execute(MIN_SCHEMA).await.expect("floor table");
+    let (start, mut n) = (Instant::now(), 0u64);
+    let (key, ttl) = ("floor/uncontended-min", 30_000i64);
+    while start.elapsed().as_secs_f64() < secs {
+        let token = rand::random::<u128>().to_be_bytes().to_vec();
+        let got = c
+            .execute_typed(MIN_ACQUIRE, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&ttl, Type::INT8)])
+            .await
+            .expect("min acquire");
+        assert_eq!(got, 1);
+        c.execute_typed(MIN_RELEASE, &[(&key, Type::TEXT), (&token, Type::BYTEA)]).await.expect("min release");
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
 }
 
 async fn holdfast_uncontended(url: &str, secs: f64) -> f64 {
@@ -208,14 +235,17 @@ fn main() {
         raw_uncontended(&pg_url, warm, &channel).await;
         holdfast_uncontended(&url, warm).await;
         // Alternating rounds, best of each, so that load from elsewhere hits both alike.
-        let (mut raw, mut hf) = (0f64, 0f64);
+        let (mut raw, mut hf, mut min) = (0f64, 0f64, 0f64);
         for _ in 0..3 {
             raw = raw.max(raw_uncontended(&pg_url, secs / 3.0, &channel).await);
             hf = hf.max(holdfast_uncontended(&url, secs / 3.0).await);
+            min = min.max(min_uncontended(&pg_url, secs / 3.0).await);
         }
         println!(
-            "uncontended cycles/s (best of 3 alternating rounds): holdfast {hf:.0}  raw {raw:.0}  ratio {:.2}",
-            hf / raw
+            "uncontended cycles/s (best of 3 alternating rounds): holdfast {hf:.0}  same-statements floor {raw:.0} \
+             (ratio {:.2})  minimal upsert/delete floor {min:.0} (ratio {:.2})",
+            hf / raw,
+            hf / min
         );
         let (mut hv, hn) = holdfast_handoff(&url, secs).await;
         let (mut rv, rn) = raw_handoff(&pg_url, secs, &channel).await;

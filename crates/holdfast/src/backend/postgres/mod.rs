@@ -410,7 +410,16 @@ impl Backend for PostgresBackend {
         }
         let _waiting = self.inner.waiting.enter(req.key.as_str());
         let wakeup = self.inner.wakeups.subscribe(req.key.as_str());
-        self.ensure_listener().await;
+        if !self.listening() {
+            // A free key needs no listener: a client that never meets a busy
+            // key never opens one (and never receives every release's NOTIFY).
+            if let Attempt::Granted(g) = self.attempt(req).await? {
+                return Ok(Some(g));
+            }
+            // Busy: LISTEN first, then attempt again inside the loop, so a
+            // release after the attempt above is seen either way.
+            self.ensure_listener().await;
+        }
         let grant = wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req)).await?;
         Ok(Some(grant))
     }
