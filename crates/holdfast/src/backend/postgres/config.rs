@@ -49,6 +49,10 @@ pub struct PostgresConfig {
     pub poll: PollBounds,
     /// Create the schema and tables if missing (`create=true|false`, default true).
     pub create: bool,
+    /// Prepare each statement once per connection (`prepared=true|false`,
+    /// default true). Set `false` behind a transaction-pooling PgBouncer
+    /// older than 1.21 or with `max_prepared_statements = 0`.
+    pub prepared: bool,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -65,6 +69,7 @@ impl fmt::Debug for PostgresConfig {
             .field("op_timeout", &self.op_timeout)
             .field("poll", &self.poll)
             .field("create", &self.create)
+            .field("prepared", &self.prepared)
             .finish()
     }
 }
@@ -125,7 +130,7 @@ impl PostgresConfig {
     /// unknown ones): `sslmode` (`disable`, `prefer` (default), `require`,
     /// `verify-ca`, `verify-full`), `sslrootcert`, `schema`, `table`,
     /// `listen_url` (a percent-encoded direct URL for LISTEN), `listen=off`,
-    /// `pool_size`, `op_timeout_ms`, `poll_min_ms`, `poll_max_ms`, `create`.
+    /// `pool_size`, `op_timeout_ms`, `poll_min_ms`, `poll_max_ms`, `create`, `prepared`.
     pub fn from_url(url: &str) -> Result<Self> {
         let lower = url.get(..13).unwrap_or(url).to_ascii_lowercase();
         if !(lower.starts_with("postgres://") || lower.starts_with("postgresql://")) {
@@ -143,6 +148,7 @@ impl PostgresConfig {
         let mut op_timeout = Duration::from_secs(5);
         let (mut poll_min, mut poll_max) = (None, None);
         let mut create = true;
+        let mut prepared = true;
         for piece in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = decode(piece);
             let ms = || {
@@ -172,6 +178,7 @@ impl PostgresConfig {
                 "listen_url" => listen_url = Some(v),
                 "listen" => listen = flag()?,
                 "create" => create = flag()?,
+                "prepared" => prepared = flag()?,
                 "pool_size" => {
                     pool_size = v
                         .parse()
@@ -224,7 +231,19 @@ impl PostgresConfig {
         if poll.min.is_zero() || poll.max < poll.min {
             return Err(Error::invalid("url", "need 0 < poll_min_ms <= poll_max_ms"));
         }
-        Ok(PostgresConfig { pg, listen, ssl_mode, ssl_root_cert, schema, table, pool_size, op_timeout, poll, create })
+        Ok(PostgresConfig {
+            pg,
+            listen,
+            ssl_mode,
+            ssl_root_cert,
+            schema,
+            table,
+            pool_size,
+            op_timeout,
+            poll,
+            create,
+            prepared,
+        })
     }
 
     /// The LISTEN/NOTIFY channel of this namespace: `holdfast_` and a stable

@@ -97,6 +97,11 @@ impl WaitingKeys {
         WaitingGuard { keys: self.clone(), key: key.to_owned() }
     }
 
+    /// How many waiters of this client wait for `key`.
+    fn count(&self, key: &str) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).get(key).copied().unwrap_or(0)
+    }
+
     fn poke_all(&self, wakeups: &LocalWakeups) {
         let keys: Vec<String> = self.0.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         for k in keys {
@@ -134,19 +139,41 @@ impl Drop for WaitingGuard {
 struct Pool {
     pg: tokio_postgres::Config,
     tls: MakeRustlsConnect,
-    slots: Vec<tokio::sync::Mutex<Option<Arc<PgClient>>>>,
+    slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     next: AtomicUsize,
+}
+
+/// The statements a connection may prepare once and reuse.
+#[derive(Debug, Clone, Copy)]
+enum Stmt {
+    Acquire = 0,
+    Release = 1,
+    Renew = 2,
+    Status = 3,
+    Sweep = 4,
+}
+
+/// One statement connection and the statements prepared on it.
+struct Conn {
+    client: PgClient,
+    prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; 5],
+}
+
+/// Errors that mean a named prepared statement is not where it was prepared:
+/// a transaction-pooling PgBouncer moved us to another server connection.
+fn statement_lost(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| matches!(c.code(), "26000" | "42P05" | "08P01"))
 }
 
 impl Pool {
     /// The connection for statements about `key`, or any (round-robin) for `None`.
-    async fn get(&self, key: Option<&str>) -> Result<Arc<PgClient>> {
+    async fn get(&self, key: Option<&str>) -> Result<Arc<Conn>> {
         let i = match key {
             Some(k) => (fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize,
             None => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
         };
         let mut slot = self.slots[i].lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
             return Ok(c.clone());
         }
         *slot = None;
@@ -156,9 +183,9 @@ impl Pool {
                 tracing::debug!(error = %e, "postgres connection ended");
             }
         });
-        let client = Arc::new(client);
-        *slot = Some(client.clone());
-        Ok(client)
+        let conn = Arc::new(Conn { client, prepared: Default::default() });
+        *slot = Some(conn.clone());
+        Ok(conn)
     }
 }
 
@@ -181,6 +208,8 @@ struct Inner {
     waiting: Arc<WaitingKeys>,
     listener: OnceLock<Listener>,
     durability: OnceLock<FenceDurability>,
+    /// Use named prepared statements (cleared if a pooler breaks them).
+    prepared: std::sync::atomic::AtomicBool,
     /// Last sweep of long-expired rows, in ms since `epoch`.
     last_sweep_ms: AtomicU64,
     epoch: Instant,
@@ -219,6 +248,7 @@ impl PostgresBackend {
         let mut pg = config.pg.clone();
         pg.ssl_mode(mode);
         let mut config = config;
+        let prepared = config.prepared;
         if let Some(l) = config.listen.as_mut() {
             l.ssl_mode(mode);
         }
@@ -237,6 +267,7 @@ impl PostgresBackend {
             waiting: Arc::default(),
             listener: OnceLock::new(),
             durability: OnceLock::new(),
+            prepared: std::sync::atomic::AtomicBool::new(prepared),
             last_sweep_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         };
@@ -254,8 +285,10 @@ impl PostgresBackend {
         let fut = async {
             let c = i.pool.get(None).await?;
             let row = c
+                .client
                 .query_typed_one(
-                    "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL,
+                    "SELECT to_regclass($2) IS NOT NULL AND EXISTS (
+                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
                             current_setting('fsync'), current_setting('synchronous_commit')",
                     &[(&i.sql.lease_regclass, Type::TEXT), (&i.sql.fence_regclass, Type::TEXT)],
                 )
@@ -273,7 +306,7 @@ impl PostgresBackend {
                         ),
                     ));
                 }
-                c.batch_execute(&i.sql.create).await.map_err(map_err)?;
+                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
             }
             let fsync: String = row.try_get(1).map_err(map_err)?;
             let sync_commit: String = row.try_get(2).map_err(map_err)?;
@@ -292,31 +325,62 @@ impl PostgresBackend {
         &self,
         what: &str,
         key: Option<&str>,
-        sql: &str,
+        stmt: Stmt,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
         let timeout = self.inner.config.op_timeout;
+        let sql = self.inner.sql.get(stmt);
         let fut = async {
             let c = self.inner.pool.get(key).await?;
-            c.query_typed(sql, params).await.map_err(map_err)
+            if self.inner.prepared.load(Ordering::Relaxed) {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let outcome =
+                    match c.prepared[stmt as usize].get_or_try_init(|| c.client.prepare_typed(sql, &types)).await {
+                        Ok(st) => {
+                            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                            c.client.query(st, &values).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                match outcome {
+                    Ok(rows) => return Ok(rows),
+                    Err(e) if statement_lost(&e) => {
+                        // Nothing ran; from now on use unnamed statements.
+                        tracing::warn!(error = %e, "prepared statements do not work here (a transaction pooler?); \
+                             using unnamed statements (set prepared=false to skip this)");
+                        self.inner.prepared.store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+            c.client.query_typed(sql, params).await.map_err(map_err)
         };
         tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
     }
 
+    /// One acquire statement. A waiting attempt (`req.wait`) that finds the
+    /// key busy marks the row `wanted`, so its release will NOTIFY; if it
+    /// could not (the row changed since the statement's snapshot), it asks to
+    /// be retried at once rather than sleep through an unannounced release.
     async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
         let started = Instant::now();
         let token = req.token.to_bytes().to_vec();
         let ttl_ms = req.ttl.as_millis() as i64;
+        let register = req.wait;
+        // Other waiters of this key in this client: the new row starts wanted.
+        let others_wait = self.inner.waiting.count(req.key.as_str()) > usize::from(req.wait);
         let rows = self
             .query(
                 "acquire",
                 Some(req.key.as_str()),
-                &self.inner.sql.acquire,
+                Stmt::Acquire,
                 &[
                     (&req.key.as_str(), Type::TEXT),
                     (&token, Type::BYTEA),
                     (&ttl_ms, Type::INT8),
                     (&req.label, Type::TEXT),
+                    (&register, Type::BOOL),
+                    (&others_wait, Type::BOOL),
                 ],
             )
             .await?;
@@ -324,11 +388,14 @@ impl PostgresBackend {
         let granted: Option<i64> = row.try_get(0).map_err(map_err)?;
         let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
         let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
+        let registered: bool = row.try_get(3).map_err(map_err)?;
+        let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         Ok(match granted.or(mine) {
             Some(fence) => {
                 Attempt::Granted(Grant { fence: fence as u64, attempt_started: started, session_lost: None })
             }
-            None => Attempt::Busy { expires_in: left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64)) },
+            None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
+            None => Attempt::Busy { expires_in: left },
         })
     }
 
@@ -379,7 +446,7 @@ impl PostgresBackend {
         {
             return;
         }
-        if let Err(e) = self.query("sweep", None, &i.sql.sweep, &[]).await {
+        if let Err(e) = self.query("sweep", None, Stmt::Sweep, &[]).await {
             tracing::debug!(error = %e, "sweep of expired lease rows failed");
         }
     }
@@ -430,7 +497,7 @@ impl Backend for PostgresBackend {
             .query(
                 "release",
                 Some(key.as_str()),
-                &self.inner.sql.release,
+                Stmt::Release,
                 &[(&key.as_str(), Type::TEXT), (&token, Type::BYTEA), (&self.inner.channel, Type::TEXT)],
             )
             .await?;
@@ -460,7 +527,7 @@ impl Backend for PostgresBackend {
             .query(
                 "renew",
                 None,
-                &self.inner.sql.renew,
+                Stmt::Renew,
                 &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
             )
             .await?;
@@ -475,8 +542,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let rows =
-            self.query("status", Some(key.as_str()), &self.inner.sql.status, &[(&key.as_str(), Type::TEXT)]).await?;
+        let rows = self.query("status", Some(key.as_str()), Stmt::Status, &[(&key.as_str(), Type::TEXT)]).await?;
         let holder = match rows.first() {
             Some(row) => {
                 let label: String = row.try_get(0).map_err(map_err)?;

@@ -21,7 +21,8 @@ pub(super) struct Statements {
     /// Creates the schema, the tables and the counter row; run in one
     /// transaction under a transaction-scoped advisory lock.
     pub create: String,
-    /// `$1 key, $2 token, $3 ttl_ms, $4 label` -> `(granted fence, own fence, holder ms left)`.
+    /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool)` ->
+    /// `(granted fence, own fence, holder ms left, registered)`.
     pub acquire: String,
     /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired)` if the token held the key.
     pub release: String,
@@ -34,6 +35,17 @@ pub(super) struct Statements {
 }
 
 impl Statements {
+    /// The SQL of `stmt`.
+    pub(super) fn get(&self, stmt: super::Stmt) -> &str {
+        match stmt {
+            super::Stmt::Acquire => &self.acquire,
+            super::Stmt::Release => &self.release,
+            super::Stmt::Renew => &self.renew,
+            super::Stmt::Status => &self.status,
+            super::Stmt::Sweep => &self.sweep,
+        }
+    }
+
     pub(super) fn new(config: &PostgresConfig) -> Self {
         // Both names are checked identifiers ([a-z_][a-z0-9_]*), quoted anyway.
         let schema = format!("\"{}\"", config.schema);
@@ -54,8 +66,10 @@ impl Statements {
                      fence       bigint      NOT NULL,
                      label       text        NOT NULL,
                      acquired_at timestamptz NOT NULL,
-                     expires_at  timestamptz NOT NULL
+                     expires_at  timestamptz NOT NULL,
+                     wanted      boolean     NOT NULL DEFAULT false
                  ) WITH (fillfactor = 80);
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wanted boolean NOT NULL DEFAULT false;
                  CREATE TABLE IF NOT EXISTS {f} (
                      id    integer PRIMARY KEY CHECK (id = 0),
                      value bigint  NOT NULL
@@ -71,37 +85,51 @@ impl Statements {
             //    a faster one was granted and released).
             // ins: insert, or take over an expired row; ON CONFLICT re-checks
             //    the expiry on the latest row version under its row lock.
+            //    `wanted` starts true if other waiters of this client wait.
+            // w: a waiting attempt that finds the key busy marks the row
+            //    `wanted`, so that its release sends a NOTIFY (a release of an
+            //    unwanted row sends none: NOTIFY is most of a release's cost).
+            //    Runs only when cur found a holder, re-checked on the latest
+            //    row version; 0 rows = the row changed since the snapshot.
             acquire: format!(
                 "WITH cur AS (
-                     SELECT token, fence, expires_at FROM {t}
+                     SELECT token, fence, expires_at, wanted FROM {t}
                      WHERE key = $1 AND expires_at > clock_timestamp()
                  ), f AS (
                      UPDATE {f} SET value = value + 1
                      WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
                      RETURNING value
                  ), ins AS (
-                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at)
+                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
                      SELECT $1, $2, f.value, $4, clock_timestamp(),
-                            clock_timestamp() + $3::int8 * interval '1 millisecond'
+                            clock_timestamp() + $3::int8 * interval '1 millisecond', $6
                      FROM f
                      ON CONFLICT (key) DO UPDATE
                          SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+                             wanted = excluded.wanted
                          WHERE l.expires_at <= clock_timestamp()
                      RETURNING l.fence
+                 ), w AS (
+                     UPDATE {t} SET wanted = true
+                     WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
+                       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2)
+                     RETURNING 1
                  )
                  SELECT (SELECT fence FROM ins),
                         (SELECT fence FROM cur WHERE token = $2),
-                        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur)"
+                        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
+                        EXISTS (SELECT 1 FROM w)"
             ),
-            // The notification is queued in the same transaction as the
-            // delete and delivered at its commit; payload = the key.
+            // The notification (only if a waiter marked the row `wanted`) is
+            // queued in the same transaction as the delete and delivered at
+            // its commit; payload = the key.
             release: format!(
                 "WITH d AS (
                      DELETE FROM {t} WHERE key = $1 AND token = $2
-                     RETURNING expires_at > clock_timestamp() AS live
+                     RETURNING expires_at > clock_timestamp() AS live, wanted
                  )
-                 SELECT d.live, pg_notify($3, $1)::text FROM d"
+                 SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END FROM d"
             ),
             renew: format!(
                 "UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
