@@ -9,6 +9,10 @@
 //! Prints uncontended cycles/s (acquire + release, one task) and the
 //! contended hand-off latency (release start -> next holder's grant) with 4
 //! workers on one key, each in its own client, for holdfast and the raw floor.
+//! Both floors use prepared statements, as holdfast does by default: the
+//! same-statements floor sends holdfast's own SQL; the minimal floor is a
+//! hand-written lease row (upsert if expired, delete by token) without fences
+//! or wake-ups.
 
 use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
@@ -19,30 +23,36 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const ACQUIRE: &str = r#"WITH cur AS (
-     SELECT token, fence, expires_at FROM "public"."holdfast_leases"
+     SELECT token, fence, expires_at, wanted FROM "public"."holdfast_leases"
      WHERE key = $1 AND expires_at > clock_timestamp()
  ), f AS (
      UPDATE "public"."holdfast_leases_fence" SET value = value + 1
      WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
      RETURNING value
  ), ins AS (
-     INSERT INTO "public"."holdfast_leases" AS l (key, token, fence, label, acquired_at, expires_at)
-     SELECT $1, $2, f.value, $4, clock_timestamp(), clock_timestamp() + $3::int8 * interval '1 millisecond'
+     INSERT INTO "public"."holdfast_leases" AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+     SELECT $1, $2, f.value, $4, clock_timestamp(), clock_timestamp() + $3::int8 * interval '1 millisecond', $6
      FROM f
      ON CONFLICT (key) DO UPDATE
          SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, wanted = excluded.wanted
          WHERE l.expires_at <= clock_timestamp()
      RETURNING l.fence
+ ), w AS (
+     UPDATE "public"."holdfast_leases" SET wanted = true
+     WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
+       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2)
+     RETURNING 1
  )
  SELECT (SELECT fence FROM ins),
         (SELECT fence FROM cur WHERE token = $2),
-        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur)"#;
+        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
+        EXISTS (SELECT 1 FROM w)"#;
 const RELEASE: &str = r#"WITH d AS (
      DELETE FROM "public"."holdfast_leases" WHERE key = $1 AND token = $2
-     RETURNING expires_at > clock_timestamp() AS live
+     RETURNING expires_at > clock_timestamp() AS live, wanted
  )
- SELECT d.live, pg_notify($3, $1)::text FROM d"#;
+ SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END FROM d"#;
 
 /// The minimal floor: a hand-written lease row without fences or wake-ups.
 const MIN_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS holdfast_floor_min (
@@ -66,36 +76,46 @@ async fn raw_client(url: &str) -> tokio_postgres::Client {
     c
 }
 
-/// One raw attempt: Some(fence) if granted.
-async fn raw_acquire(c: &tokio_postgres::Client, key: &str, token: &[u8]) -> Option<i64> {
-    let ttl: i64 = 30_000;
-    let label = "raw";
-    let rows = c
-        .query_typed(ACQUIRE, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&ttl, Type::INT8), (&label, Type::TEXT)])
+/// A plain client with holdfast's two statements prepared, as holdfast does by default.
+struct Raw {
+    c: tokio_postgres::Client,
+    acquire: tokio_postgres::Statement,
+    release: tokio_postgres::Statement,
+}
+
+async fn raw(url: &str) -> Raw {
+    let c = raw_client(url).await;
+    let acquire = c
+        .prepare_typed(ACQUIRE, &[Type::TEXT, Type::BYTEA, Type::INT8, Type::TEXT, Type::BOOL, Type::BOOL])
         .await
-        .expect("raw acquire");
+        .expect("prepare");
+    let release = c.prepare_typed(RELEASE, &[Type::TEXT, Type::BYTEA, Type::TEXT]).await.expect("prepare");
+    Raw { c, acquire, release }
+}
+
+/// One raw attempt (registering as a waiter if `wait`): Some(fence) if granted.
+async fn raw_acquire(r: &Raw, key: &str, token: &[u8], wait: bool) -> Option<i64> {
+    let (ttl, label, others) = (30_000i64, "raw", false);
+    let rows = r.c.query(&r.acquire, &[&key, &token, &ttl, &label, &wait, &others]).await.expect("raw acquire");
     rows[0].get::<_, Option<i64>>(0)
 }
 
-async fn raw_release(c: &tokio_postgres::Client, key: &str, token: &[u8], channel: &str) {
-    c.query_typed(RELEASE, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&channel, Type::TEXT)])
-        .await
-        .expect("raw release");
+async fn raw_release(r: &Raw, key: &str, token: &[u8], channel: &str) {
+    r.c.query(&r.release, &[&key, &token, &channel]).await.expect("raw release");
 }
 
 async fn min_uncontended(pg_url: &str, secs: f64) -> f64 {
     let c = raw_client(pg_url).await;
     c.batch_execute(MIN_SCHEMA).await.expect("floor table");
+    let acq = c.prepare_typed(MIN_ACQUIRE, &[Type::TEXT, Type::BYTEA, Type::INT8]).await.expect("prepare");
+    let rel = c.prepare_typed(MIN_RELEASE, &[Type::TEXT, Type::BYTEA]).await.expect("prepare");
     let (start, mut n) = (Instant::now(), 0u64);
     let (key, ttl) = ("floor/uncontended-min", 30_000i64);
     while start.elapsed().as_secs_f64() < secs {
         let token = rand::random::<u128>().to_be_bytes().to_vec();
-        let got = c
-            .execute_typed(MIN_ACQUIRE, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&ttl, Type::INT8)])
-            .await
-            .expect("min acquire");
+        let got = c.execute(&acq, &[&key, &token, &ttl]).await.expect("min acquire");
         assert_eq!(got, 1);
-        c.execute_typed(MIN_RELEASE, &[(&key, Type::TEXT), (&token, Type::BYTEA)]).await.expect("min release");
+        c.execute(&rel, &[&key, &token]).await.expect("min release");
         n += 1;
     }
     n as f64 / start.elapsed().as_secs_f64()
@@ -113,11 +133,11 @@ async fn holdfast_uncontended(url: &str, secs: f64) -> f64 {
 }
 
 async fn raw_uncontended(pg_url: &str, secs: f64, channel: &str) -> f64 {
-    let c = raw_client(pg_url).await;
+    let c = raw(pg_url).await;
     let (start, mut n) = (Instant::now(), 0u64);
     while start.elapsed().as_secs_f64() < secs {
         let token = rand::random::<u128>().to_be_bytes();
-        raw_acquire(&c, "floor/uncontended-raw", &token).await.expect("free key");
+        raw_acquire(&c, "floor/uncontended-raw", &token, true).await.expect("free key");
         raw_release(&c, "floor/uncontended-raw", &token, channel).await;
         n += 1;
     }
@@ -165,7 +185,7 @@ async fn raw_handoff(pg_url: &str, secs: f64, channel: &str) -> (Vec<Duration>, 
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
     for _ in 0..WORKERS {
-        let c = raw_client(pg_url).await;
+        let c = raw(pg_url).await;
         let (lc, mut lconn) = tokio_postgres::connect(pg_url, NoTls).await.expect("listen connect");
         let notify = Arc::new(tokio::sync::Notify::new());
         let n2 = notify.clone();
@@ -188,7 +208,7 @@ async fn raw_handoff(pg_url: &str, secs: f64, channel: &str) -> (Vec<Duration>, 
                     let notified = notify.notified();
                     tokio::pin!(notified);
                     notified.as_mut().enable();
-                    if raw_acquire(&c, "floor/contended-raw", &token).await.is_some() {
+                    if raw_acquire(&c, "floor/contended-raw", &token, true).await.is_some() {
                         break;
                     }
                     let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
