@@ -29,6 +29,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use holdfast::{Error, OwnerToken, Result};
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -57,6 +59,8 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
     match scheme.as_str() {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
         _ => Err(Error::Unsupported {

@@ -246,6 +246,13 @@ impl PostgresConfig {
         })
     }
 
+    /// The tokio-postgres settings of the statement connections (host, port,
+    /// user, password, database, timeouts), for tools that talk to the same
+    /// database with a plain client, like the benchmark's raw floor.
+    pub fn connection_config(&self) -> &tokio_postgres::Config {
+        &self.pg
+    }
+
     /// The LISTEN/NOTIFY channel of this namespace: `holdfast_` and a stable
     /// 64-bit FNV-1a hash of `schema.table` in hex (channels are per database,
     /// so two namespaces must not share one).
