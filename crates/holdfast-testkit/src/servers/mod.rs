@@ -6,6 +6,7 @@
 //! installs it (never a silent skip).
 
 pub mod postgres;
+pub mod redis;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -2,5 +2,9 @@
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+mod redis_fair;
 #[cfg(feature = "sqlite")]
 mod sqlite;
