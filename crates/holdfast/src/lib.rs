@@ -29,6 +29,7 @@
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
 //! | `etcd://host:port[,host:port...]`, `etcds://` | `etcd` | consistent (raft); session leases, fair FIFO queue, revision fences, failover between members |
+//! | `postgres://` / `postgresql://` | `postgres` | lease rows on the server clock, LISTEN/NOTIFY wake-ups, PgBouncer-safe ([docs](backend::postgres)) |
 //! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //!

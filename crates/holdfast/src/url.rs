@@ -33,6 +33,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "sqlite" => Ok(Arc::new(crate::backend::sqlite::SqliteBackend::open_url(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Arc::new(crate::backend::etcd::EtcdBackend::open_url(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(crate::backend::postgres::PostgresBackend::open_url(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?)),
         #[cfg(feature = "mysql")]

@@ -33,6 +33,8 @@ use holdfast::{Error, OwnerToken, Result};
 pub mod mysql;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -63,6 +65,8 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
         "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" => Ok(Box::new(mysql::MysqlFloor::connect(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
         #[cfg(feature = "etcd")]

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]

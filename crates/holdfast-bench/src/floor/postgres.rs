@@ -1,0 +1,108 @@
+//! PostgreSQL floor: holdfast's own two statements (the acquire CTE that
+//! bumps the namespace's fence counter and inserts or takes over an expired
+//! lease row, and the owner-checked `DELETE`), prepared once and sent by a
+//! plain tokio-postgres client on one connection with the same connection
+//! settings as the URL gives holdfast. So `holdfast / floor` is the cost of
+//! the client around the statements (renewal, cancel safety, waiting), not of
+//! the SQL. TLS modes other than `disable`/`prefer` are not supported here.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use holdfast::backend::postgres::{PostgresBackend, PostgresConfig, SslMode};
+use holdfast::{Error, OwnerToken, Result};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::{Floor, OP_TIMEOUT};
+
+const STORE: &str = "postgres";
+
+fn map_err(e: tokio_postgres::Error) -> Error {
+    let retryable = e.code().is_none();
+    Error::backend(STORE, retryable, e)
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(OP_TIMEOUT, f)
+        .await
+        .map_err(|_| Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}")))?
+}
+
+/// The PostgreSQL floor.
+pub struct PostgresFloor {
+    client: Client,
+    acquire: Statement,
+    release: Statement,
+}
+
+impl PostgresFloor {
+    /// Connects with the settings of a `postgres://` URL (holdfast's options
+    /// such as `schema` and `table` are honoured), creating holdfast's tables
+    /// if needed.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let cfg = PostgresConfig::from_url(url)?;
+        if !matches!(cfg.ssl_mode, SslMode::Disable | SslMode::Prefer) {
+            return Err(Error::Unsupported { store: "holdfast-bench", what: "a postgres floor over TLS" });
+        }
+        // Creates the namespace exactly as holdfast would.
+        drop(PostgresBackend::open(cfg.clone()).await?);
+        let (t, f) =
+            (format!("\"{}\".\"{}\"", cfg.schema, cfg.table), format!("\"{}\".\"{}_fence\"", cfg.schema, cfg.table));
+        let acquire_sql = format!(
+            "WITH cur AS (
+                 SELECT token, fence, expires_at, wanted FROM {t}
+                 WHERE key = $1 AND expires_at > clock_timestamp()
+             ), f AS (
+                 UPDATE {f} SET value = value + 1
+                 WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
+                 RETURNING value
+             ), ins AS (
+                 INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+                 SELECT $1, $2, f.value, 'floor', clock_timestamp(),
+                        clock_timestamp() + $3::int8 * interval '1 millisecond', false
+                 FROM f
+                 ON CONFLICT (key) DO UPDATE
+                     SET token = excluded.token, fence = excluded.fence, label = excluded.label,
+                         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+                         wanted = excluded.wanted
+                     WHERE l.expires_at <= clock_timestamp()
+                 RETURNING l.fence
+             )
+             SELECT (SELECT fence FROM ins)"
+        );
+        let release_sql = format!("DELETE FROM {t} WHERE key = $1 AND token = $2");
+        timed(async {
+            let (client, connection) = cfg.connection_config().connect(NoTls).await.map_err(map_err)?;
+            tokio::spawn(connection);
+            let acquire =
+                client.prepare_typed(&acquire_sql, &[Type::TEXT, Type::BYTEA, Type::INT8]).await.map_err(map_err)?;
+            let release = client.prepare_typed(&release_sql, &[Type::TEXT, Type::BYTEA]).await.map_err(map_err)?;
+            Ok(PostgresFloor { client, acquire, release })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Floor for PostgresFloor {
+    fn describe(&self) -> &'static str {
+        "tokio-postgres, one connection, prepared: holdfast's acquire statement (fence counter + INSERT .. ON \
+         CONFLICT DO UPDATE .. WHERE expired) + DELETE .. WHERE token"
+    }
+
+    async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {
+        let token = token.to_bytes().to_vec();
+        let ttl_ms = ttl.as_millis() as i64;
+        timed(async {
+            let row = self.client.query_one(&self.acquire, &[&key, &token, &ttl_ms]).await.map_err(map_err)?;
+            Ok(row.try_get::<_, Option<i64>>(0).map_err(map_err)?.is_some())
+        })
+        .await
+    }
+
+    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let token = token.to_bytes().to_vec();
+        timed(async { Ok(self.client.execute(&self.release, &[&key, &token]).await.map_err(map_err)? == 1) }).await
+    }
+}

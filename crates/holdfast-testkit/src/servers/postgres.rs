@@ -1,0 +1,291 @@
+//! A PostgreSQL 15 server on a loopback port in a temp dir.
+//!
+//! PostgreSQL refuses to run as root, so when the tests run as root the
+//! server runs as the `postgres` user through `setpriv` (which execs in
+//! place, so the child is the postmaster itself). The cluster is made with
+//! `initdb` once per test process into a template dir and copied for every
+//! server (`cp -a`), which is much faster than one `initdb` per server.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::{ServerProcess, free_port, port_open, require_binary, wait_until};
+
+const PG_BIN_DIRS: &[&str] =
+    &["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"];
+const PACKAGE: &str = "postgresql-15";
+
+fn bin(name: &str) -> PathBuf {
+    require_binary(name, PG_BIN_DIRS, PACKAGE)
+}
+
+fn running_as_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// A command that runs as the `postgres` user when we are root.
+fn as_postgres(program: &Path) -> Command {
+    if running_as_root() {
+        let setpriv = require_binary("setpriv", &["/usr/bin", "/bin"], "util-linux");
+        let mut c = Command::new(setpriv);
+        c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A temp dir the postgres user can use: created under /tmp, chowned to
+/// `postgres` when we are root.
+fn pg_tempdir(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/tmp").unwrap_or_else(|e| panic!("tempdir: {e}"));
+    if running_as_root() {
+        let ok = Command::new("chown").arg("postgres:postgres").arg(dir.path()).status().is_ok_and(|s| s.success());
+        assert!(ok, "cannot chown {} to postgres (is the postgres user there? {PACKAGE})", dir.path().display());
+    }
+    dir
+}
+
+/// The initdb'd template cluster of this test process.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<tempfile::TempDir> = OnceLock::new();
+    TEMPLATE
+        .get_or_init(|| {
+            let dir = pg_tempdir("holdfast-pg-template-");
+            let out = as_postgres(&bin("initdb"))
+                .arg("-D")
+                .arg(dir.path().join("data"))
+                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
+            assert!(
+                out.status.success(),
+                "initdb failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            dir
+        })
+        .path()
+}
+
+/// A running PostgreSQL server, SIGKILLed and its dir removed on drop.
+#[derive(Debug)]
+pub struct PostgresServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    durable: bool,
+    settings: Vec<(String, String)>,
+    process: Option<ServerProcess>,
+}
+
+impl PostgresServer {
+    /// A fast test server: `fsync=off` (no fsync; a server process crash
+    /// loses nothing, an OS crash could).
+    pub fn start() -> Self {
+        Self::start_with(false, &[])
+    }
+
+    /// A fast test server with extra `-c name=value` settings (kept across restarts).
+    pub fn start_with_settings(settings: &[(&str, &str)]) -> Self {
+        Self::start_with(false, settings)
+    }
+
+    /// A server with `fsync=on` and `synchronous_commit=on`, for durability tests.
+    pub fn start_durable() -> Self {
+        Self::start_with(true, &[])
+    }
+
+    fn start_with(durable: bool, settings: &[(&str, &str)]) -> Self {
+        let dir = pg_tempdir("holdfast-pg-");
+        let status = as_postgres(Path::new("cp"))
+            .arg("-a")
+            .arg(template().join("data"))
+            .arg(dir.path().join("data"))
+            .status()
+            .unwrap_or_else(|e| panic!("cannot copy the template cluster: {e}"));
+        assert!(status.success(), "cp -a of the template cluster failed");
+        let settings = settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut server = PostgresServer { dir, port: free_port(), durable, settings, process: None };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let mut cmd = as_postgres(&bin("postgres"));
+        cmd.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(self.dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"]);
+        if self.durable {
+            cmd.args(["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"]);
+        } else {
+            cmd.args(["-c", "fsync=off", "-c", "synchronous_commit=on", "-c", "full_page_writes=off"]);
+        }
+        for (k, v) in &self.settings {
+            cmd.arg("-c").arg(format!("{k}={v}"));
+        }
+        // Its own process group, so a crash test can SIGKILL the postmaster
+        // and all its backends at once.
+        cmd.process_group(0);
+        let log = self.dir.path().join(format!("pg-{}.log", std::process::id()));
+        self.process = Some(ServerProcess::spawn(cmd, &log));
+        let isready = bin("pg_isready");
+        let port = self.port;
+        wait_until("postgres", Duration::from_secs(30), Some(&log), || {
+            port_open(port)
+                && Command::new(&isready)
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-t", "1"])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+        });
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL for the `postgres` database as user `postgres`, TLS off.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable", self.port)
+    }
+
+    /// The server's temp dir (owned by `postgres`; holds `data/`, the socket and the log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The data directory (owned by `postgres`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Fast shutdown (SIGINT: sessions are ended, a checkpoint is written),
+    /// then nothing runs until [`start_again`](Self::start_again).
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.stop_with("INT");
+        }
+    }
+
+    /// SIGKILL of the postmaster and all its backends at once (a server
+    /// crash); a start afterwards runs crash recovery from the WAL.
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            kill_group(p.pid());
+            p.kill();
+        }
+        let port = self.port;
+        wait_until("postgres port closed", Duration::from_secs(20), None, || !port_open(port));
+    }
+
+    /// Starts the server again on the same port and data dir.
+    pub fn start_again(&mut self) {
+        assert!(self.process.is_none(), "postgres is still running");
+        self.launch();
+    }
+
+    /// Fast shutdown and start again on the same port and dir.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Runs `sql` with psql as the `postgres` user and returns its output
+    /// (unaligned, tuples only).
+    pub fn psql(&self, sql: &str) -> String {
+        let psql = require_binary("psql", PG_BIN_DIRS, "postgresql-client-15");
+        let out = Command::new(psql)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres"])
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        assert!(out.status.success(), "psql {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+fn kill_group(pid: u32) {
+    if pid != 0 {
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{pid}")]).status();
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            kill_group(p.pid());
+            p.kill();
+        }
+    }
+}
+
+/// A PgBouncer in **transaction** pooling mode in front of a
+/// [`PostgresServer`], with a pool of 2 server connections, so that
+/// consecutive statements of one client land on different server sessions.
+/// Runs as `postgres` when we are root (PgBouncer refuses root).
+#[derive(Debug)]
+pub struct PgBouncer {
+    dir: tempfile::TempDir,
+    port: u16,
+    process: ServerProcess,
+}
+
+impl PgBouncer {
+    /// Starts PgBouncer for `server`'s `postgres` database.
+    pub fn start(server: &PostgresServer) -> Self {
+        let binary = require_binary("pgbouncer", &["/usr/sbin", "/usr/bin"], "pgbouncer");
+        let dir = pg_tempdir("holdfast-pgbouncer-");
+        let port = free_port();
+        let d = dir.path().display();
+        let ini = format!(
+            "[databases]\n\
+             postgres = host=127.0.0.1 port={} dbname=postgres user=postgres\n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = trust\n\
+             auth_file = {d}/userlist.txt\n\
+             pool_mode = transaction\n\
+             default_pool_size = 2\n\
+             max_client_conn = 500\n\
+             ignore_startup_parameters = extra_float_digits\n",
+            server.port()
+        );
+        std::fs::write(dir.path().join("pgbouncer.ini"), ini).unwrap_or_else(|e| panic!("pgbouncer.ini: {e}"));
+        std::fs::write(dir.path().join("userlist.txt"), "\"postgres\" \"\"\n")
+            .unwrap_or_else(|e| panic!("userlist.txt: {e}"));
+        if running_as_root() {
+            let _ = Command::new("chown").arg("-R").arg("postgres:postgres").arg(dir.path()).status();
+        }
+        let mut cmd = as_postgres(&binary);
+        cmd.arg(dir.path().join("pgbouncer.ini"));
+        let log = dir.path().join("pgbouncer.log");
+        let process = ServerProcess::spawn(cmd, &log);
+        wait_until("pgbouncer", Duration::from_secs(20), Some(&log), || port_open(port));
+        PgBouncer { dir, port, process }
+    }
+
+    /// A URL through the pooler (TLS off).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable", self.port)
+    }
+
+    /// The pooler's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// Its temp dir (config and log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}

@@ -1,0 +1,151 @@
+//! The PostgreSQL statements. Each lock operation is ONE statement in its own
+//! (implicit) transaction, sent with the extended protocol's unnamed
+//! statement (`query_typed`: Parse/Bind/Execute/Sync in one round trip), so
+//! nothing depends on session state and a transaction-pooling PgBouncer can
+//! hand every statement to a different server connection.
+//!
+//! Only two identifiers are ever interpolated: the schema and the table name,
+//! checked by [`check_ident`](super::config::check_ident) (`[a-z_][a-z0-9_]*`)
+//! and double-quoted. Keys, tokens, labels, TTLs and the channel name are
+//! always bind parameters.
+
+use super::config::PostgresConfig;
+
+/// The SQL of one namespace (schema + table).
+#[derive(Debug, Clone)]
+pub(super) struct Statements {
+    /// `"schema"."table"` as text, for `to_regclass`.
+    pub lease_regclass: String,
+    /// `"schema"."table_fence"` as text, for `to_regclass`.
+    pub fence_regclass: String,
+    /// Creates the schema, the tables and the counter row; run in one
+    /// transaction under a transaction-scoped advisory lock.
+    pub create: String,
+    /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool)` ->
+    /// `(granted fence, own fence, holder ms left, registered)`.
+    pub acquire: String,
+    /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired)` if the token held the key.
+    pub release: String,
+    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed.
+    pub renew: String,
+    /// `$1 key` -> `(label, fence, ms left)` of the unexpired holder.
+    pub status: String,
+    /// Deletes up to 16 rows whose lease ran out more than a minute ago.
+    pub sweep: String,
+}
+
+impl Statements {
+    /// The SQL of `stmt`.
+    pub(super) fn get(&self, stmt: super::Stmt) -> &str {
+        match stmt {
+            super::Stmt::Acquire => &self.acquire,
+            super::Stmt::Release => &self.release,
+            super::Stmt::Renew => &self.renew,
+            super::Stmt::Status => &self.status,
+            super::Stmt::Sweep => &self.sweep,
+        }
+    }
+
+    pub(super) fn new(config: &PostgresConfig) -> Self {
+        // Both names are checked identifiers ([a-z_][a-z0-9_]*), quoted anyway.
+        let schema = format!("\"{}\"", config.schema);
+        let t = format!("{schema}.\"{}\"", config.table);
+        let f = format!("{schema}.\"{}_fence\"", config.table);
+        // The advisory lock only serialises concurrent first-use DDL of this namespace.
+        let lock_id = config.namespace_hash() as i64;
+        Statements {
+            lease_regclass: t.clone(),
+            fence_regclass: f.clone(),
+            create: format!(
+                "BEGIN;
+                 SELECT pg_advisory_xact_lock({lock_id});
+                 CREATE SCHEMA IF NOT EXISTS {schema};
+                 CREATE TABLE IF NOT EXISTS {t} (
+                     key         text        PRIMARY KEY,
+                     token       bytea       NOT NULL,
+                     fence       bigint      NOT NULL,
+                     label       text        NOT NULL,
+                     acquired_at timestamptz NOT NULL,
+                     expires_at  timestamptz NOT NULL,
+                     wanted      boolean     NOT NULL DEFAULT false
+                 ) WITH (fillfactor = 80);
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wanted boolean NOT NULL DEFAULT false;
+                 CREATE TABLE IF NOT EXISTS {f} (
+                     id    integer PRIMARY KEY CHECK (id = 0),
+                     value bigint  NOT NULL
+                 );
+                 INSERT INTO {f} (id, value) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
+                 COMMIT;"
+            ),
+            // cur: the unexpired holder, if any (statement snapshot).
+            // f: the namespace counter, bumped only when the key looked free;
+            //    its row lock is held to commit, so fences are handed out in
+            //    commit order (a SEQUENCE is not: nextval runs before the
+            //    insert and a slow inserter could commit a smaller fence after
+            //    a faster one was granted and released).
+            // ins: insert, or take over an expired row; ON CONFLICT re-checks
+            //    the expiry on the latest row version under its row lock.
+            //    `wanted` starts true if other waiters of this client wait.
+            // w: a waiting attempt that finds the key busy marks the row
+            //    `wanted`, so that its release sends a NOTIFY (a release of an
+            //    unwanted row sends none: NOTIFY is most of a release's cost).
+            //    Runs only when cur found a holder, re-checked on the latest
+            //    row version; 0 rows = the row changed since the snapshot.
+            acquire: format!(
+                "WITH cur AS (
+                     SELECT token, fence, expires_at, wanted FROM {t}
+                     WHERE key = $1 AND expires_at > clock_timestamp()
+                 ), f AS (
+                     UPDATE {f} SET value = value + 1
+                     WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
+                     RETURNING value
+                 ), ins AS (
+                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+                     SELECT $1, $2, f.value, $4, clock_timestamp(),
+                            clock_timestamp() + $3::int8 * interval '1 millisecond', $6
+                     FROM f
+                     ON CONFLICT (key) DO UPDATE
+                         SET token = excluded.token, fence = excluded.fence, label = excluded.label,
+                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+                             wanted = excluded.wanted
+                         WHERE l.expires_at <= clock_timestamp()
+                     RETURNING l.fence
+                 ), w AS (
+                     UPDATE {t} SET wanted = true
+                     WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
+                       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2)
+                     RETURNING 1
+                 )
+                 SELECT (SELECT fence FROM ins),
+                        (SELECT fence FROM cur WHERE token = $2),
+                        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
+                        EXISTS (SELECT 1 FROM w)"
+            ),
+            // The notification (only if a waiter marked the row `wanted`) is
+            // queued in the same transaction as the delete and delivered at
+            // its commit; payload = the key.
+            release: format!(
+                "WITH d AS (
+                     DELETE FROM {t} WHERE key = $1 AND token = $2
+                     RETURNING expires_at > clock_timestamp() AS live, wanted
+                 )
+                 SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END FROM d"
+            ),
+            renew: format!(
+                "UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
+                 FROM unnest($1::text[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(key, token, ttl_ms, i)
+                 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
+                 RETURNING r.i"
+            ),
+            status: format!(
+                "SELECT label, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8
+                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp()"
+            ),
+            sweep: format!(
+                "DELETE FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds' AND key IN (
+                     SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
+                     LIMIT 16 FOR UPDATE SKIP LOCKED)"
+            ),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! PostgreSQL: a fresh server (copied from a per-process initdb template) per test.
+
+use std::time::Duration;
+
+use holdfast_testkit::conformance::Store;
+use holdfast_testkit::servers::{free_port, postgres::PostgresServer};
+
+fn start() -> Store {
+    let server = PostgresServer::start();
+    Store {
+        url: server.url(),
+        // Expiry is on the server's clock; a waiter retries at the holder's
+        // expiry, so the slack is a few statement round trips.
+        expiry_slack: Duration::from_millis(200),
+        unreachable_url: format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
+            free_port()
+        ),
+        server: Box::new(server),
+    }
+}
+
+holdfast_testkit::conformance_suite!(start);

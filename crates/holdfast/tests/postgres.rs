@@ -1,0 +1,505 @@
+//! PostgreSQL-specific behaviour against real servers: restarts and crashes
+//! while locks are held, hostile keys, LISTEN/NOTIFY wake-ups and their cost,
+//! expired-row takeover, listener reconnects, concurrent first use, TLS.
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use holdfast::backend::AcquireRequest;
+use holdfast::{Client, ClientOptions, Error, FenceDurability, LockKey, OwnerToken};
+use holdfast_testkit::servers::postgres::{PgBouncer, PostgresServer};
+use tokio::task::block_in_place;
+
+async fn connect(url: &str, label: &str) -> Client {
+    Client::connect_with(url, ClientOptions::default().with_label(label))
+        .await
+        .unwrap_or_else(|e| panic!("connect {label}: {e}"))
+}
+
+fn psql(server: &PostgresServer, sql: &str) -> String {
+    block_in_place(|| server.psql(sql))
+}
+
+/// A restart (fast shutdown + start) shorter than the TTL: the lease row
+/// survives, renewal resumes after the reconnect, the holder never notices,
+/// and fences keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_shorter_than_ttl_keeps_the_lease() {
+    let mut server = PostgresServer::start_durable();
+    let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    let key = "restart/short";
+    let ttl = Duration::from_secs(6);
+    let g = a.mutex(key).ttl(ttl).acquire().await.expect("acquire");
+    let fence = g.fence();
+    let lost = g.lost();
+    tokio::pin!(lost);
+    let t = Instant::now();
+    block_in_place(|| server.restart());
+    let outage = t.elapsed();
+    assert!(outage < ttl / 2, "restart took {outage:?}; the test needs it well inside the TTL");
+    // Hold for more than a whole TTL after the restart: only resumed renewals keep it.
+    tokio::select! {
+        _ = &mut lost => panic!("lost() fired although the restart was shorter than the TTL"),
+        _ = tokio::time::sleep(ttl + Duration::from_secs(1)) => {}
+    }
+    assert!(!g.is_lost());
+    assert!(b.mutex(key).try_acquire().await.expect("try").is_none(), "key free while its holder renewed");
+    let st = b.status(key).await.expect("status");
+    assert_eq!(st.holder.map(|h| (h.fence, h.label)), Some((fence, "a".to_owned())));
+    g.release().await.expect("release after the restart");
+    let g2 = b.mutex(key).acquire_timeout(Duration::from_secs(5)).await.expect("acquire after release");
+    assert!(g2.fence() > fence, "fence {} after {fence} across a restart", g2.fence());
+    g2.release().await.expect("release");
+}
+
+/// An outage longer than the TTL: `lost()` fires on the client's own deadline
+/// during the outage, before anyone can be granted the key; after the
+/// restart the expired row is taken over with a higher fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn outage_longer_than_ttl_fires_lost_before_regrant() {
+    let mut server = PostgresServer::start_durable();
+    let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    let key = "restart/long";
+    let ttl = Duration::from_millis(1500);
+    let g = a.mutex(key).ttl(ttl).acquire().await.expect("acquire");
+    let fence = g.fence();
+    block_in_place(|| server.stop());
+    let stopped = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), g.lost()).await.expect("lost() did not fire during the outage");
+    let lost_at = Instant::now();
+    assert!(lost_at - stopped <= ttl + Duration::from_secs(1), "lost() only after {:?}", lost_at - stopped);
+    tokio::time::sleep((stopped + ttl * 2).saturating_duration_since(Instant::now())).await;
+    block_in_place(|| server.start_again());
+    let g2 = b.mutex(key).acquire_timeout(Duration::from_secs(10)).await.expect("take over after restart");
+    assert!(lost_at < Instant::now());
+    assert!(g2.fence() > fence, "fence {} after {fence}", g2.fence());
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })), "release of a lost lease must say Lost");
+    assert!(b.mutex(key).try_acquire().await.expect("try").is_none(), "the stale release freed the new holder");
+    g2.release().await.expect("release");
+}
+
+/// A crash (SIGKILL of the postmaster and its backends) with `fsync=on`:
+/// committed lease rows and the fence counter come back by WAL recovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crash_keeps_rows_and_fences() {
+    let mut server = PostgresServer::start_durable();
+    let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    let key = "crash/k";
+    // fsync=on and synchronous_commit=on: the store declares durable fences.
+    assert_eq!(a.capabilities().fence_durability, FenceDurability::Durable);
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = a.mutex(key).acquire().await.expect("acquire");
+        assert!(g.fence() > last);
+        last = g.fence();
+        g.release().await.expect("release");
+    }
+    let g = a.mutex(key).ttl(Duration::from_secs(20)).acquire().await.expect("hold");
+    let held = g.fence();
+    block_in_place(|| {
+        server.kill9();
+        server.start_again();
+    });
+    let st = b.status(key).await.expect("status after crash");
+    assert_eq!(st.holder.map(|h| h.fence), Some(held), "the committed lease row did not survive the crash");
+    assert!(b.mutex(key).try_acquire().await.expect("try").is_none());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!g.is_lost());
+    g.release().await.expect("release after crash");
+    let g2 = b.mutex(key).acquire().await.expect("acquire after crash");
+    assert!(g2.fence() > held, "fence {} after {held} across a crash", g2.fence());
+    g2.release().await.expect("release");
+}
+
+/// Keys with quotes, backslashes, LIKE wildcards, SQL and 256 bytes of text
+/// are plain data; NUL and 257 bytes are rejected before any I/O.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_keys_are_data() {
+    let server = PostgresServer::start();
+    let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    // The fast test server has fsync=off: fences survive a server crash, not an OS crash.
+    assert_eq!(a.capabilities().fence_durability, FenceDurability::ProcessCrash);
+    let long_mixed: String = "'\"\\%_;".chars().cycle().take(256).collect();
+    let long_multibyte: String = "é".repeat(128);
+    let keys = [
+        "it's".to_owned(),
+        "\"double\"".to_owned(),
+        "back\\slash\\".to_owned(),
+        "100%".to_owned(),
+        "_".to_owned(),
+        "%".to_owned(),
+        "'; DROP TABLE holdfast_leases; --".to_owned(),
+        "$1".to_owned(),
+        "E'\\x00'".to_owned(),
+        "ünïcødé 🔒".to_owned(),
+        "k".repeat(256),
+        long_mixed,
+        long_multibyte,
+    ];
+    let mut guards = Vec::new();
+    for k in &keys {
+        assert_eq!(k.len().min(256), k.len());
+        let g = a.mutex(k.clone()).try_acquire().await.unwrap_or_else(|e| panic!("{k:?}: {e}"));
+        guards.push(g.unwrap_or_else(|| panic!("{k:?} was busy: a wildcard or escape matched another key")));
+    }
+    for k in &keys {
+        assert!(b.mutex(k.clone()).try_acquire().await.expect("try").is_none(), "{k:?} granted twice");
+        let st = b.status(k).await.expect("status");
+        assert_eq!(st.holder.map(|h| h.label), Some("a".to_owned()), "{k:?}");
+    }
+    // Wildcard neighbours are different keys.
+    for other in ["1000", "x", "back\\slash", "100"] {
+        let g = b.mutex(other).try_acquire().await.expect("try").expect("a neighbour of a wildcard key");
+        g.release().await.expect("release");
+    }
+    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), keys.len().to_string());
+    for g in guards {
+        g.release().await.expect("release");
+    }
+    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), "0", "release leaves no rows");
+    for bad in ["nul\0".to_owned(), "k".repeat(257), "é".repeat(129)] {
+        assert!(matches!(a.mutex(bad).try_acquire().await, Err(Error::InvalidInput { what: "key", .. })));
+    }
+    // Hostile namespace names are refused, never quoted into SQL.
+    for bad in ["schema=a%22b", "schema=x%3Bdrop", "table=Leases", "table=a.b", "schema=pg%20catalog"] {
+        let url = format!("{}&{bad}", server.url());
+        assert!(matches!(Client::connect(&url).await, Err(Error::InvalidInput { what: "url", .. })), "{bad}");
+    }
+}
+
+fn acquire_calls(server: &PostgresServer) -> u64 {
+    psql(server, "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH cur AS%'")
+        .parse()
+        .expect("calls")
+}
+
+/// One release wakes one waiter through NOTIFY (the fallback poll is set to
+/// 20 s, so only notifications can explain the hand-offs), and the number of
+/// acquire statements per acquisition stays flat from 4 to 64 waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn notify_hands_off_one_waiter_per_release_with_flat_statements() {
+    let server = PostgresServer::start_with_settings(&[("shared_preload_libraries", "pg_stat_statements")]);
+    psql(&server, "CREATE EXTENSION pg_stat_statements");
+    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    let holder = connect(&url, "holder").await;
+    let mut per_acquisition = Vec::new();
+    for n in [4u32, 16, 64] {
+        let waiters = connect(&url, "waiters").await;
+        let key = format!("herd/{n}");
+        let hold = holder.mutex(&key).ttl(Duration::from_secs(60)).acquire().await.expect("hold");
+        let inside = Arc::new(AtomicU32::new(0));
+        let granted = Arc::new(AtomicU32::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let (c, key, inside, granted) = (waiters.clone(), key.clone(), inside.clone(), granted.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = c.mutex(&key).ttl(Duration::from_secs(60)).acquire().await.expect("waiter");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                granted.fetch_add(1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("waiter release");
+            }));
+        }
+        // Every waiter has made its first (busy) attempt and parked.
+        tokio::time::sleep(Duration::from_millis(500 + 10 * u64::from(n))).await;
+        assert_eq!(granted.load(Ordering::SeqCst), 0);
+        psql(&server, "SELECT pg_stat_statements_reset()");
+        let released = Instant::now();
+        hold.release().await.expect("release");
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(15), t)
+                .await
+                .expect("hand-off stalled: no wake-up")
+                .expect("task");
+        }
+        let took = released.elapsed();
+        assert_eq!(granted.load(Ordering::SeqCst), n);
+        let calls = acquire_calls(&server);
+        let per = calls as f64 / f64::from(n);
+        eprintln!("{n} waiters: {calls} acquire statements for {n} hand-offs ({per:.2} each) in {took:?}");
+        assert!(took < Duration::from_secs(15), "{n} hand-offs took {took:?}");
+        per_acquisition.push(per);
+    }
+    let (first, last) = (per_acquisition[0], per_acquisition[per_acquisition.len() - 1]);
+    assert!(last <= 2.0, "acquire statements per hand-off at 64 waiters: {last:.2}");
+    assert!(last <= first * 1.5 + 0.25, "statements per acquisition grew with waiters: {per_acquisition:?}");
+}
+
+/// An expired row is taken over atomically by the next acquirer (higher
+/// fence, the same single row); the stale token can neither release nor
+/// renew it; release deletes the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expired_row_is_taken_over() {
+    let server = PostgresServer::start();
+    let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
+    let key = LockKey::new("takeover/k").expect("key");
+    let stale = OwnerToken::random();
+    let req = AcquireRequest {
+        key: key.clone(),
+        token: stale,
+        ttl: Duration::from_millis(300),
+        label: "a".into(),
+        wait: false,
+        fair: false,
+    };
+    let first = a.backend().acquire(&req).await.expect("acquire").expect("granted");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let row = "SELECT count(*), bool_and(expires_at < clock_timestamp()) FROM holdfast_leases WHERE key = 'takeover/k'";
+    assert_eq!(psql(&server, row), "1|t", "the expired row stays until taken over");
+    let g = b.mutex(key.as_str()).try_acquire().await.expect("try").expect("expired key granted");
+    assert!(g.fence() > first.fence);
+    assert_eq!(psql(&server, row), "1|f", "takeover reuses the one row");
+    assert_eq!(psql(&server, "SELECT fence FROM holdfast_leases WHERE key = 'takeover/k'"), g.fence().to_string());
+    assert!(!a.backend().release(&key, stale).await.expect("stale release"));
+    let renewed = a
+        .backend()
+        .renew(&[holdfast::backend::RenewRequest { key: key.clone(), token: stale, ttl: Duration::from_secs(60) }])
+        .await
+        .expect("stale renew");
+    assert_eq!(renewed, vec![false]);
+    assert!(a.mutex(key.as_str()).try_acquire().await.expect("try").is_none(), "the stale token freed the key");
+    g.release().await.expect("release");
+    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), "0");
+}
+
+/// The listener's connection is killed and the key released while it is
+/// down: the notification is lost, but the reconnected listener makes every
+/// waiter look again, so the waiter is granted long before its 20 s poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listener_reconnects_and_rechecks() {
+    let server = PostgresServer::start();
+    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    let a = connect(&url, "a").await;
+    let b = connect(&format!("{url}&application_name=wb"), "b").await;
+    let key = "listener/k";
+    let g = a.mutex(key).ttl(Duration::from_secs(60)).acquire().await.expect("hold");
+    let b2 = b.clone();
+    let waiter = tokio::spawn(async move {
+        let w = b2.mutex(key).ttl(Duration::from_secs(60)).acquire().await.expect("waiter");
+        let at = Instant::now();
+        w.release().await.expect("release");
+        at
+    });
+    let listeners = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wb-listener'";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql(&server, listeners) != "1" {
+        assert!(Instant::now() < deadline, "the waiter's listener never connected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed = psql(
+        &server,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'wb-listener'",
+    );
+    assert_eq!(killed, "1");
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let at = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+    assert!(at - released < Duration::from_secs(5), "waiter granted {:?} after release", at - released);
+    // And the listener is back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql(&server, listeners) != "1" {
+        assert!(Instant::now() < deadline, "the listener did not reconnect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(b);
+}
+
+/// Many clients using a fresh namespace at once: table creation is
+/// serialised by a transaction-scoped advisory lock, none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_use_creates_tables_once() {
+    let server = PostgresServer::start();
+    let url = format!("{}&schema=fresh_ns&table=jobs", server.url());
+    let mut joins = Vec::new();
+    for i in 0..8 {
+        let url = url.clone();
+        joins.push(tokio::spawn(async move { Client::connect(&url).await.map(|c| (i, c)) }));
+    }
+    let mut clients = Vec::new();
+    for j in joins {
+        clients.push(j.await.expect("task").expect("concurrent first use failed"));
+    }
+    let (_, c) = &clients[0];
+    let g = c.mutex("k").acquire().await.expect("acquire");
+    assert_eq!(psql(&server, "SELECT count(*) FROM fresh_ns.jobs"), "1");
+    assert_eq!(psql(&server, "SELECT value FROM fresh_ns.jobs_fence"), g.fence().to_string());
+    g.release().await.expect("release");
+    // Another namespace on the same database has its own rows and counter.
+    let other = connect(&format!("{}&schema=fresh_ns&table=other", server.url()), "o").await;
+    let g = other.mutex("k").acquire().await.expect("same key, other namespace");
+    assert_eq!(g.fence(), 1);
+    g.release().await.expect("release");
+    // create=false on a missing namespace: a clear, non-retryable error.
+    match Client::connect(&format!("{}&table=missing&create=false", server.url())).await {
+        Err(Error::Backend { retryable: false, .. }) => {}
+        other => panic!("expected a Backend error, got {:?}", other.map(|_| ())),
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl is needed for the TLS test (apt-get install -y openssl): {e}"));
+    assert!(ok.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&ok.stderr));
+}
+
+/// TLS: verify-full with the right CA works, with another CA fails with a
+/// non-retryable error, verify-ca ignores the host name, require encrypts
+/// without checking, and the server really sees TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_modes() {
+    let server = PostgresServer::start();
+    let dir = server.dir().join("tls");
+    std::fs::create_dir_all(&dir).expect("tls dir");
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for ca in ["ca", "other"] {
+        let (key, pem, subj) = (format!("{ca}.key"), format!("{ca}.pem"), format!("/CN=holdfast test {ca}"));
+        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subj, "-keyout", &key, "-out", &pem];
+        args.extend(ec);
+        args.extend(["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"]);
+        openssl(&dir, &args);
+    }
+    let mut args = vec!["req", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"];
+    args.extend(ec);
+    openssl(&dir, &args);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").expect("ext");
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "server.pem",
+        ],
+    );
+    let status = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
+    assert!(status.is_ok_and(|s| s.success()) || !dir.join("server.key").exists());
+    let mut perms = std::fs::metadata(dir.join("server.key")).expect("key").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(dir.join("server.key"), perms).expect("chmod");
+    psql(&server, &format!("ALTER SYSTEM SET ssl_cert_file = '{}'", dir.join("server.pem").display()));
+    psql(&server, &format!("ALTER SYSTEM SET ssl_key_file = '{}'", dir.join("server.key").display()));
+    psql(&server, "ALTER SYSTEM SET ssl = on");
+    psql(&server, "SELECT pg_reload_conf()");
+    let base = format!("postgres://postgres@127.0.0.1:{}/postgres", server.port());
+    let ca = dir.join("ca.pem");
+    let other = dir.join("other.pem");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql(&server, "SHOW ssl") != "on" {
+        assert!(Instant::now() < deadline, "ssl not enabled by reload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let full = connect(&format!("{base}?sslmode=verify-full&sslrootcert={}", ca.display()), "tls-full").await;
+    let g = full.mutex("tls/k").acquire().await.expect("acquire over verify-full");
+    let ssl_sessions = "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                        WHERE s.ssl AND a.application_name = 'holdfast'";
+    assert_ne!(psql(&server, ssl_sessions), "0", "no TLS session seen by the server");
+    g.release().await.expect("release");
+    match Client::connect(&format!("{base}?sslmode=verify-full&sslrootcert={}", other.display())).await {
+        Err(e @ Error::Backend { retryable: false, .. }) => eprintln!("wrong CA refused: {e}"),
+        other => panic!("a server certificate from another CA was accepted: {:?}", other.map(|_| ())),
+    }
+    // The certificate names 127.0.0.1, not localhost: verify-full refuses, verify-ca accepts.
+    let by_name = format!("postgres://postgres@localhost:{}/postgres", server.port());
+    assert!(Client::connect(&format!("{by_name}?sslmode=verify-full&sslrootcert={}", ca.display())).await.is_err());
+    let c = connect(&format!("{by_name}?sslmode=verify-ca&sslrootcert={}", ca.display()), "tls-ca").await;
+    c.mutex("tls/k").acquire().await.expect("verify-ca").release().await.expect("release");
+    let missing = format!("{base}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem");
+    assert!(matches!(Client::connect(&missing).await, Err(Error::InvalidInput { what: "url", .. })));
+    let c = connect(&format!("{base}?sslmode=require"), "tls-req").await;
+    c.mutex("tls/k").acquire().await.expect("require").release().await.expect("release");
+}
+
+/// Behind a transaction-pooling PgBouncer (1.18: no protocol-level prepared
+/// statements) with 2 server connections shared by all clients: first use,
+/// exclusion, renewal, NOTIFY wake-ups (LISTEN over `listen_url`, direct)
+/// and polling with `listen=off` all work, because nothing is session state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn behind_transaction_pooling_pgbouncer() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start(&server);
+    let direct: String = url::form_urlencoded::byte_serialize(server.url().as_bytes()).collect();
+    let url = format!(
+        "{}&schema=pooled&prepared=false&poll_min_ms=20000&poll_max_ms=30000&listen_url={direct}",
+        bouncer.url()
+    );
+    // Concurrent first use through the pooler.
+    let mut joins = Vec::new();
+    for i in 0..4 {
+        let url = url.clone();
+        joins.push(tokio::spawn(async move { connect(&url, &format!("p{i}")).await }));
+    }
+    let mut clients = Vec::new();
+    for j in joins {
+        clients.push(j.await.expect("task"));
+    }
+    // Exclusion under interleaving on shared server connections.
+    let key = "pooled/k";
+    let inside = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (c, inside) = (clients[t % 4].clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..10 {
+                let g = c.mutex(key).acquire_timeout(Duration::from_secs(30)).await.expect("acquire via pooler");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders behind the pooler");
+                assert!(g.fence() > last);
+                last = g.fence();
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release via pooler");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t).await.expect("stalled behind the pooler").expect("task");
+    }
+    // Renewal through the pooler.
+    let g = clients[0].mutex(key).ttl(Duration::from_millis(500)).acquire().await.expect("hold");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!g.is_lost(), "renewal through the pooler failed");
+    assert!(clients[1].mutex(key).try_acquire().await.expect("try").is_none());
+    // A waiter woken by NOTIFY (its LISTEN goes direct; the poll is 20 s).
+    let w = clients[1].clone();
+    let waiter = tokio::spawn(async move {
+        let g = w.mutex(key).acquire().await.expect("waiter");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.expect("release");
+    let at = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+    assert!(at - released < Duration::from_secs(2), "NOTIFY wake-up took {:?}", at - released);
+    // listen=off: waiters poll (5..50 ms), through the pooler only.
+    let polling = connect(&format!("{}&schema=pooled&listen=off", bouncer.url()), "poll").await;
+    assert!(!polling.capabilities().store_notification);
+    let g = clients[2].mutex(key).acquire().await.expect("hold");
+    let p = polling.clone();
+    let waiter = tokio::spawn(async move { p.mutex(key).acquire().await.expect("polling waiter").release().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    g.release().await.expect("release");
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("polling waiter stuck")
+        .expect("task")
+        .expect("release");
+    drop(bouncer);
+}
