@@ -108,8 +108,16 @@ struct Entry {
 }
 
 #[derive(Default)]
+struct Entries {
+    leases: HashMap<u64, Entry>,
+    /// When the sleeping renewal task wakes next; `None` while it works (it
+    /// rescans before sleeping again, so it sees new leases without a wake-up).
+    sleeping_until: Option<Instant>,
+}
+
+#[derive(Default)]
 struct Shared {
-    entries: Mutex<HashMap<u64, Entry>>,
+    entries: Mutex<Entries>,
     changed: Notify,
     next_id: AtomicU64,
 }
@@ -139,18 +147,24 @@ impl Renewer {
         let now = Instant::now();
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Entry { lease, interval, next_renew: now + interval, renew_until: max_hold.map(|m| now + m) };
-        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).insert(id, entry);
-        self.shared.changed.notify_one();
+        let mut entries = self.shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+        // Wake the task only if it sleeps past this lease's first renewal:
+        // acquiring stays O(1) however many leases the client holds.
+        if entries.sleeping_until.is_some_and(|wake| entry.next_renew < wake) {
+            entries.sleeping_until = Some(entry.next_renew);
+            self.shared.changed.notify_one();
+        }
+        entries.leases.insert(id, entry);
         id
     }
 
     pub(crate) fn deregister(&self, id: u64) {
-        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).leases.remove(&id);
     }
 
     /// How many leases this client renews (for tests and benchmarks).
     pub(crate) fn len(&self) -> usize {
-        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).leases.len()
     }
 }
 
@@ -160,9 +174,13 @@ impl Drop for Renewer {
     }
 }
 
+/// How long the renewal task sleeps when it holds no lease.
+const IDLE_WAKE: Duration = Duration::from_secs(3600);
+
 /// Picks the due leases; returns them with the instant the task must wake next.
 fn collect_due(shared: &Shared, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
-    let mut entries = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+    let Entries { leases: entries, sleeping_until } = &mut *guard;
     let mut wake: Option<Instant> = None;
     let mut any_due = false;
     entries.retain(|_, e| {
@@ -176,8 +194,10 @@ fn collect_due(shared: &Shared, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, O
         true
     });
     if !any_due {
+        *sleeping_until = Some(wake.unwrap_or(now + IDLE_WAKE));
         return (Vec::new(), wake);
     }
+    *sleeping_until = None;
     let due = entries
         .iter()
         .filter(|(_, e)| {
@@ -194,7 +214,7 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
         let now = Instant::now();
         let (due, wake) = collect_due(&shared, now);
         if due.is_empty() {
-            let sleep = tokio::time::sleep_until(wake.unwrap_or(now + Duration::from_secs(3600)));
+            let sleep = tokio::time::sleep_until(wake.unwrap_or(now + IDLE_WAKE));
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = shared.changed.notified() => {}
@@ -213,7 +233,8 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
             _ = stop.cancelled() => return,
             r = tokio::time::timeout_at(give_up, backend.renew(&requests)).instrument(span) => r,
         };
-        let mut entries = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = &mut guard.leases;
         match outcome {
             Ok(Ok(held)) if held.len() == due.len() => {
                 for ((id, lease), still_held) in due.iter().zip(held) {

@@ -89,10 +89,17 @@ pub struct Store {
 /// with its `holdfast_testkit::servers` module; the tests that call this run
 /// unchanged on it.
 pub fn stores(env: &Env) -> Vec<Store> {
-    let redis = holdfast_testkit::servers::redis::RedisServer::start();
+    use holdfast_testkit::servers::{
+        etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer,
+    };
+    let (redis, etcd, mysql, postgres) =
+        (RedisServer::start(), EtcdCluster::start(), MysqlServer::start(), PostgresServer::start());
     vec![
         Store { name: "sqlite", url: env.url.clone(), _server: None },
         Store { name: "redis", url: redis.url(), _server: Some(Box::new(redis)) },
+        Store { name: "etcd", url: etcd.url(), _server: Some(Box::new(etcd)) },
+        Store { name: "mysql", url: mysql.url(), _server: Some(Box::new(mysql)) },
+        Store { name: "postgres", url: postgres.url(), _server: Some(Box::new(postgres)) },
     ]
 }
 

@@ -5,9 +5,9 @@
 //! killed on drop; a missing binary is a test failure naming the command that
 //! installs it (never a silent skip).
 
+pub mod mysql;
 pub mod postgres;
 pub mod redis;
-pub mod mysql;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ pub mod etcd;
 
 /// The Debian packages that provide every server the tests start.
 pub const APT_INSTALL: &str = "apt-get install -y redis-server redis-tools etcd-server etcd-client zookeeper \
-     postgresql-15 mariadb-server mariadb-client protobuf-compiler";
+     postgresql-15 pgbouncer mariadb-server mariadb-client protobuf-compiler openssl";
 
 /// A free TCP port on 127.0.0.1 (bind to port 0, read it, let it go).
 pub fn free_port() -> u16 {

@@ -36,12 +36,12 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "mysql")]
-pub mod mysql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -2,13 +2,13 @@
 
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
-#[cfg(feature = "mysql")]
-mod mysql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
