@@ -5,6 +5,8 @@
 //! killed on drop; a missing binary is a test failure naming the command that
 //! installs it (never a silent skip).
 
+pub mod zookeeper;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -36,6 +36,8 @@
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -2,3 +2,5 @@
 
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
