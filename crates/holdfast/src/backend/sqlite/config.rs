@@ -50,7 +50,10 @@ impl SqliteConfig {
                         "full" => true,
                         "normal" => false,
                         _ => {
-                            return Err(Error::invalid("url", format!("synchronous must be full or normal, got {v:?}")));
+                            return Err(Error::invalid(
+                                "url",
+                                format!("synchronous must be full or normal, got {v:?}"),
+                            ));
                         }
                     }
                 }

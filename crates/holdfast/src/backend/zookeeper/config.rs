@@ -72,9 +72,9 @@ fn check_path(what: &str, p: &str) -> Result<()> {
 impl ZkConfig {
     /// Parses `zk://user:pass@h1:2181,h2:2181/chroot?session_timeout=10000&timeout=5000`.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("zk://")
-            .ok_or_else(|| Error::invalid("url", "not a zk:// URL (expected zk://host:port[,host:port...][/chroot])"))?;
+        let rest = url.strip_prefix("zk://").ok_or_else(|| {
+            Error::invalid("url", "not a zk:// URL (expected zk://host:port[,host:port...][/chroot])")
+        })?;
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, chroot) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -117,11 +117,9 @@ impl ZkConfig {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let ms = || {
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|ms| (1..=3_600_000).contains(ms))
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| Error::invalid("url", format!("zk option {k} needs 1..3600000 milliseconds, got {v:?}")))
+                v.parse::<u64>().ok().filter(|ms| (1..=3_600_000).contains(ms)).map(Duration::from_millis).ok_or_else(
+                    || Error::invalid("url", format!("zk option {k} needs 1..3600000 milliseconds, got {v:?}")),
+                )
             };
             match k {
                 "session_timeout" | "session_timeout_ms" => config.session_timeout = ms()?,
@@ -149,8 +147,9 @@ mod tests {
 
     #[test]
     fn parses_hosts_chroot_auth_and_options() {
-        let c = ZkConfig::from_url("zk://app:s%40cret@127.0.0.1:2181,h2:2182/tenant/a?session_timeout=4000&timeout=900")
-            .unwrap();
+        let c =
+            ZkConfig::from_url("zk://app:s%40cret@127.0.0.1:2181,h2:2182/tenant/a?session_timeout=4000&timeout=900")
+                .unwrap();
         assert_eq!(c.hosts, vec!["127.0.0.1:2181", "h2:2182"]);
         assert_eq!(c.credentials, Some(("app".into(), "s@cret".into())));
         assert_eq!(c.root, "/tenant/a/holdfast/locks");

@@ -137,7 +137,11 @@ impl ZkBackend {
     }
 
     /// Runs one request with the configured time limit.
-    async fn op<T>(&self, what: &str, f: impl Future<Output = std::result::Result<T, zk::Error>>) -> Result<std::result::Result<T, zk::Error>> {
+    async fn op<T>(
+        &self,
+        what: &str,
+        f: impl Future<Output = std::result::Result<T, zk::Error>>,
+    ) -> Result<std::result::Result<T, zk::Error>> {
         let limit = self.cfg().timeout;
         tokio::time::timeout(limit, f)
             .await
@@ -172,9 +176,13 @@ impl ZkBackend {
         let lost = CancellationToken::new();
         watch_session(&client, lost.clone(), self.inner.shutdown.clone());
         let options = zk::CreateMode::Persistent.with_acls(nodes::acls(self.authenticated()));
-        match self.op("create root", client.mkdir(&cfg.root, &options)).await? {
-            Ok(()) | Err(zk::Error::NodeExists) => {}
-            Err(e) => return Err(map_err(e)),
+        // Look first: an identity with read-only rights (status, monitoring)
+        // must not need the right to create the root.
+        if self.op("stat root", client.check_stat(&cfg.root)).await?.map_err(map_err)?.is_none() {
+            match self.op("create root", client.mkdir(&cfg.root, &options)).await? {
+                Ok(()) | Err(zk::Error::NodeExists) => {}
+                Err(e) => return Err(map_err(e)),
+            }
         }
         tracing::debug!(session = ?client.session_id(), timeout = ?client.session_timeout(), "zookeeper session");
         Ok(Session { client, lost })
@@ -194,17 +202,19 @@ impl ZkBackend {
                     let name = format!("{}{seq}", nodes::node_name_prefix(req.token));
                     return Ok((name, stat.czxid));
                 }
-                Err(zk::Error::NoNode) => match self.op("create parent", s.client.create(parent, &[], &container)).await? {
-                    Ok(_) | Err(zk::Error::NodeExists) => {}
-                    Err(zk::Error::NoNode) => {
-                        let root = zk::CreateMode::Persistent.with_acls(acls);
-                        match self.op("create root", s.client.mkdir(&self.cfg().root, &root)).await? {
-                            Ok(()) | Err(zk::Error::NodeExists) => {}
-                            Err(e) => return Err(map_err(e)),
+                Err(zk::Error::NoNode) => {
+                    match self.op("create parent", s.client.create(parent, &[], &container)).await? {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(zk::Error::NoNode) => {
+                            let root = zk::CreateMode::Persistent.with_acls(acls);
+                            match self.op("create root", s.client.mkdir(&self.cfg().root, &root)).await? {
+                                Ok(()) | Err(zk::Error::NodeExists) => {}
+                                Err(e) => return Err(map_err(e)),
+                            }
                         }
+                        Err(e) => return Err(map_err(e)),
                     }
-                    Err(e) => return Err(map_err(e)),
-                },
+                }
                 Err(e) => return Err(map_err(e)),
             }
         }
@@ -230,13 +240,30 @@ impl ZkBackend {
 
     /// One acquisition on one session: create the node, then wait for every
     /// node before it to go, watching only the one just before.
-    async fn acquire_on(&self, s: &Arc<Session>, req: &AcquireRequest) -> Result<Step> {
+    /// On a `retry`, first looks for the node an earlier attempt on the same
+    /// session may have created (its reply lost), so a token never has two.
+    async fn acquire_on(&self, s: &Arc<Session>, req: &AcquireRequest, retry: bool) -> Result<Step> {
         let parent = nodes::parent_path(&self.cfg().root, req.key.as_str());
-        if !req.wait && !self.queue(s, &parent).await?.is_empty() {
-            // Busy: answered without writing anything.
-            return Ok(Step::Done(None));
+        let mut existing = None;
+        if !req.wait || retry {
+            let queue = self.queue(s, &parent).await?;
+            let prefix = nodes::node_name_prefix(req.token);
+            existing = queue.iter().find(|n| n.starts_with(&prefix)).cloned();
+            if existing.is_none() && !req.wait && !queue.is_empty() {
+                // Busy: answered without writing anything.
+                return Ok(Step::Done(None));
+            }
         }
-        let (mine, czxid) = self.create_node(s, &parent, req).await?;
+        let (mine, czxid) = match existing {
+            Some(name) => {
+                let path = format!("{parent}/{name}");
+                match self.op("stat", s.client.check_stat(&path)).await?.map_err(map_err)? {
+                    Some(stat) => (name, stat.czxid),
+                    None => self.create_node(s, &parent, req).await?,
+                }
+            }
+            None => self.create_node(s, &parent, req).await?,
+        };
         loop {
             if s.lost.is_cancelled() {
                 return Ok(Step::Restart);
@@ -292,7 +319,8 @@ impl ZkBackend {
     /// deleted when the TTL runs out (see `docs.md`).
     fn track(&self, s: &Arc<Session>, req: &AcquireRequest, path: &str) {
         let done = CancellationToken::new();
-        let grant = LocalGrant { key: req.key.as_str().to_owned(), deadline: Instant::now() + req.ttl, done: done.clone() };
+        let grant =
+            LocalGrant { key: req.key.as_str().to_owned(), deadline: Instant::now() + req.ttl, done: done.clone() };
         let token = req.token.as_u128();
         self.inner.grants.lock().unwrap_or_else(|p| p.into_inner()).insert(token, grant);
         let weak = Arc::downgrade(&self.inner);
@@ -417,15 +445,29 @@ impl Backend for ZkBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        let mut retry = false;
+        let mut backoff = Duration::from_millis(50);
         loop {
-            let s = self.session().await?;
-            match self.acquire_on(&s, req).await? {
-                Step::Done(grant) => return Ok(grant),
-                Step::Restart if req.wait => {
+            let step = match self.session().await {
+                Ok(s) => self.acquire_on(&s, req, retry).await,
+                Err(e) => Err(e),
+            };
+            match step {
+                Ok(Step::Done(grant)) => return Ok(grant),
+                Ok(Step::Restart) if req.wait => {
                     tracing::warn!(key = %req.key, "zookeeper session lost while waiting; queueing again");
                 }
-                Step::Restart => return Err(Error::backend(STORE, true, "ZooKeeper session lost")),
+                Ok(Step::Restart) => return Err(Error::backend(STORE, true, "ZooKeeper session lost")),
+                // A waiter rides out connection loss and failover until the
+                // caller's deadline drops this future.
+                Err(e) if req.wait && e.is_retryable() => {
+                    tracing::warn!(key = %req.key, error = %e, "zookeeper error while waiting; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
             }
+            retry = true;
         }
     }
 
