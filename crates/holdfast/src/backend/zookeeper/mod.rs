@@ -60,6 +60,8 @@ impl Session {
 #[derive(Debug)]
 struct LocalGrant {
     key: String,
+    /// The node's full path.
+    path: String,
     deadline: Instant,
     /// Cancelled on release, so the expiry task stops.
     done: CancellationToken,
@@ -88,6 +90,16 @@ impl Drop for Inner {
 #[derive(Debug, Clone)]
 pub struct ZkBackend {
     inner: Arc<Inner>,
+}
+
+/// A queue node just created (or found again after a lost reply).
+struct Created {
+    name: String,
+    czxid: i64,
+    /// The queue listed right behind the create, if that succeeded.
+    queue: Option<Vec<String>>,
+    /// Taken before the create was sent.
+    sent: Instant,
 }
 
 /// Why a waiting acquire starts over.
@@ -189,18 +201,30 @@ impl ZkBackend {
     }
 
     /// Creates `token`'s queue node under `parent` (creating the parent
-    /// container if the server removed it); returns the node name and czxid.
-    async fn create_node(&self, s: &Session, parent: &str, req: &AcquireRequest) -> Result<(String, i64)> {
+    /// container if the server removed it) and, pipelined behind the create
+    /// on the same session (so it sees it), lists the queue: one round trip.
+    /// Returns the node name, its czxid, the queue if listed, and the instant
+    /// before the requests were sent.
+    async fn create_node(&self, s: &Session, parent: &str, req: &AcquireRequest) -> Result<Created> {
         let acls = nodes::acls(self.authenticated());
         let node = zk::CreateMode::EphemeralSequential.with_acls(acls);
         let container = zk::CreateMode::Container.with_acls(acls);
         let prefix = nodes::node_prefix(parent, req.token);
         let data = nodes::node_data(req.token, &req.label);
+        let limit = self.cfg().timeout;
         for _ in 0..5 {
-            match self.op("create", s.client.create(&prefix, &data, &node)).await? {
+            let sent = Instant::now();
+            // Both requests leave now, in this order.
+            let create = s.client.create(&prefix, &data, &node);
+            let list = s.client.list_children(parent);
+            let (created, listed) = tokio::time::timeout(limit, async { tokio::join!(create, list) })
+                .await
+                .map_err(|_| Error::backend(STORE, true, format!("ZooKeeper create timed out after {limit:?}")))?;
+            match created {
                 Ok((stat, seq)) => {
                     let name = format!("{}{seq}", nodes::node_name_prefix(req.token));
-                    return Ok((name, stat.czxid));
+                    let queue = listed.ok().map(nodes::queue).filter(|q| q.contains(&name));
+                    return Ok(Created { name, czxid: stat.czxid, queue, sent });
                 }
                 Err(zk::Error::NoNode) => {
                     match self.op("create parent", s.client.create(parent, &[], &container)).await? {
@@ -254,22 +278,28 @@ impl ZkBackend {
                 return Ok(Step::Done(None));
             }
         }
-        let (mine, czxid) = match existing {
+        let existing = match existing {
             Some(name) => {
                 let path = format!("{parent}/{name}");
-                match self.op("stat", s.client.check_stat(&path)).await?.map_err(map_err)? {
-                    Some(stat) => (name, stat.czxid),
-                    None => self.create_node(s, &parent, req).await?,
-                }
+                let stat = self.op("stat", s.client.check_stat(&path)).await?.map_err(map_err)?;
+                stat.map(|st| Created { name, czxid: st.czxid, queue: None, sent: Instant::now() })
             }
+            None => None,
+        };
+        let created = match existing {
+            Some(c) => c,
             None => self.create_node(s, &parent, req).await?,
         };
+        let (mine, czxid) = (created.name, created.czxid);
+        let mut listed = created.queue.map(|q| (created.sent, q));
         loop {
             if s.lost.is_cancelled() {
                 return Ok(Step::Restart);
             }
-            let observed = Instant::now();
-            let queue = self.queue(s, &parent).await?;
+            let (observed, queue) = match listed.take() {
+                Some(l) => l,
+                None => (Instant::now(), self.queue(s, &parent).await?),
+            };
             let Some(pos) = queue.iter().position(|n| *n == mine) else {
                 // Our node is gone: the session ended under us.
                 return if req.wait {
@@ -319,8 +349,12 @@ impl ZkBackend {
     /// deleted when the TTL runs out (see `docs.md`).
     fn track(&self, s: &Arc<Session>, req: &AcquireRequest, path: &str) {
         let done = CancellationToken::new();
-        let grant =
-            LocalGrant { key: req.key.as_str().to_owned(), deadline: Instant::now() + req.ttl, done: done.clone() };
+        let grant = LocalGrant {
+            key: req.key.as_str().to_owned(),
+            path: path.to_owned(),
+            deadline: Instant::now() + req.ttl,
+            done: done.clone(),
+        };
         let token = req.token.as_u128();
         self.inner.grants.lock().unwrap_or_else(|p| p.into_inner()).insert(token, grant);
         let weak = Arc::downgrade(&self.inner);
@@ -475,13 +509,22 @@ impl Backend for ZkBackend {
         let local = self.untrack(token);
         let held = local.as_ref().is_some_and(|g| g.key == key.as_str() && g.deadline > Instant::now());
         let s = {
-            let current = self.inner.session.lock().await;
+            let mut current = self.inner.session.lock().await;
             match current.as_ref() {
                 Some(s) if !s.lost.is_cancelled() => s.clone(),
-                // A lost session's nodes go when it closes; nothing to delete here.
-                _ => return Ok(false),
+                // A lost session's nodes go when it closes: close it now
+                // (once nothing else uses it) rather than at the next acquire.
+                _ => {
+                    current.take();
+                    return Ok(false);
+                }
             }
         };
+        if let Some(g) = local.as_ref().filter(|g| g.key == key.as_str()) {
+            // A grant of this client: its path is known, one round trip.
+            let deleted = self.delete(&s, &g.path).await?;
+            return Ok(deleted && held && !s.lost.is_cancelled());
+        }
         let parent = nodes::parent_path(&self.cfg().root, key.as_str());
         let prefix = nodes::node_name_prefix(token);
         let queue = self.queue(&s, &parent).await?;
