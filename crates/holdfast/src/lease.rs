@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::backend::{Backend, RenewRequest};
 use crate::key::{LockKey, OwnerToken};
@@ -207,9 +208,10 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
         // by then lost() has fired anyway, and the other leases need the task.
         let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or(now);
         let sent = Instant::now();
+        let span = tracing::debug_span!("renew", leases = requests.len());
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = tokio::time::timeout_at(give_up, backend.renew(&requests)) => r,
+            r = tokio::time::timeout_at(give_up, backend.renew(&requests)).instrument(span) => r,
         };
         let mut entries = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
         match outcome {

@@ -70,3 +70,8 @@ pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
 pub use mutex::{DEFAULT_TTL, LockOptions, Mutex, MutexGuard};
 pub use url::SCHEMES;
+
+/// The README's examples, compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

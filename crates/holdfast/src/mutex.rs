@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Backend};
 use crate::client::Client;
@@ -200,10 +201,8 @@ impl Mutex {
             fair: self.opts.fair || caps.always_fair,
         };
         let span = tracing::debug_span!("acquire", key = %key, wait);
-        let _enter = span.enter();
-        drop(_enter);
         let mut cleanup = ReleaseOnDrop { backend: Some(inner.backend.clone()), key: key.clone(), token: req.token };
-        let attempt = inner.backend.acquire(&req);
+        let attempt = inner.backend.acquire(&req).instrument(span);
         let outcome = match timeout {
             Some(t) => match tokio::time::timeout(t, attempt).await {
                 Ok(r) => r,
@@ -390,11 +389,9 @@ impl MutexGuard {
         }
         let lease = &self.held.lease;
         let span = tracing::debug_span!("release", key = %lease.key, fence = lease.fence);
-        let _enter = span.enter();
-        drop(_enter);
         let was_lost = lease.is_lost();
         let backend = self.held.client.inner().backend.clone();
-        match backend.release(&lease.key, lease.token).await {
+        match backend.release(&lease.key, lease.token).instrument(span).await {
             Ok(true) if !was_lost => Ok(()),
             Ok(_) => {
                 lease.mark_lost();
