@@ -87,6 +87,7 @@ fn acl_protects_lock_nodes_and_containers_are_cleaned() {
         let alice = client(&alice_url, "alice").await;
         let key = "acl test/1";
         let parent = "/holdfast/locks/acl%20test%2F1";
+        assert!(!format!("{:?}", alice.backend()).contains("secret"), "password in Debug output");
         let g = alice.mutex(key).acquire().await.expect("acquire");
         for (who, auth) in [("mallory", Some("mallory:guess")), ("anonymous", None)] {
             let other = raw(&server, auth).await;
@@ -180,8 +181,9 @@ fn session_loss_fires_lost_before_regrant() {
 #[test]
 fn leader_failover_keeps_order_and_fences() {
     let mut server = ZkServer::start_ensemble(3);
-    // Session timeout 8 s: a disconnection up to 2 s (the election) keeps grants.
-    let url = format!("{}?session_timeout=8000", server.url());
+    // Session timeout 10 s: a disconnection up to 2.5 s (the election) keeps
+    // grants and queue places.
+    let url = format!("{}?session_timeout=10000", server.url());
     let rt = runtime();
     let holder = rt.block_on(client(&url, "holder"));
     let key = "failover/key";
