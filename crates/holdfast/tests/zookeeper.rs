@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use holdfast::backend::zookeeper::ZkBackend;
 use holdfast::{Client, ClientOptions, Error};
-use holdfast_testkit::servers::zookeeper::{TICK_MS, ZkServer};
+use holdfast_testkit::servers::zookeeper::{TICK_MS, ZkServer, watches_by_path};
 use zookeeper_client as zk;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -58,6 +58,15 @@ fn fair_order_across_clients() {
         let status = holder.status(key).await.expect("status");
         assert_eq!(status.holder.as_ref().map(|h| (h.label.as_str(), h.fence)), Some(("holder", first_fence)));
         assert_eq!(status.waiters, Some(6), "{status:?}");
+        // No herd: each waiter watches only the node just before its own, so
+        // six distinct queue nodes are watched, by one session each, and
+        // nobody watches the lock's children.
+        let watches = watches_by_path(server.client_port(0));
+        assert_eq!(watches.len(), 6, "{watches:?}");
+        assert!(
+            watches.iter().all(|(p, n)| *n == 1 && p.starts_with("/holdfast/locks/fair%2Forders/lk-")),
+            "{watches:?}"
+        );
         g.release().await.expect("release");
         for w in waiters {
             tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");

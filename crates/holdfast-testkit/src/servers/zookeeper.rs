@@ -38,14 +38,35 @@ pub struct ZkServer {
     _dir: tempfile::TempDir,
 }
 
-/// The `srvr` four-letter word's answer from 127.0.0.1:`port`, if any.
-pub fn srvr(port: u16) -> Option<String> {
+/// A four-letter word's answer from 127.0.0.1:`port` (whitelisted: `srvr`,
+/// `ruok`, `stat`, `mntr`, `wchp`), if any.
+pub fn four_letter(port: u16, word: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(1000))).ok()?;
-    s.write_all(b"srvr").ok()?;
+    s.write_all(word.as_bytes()).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
+}
+
+/// The `srvr` four-letter word's answer from 127.0.0.1:`port`, if any.
+pub fn srvr(port: u16) -> Option<String> {
+    four_letter(port, "srvr")
+}
+
+/// The watched paths of a server and how many sessions watch each (`wchp`).
+pub fn watches_by_path(port: u16) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for line in four_letter(port, "wchp").unwrap_or_default().lines() {
+        if line.starts_with('/') {
+            out.push((line.trim().to_owned(), 0));
+        } else if !line.trim().is_empty() {
+            if let Some(last) = out.last_mut() {
+                last.1 += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The `Mode:` line of `srvr` (`standalone`, `leader`, `follower`), if serving.
@@ -81,7 +102,7 @@ impl ZkServer {
             std::fs::write(data.join("myid"), format!("{id}\n")).expect("myid");
             let mut cfg = format!(
                 "tickTime={TICK_MS}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client}\n\
-                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr,wchp\n\
                  maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n",
                 data.display()
             );
