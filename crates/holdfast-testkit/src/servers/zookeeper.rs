@@ -60,10 +60,8 @@ pub fn watches_by_path(port: u16) -> Vec<(String, usize)> {
     for line in four_letter(port, "wchp").unwrap_or_default().lines() {
         if line.starts_with('/') {
             out.push((line.trim().to_owned(), 0));
-        } else if !line.trim().is_empty() {
-            if let Some(last) = out.last_mut() {
-                last.1 += 1;
-            }
+        } else if let Some(last) = out.last_mut().filter(|_| !line.trim().is_empty()) {
+            last.1 += 1;
         }
     }
     out
