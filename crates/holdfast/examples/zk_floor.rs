@@ -53,13 +53,13 @@ fn main() {
     let hosts = url.trim_start_matches("zk://").split(['/', '?']).next().unwrap_or_default().to_owned();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     rt.block_on(async {
-        // Warm up both paths, then alternate two rounds each.
+        // Warm up both paths, then alternate four rounds each (the box may be shared).
         raw_cycles(&hosts, 0.5).await;
         holdfast_cycles(&url, 0.5).await;
         let (mut raw, mut hf) = (Vec::new(), Vec::new());
-        for _ in 0..2 {
-            raw.push(raw_cycles(&hosts, secs / 2.0).await);
-            hf.push(holdfast_cycles(&url, secs / 2.0).await);
+        for _ in 0..4 {
+            raw.push(raw_cycles(&hosts, secs / 4.0).await);
+            hf.push(holdfast_cycles(&url, secs / 4.0).await);
         }
         let raw = raw.iter().sum::<f64>() / raw.len() as f64;
         let hf = hf.iter().sum::<f64>() / hf.len() as f64;
