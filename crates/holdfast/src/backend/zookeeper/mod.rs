@@ -281,8 +281,18 @@ impl ZkBackend {
         let existing = match existing {
             Some(name) => {
                 let path = format!("{parent}/{name}");
-                let stat = self.op("stat", s.client.check_stat(&path)).await?.map_err(map_err)?;
-                stat.map(|st| Created { name, czxid: st.czxid, queue: None, sent: Instant::now() })
+                match self.op("stat", s.client.check_stat(&path)).await?.map_err(map_err)? {
+                    Some(st) if st.ephemeral_owner == s.client.session_id().0 => {
+                        Some(Created { name, czxid: st.czxid, queue: None, sent: Instant::now() })
+                    }
+                    Some(_) => {
+                        // Left by this client's previous, lost session: it goes
+                        // when that session closes; never adopt it.
+                        self.delete(s, &path).await?;
+                        None
+                    }
+                    None => None,
+                }
             }
             None => None,
         };
@@ -528,10 +538,12 @@ impl Backend for ZkBackend {
         let parent = nodes::parent_path(&self.cfg().root, key.as_str());
         let prefix = nodes::node_name_prefix(token);
         let queue = self.queue(&s, &parent).await?;
-        let Some(name) = queue.iter().find(|n| n.starts_with(&prefix)) else {
-            return Ok(false);
-        };
-        let deleted = self.delete(&s, &format!("{parent}/{name}")).await?;
+        let mut deleted = false;
+        // Normally one node; two only if a waiter moved to a new session
+        // before its old one closed.
+        for name in queue.iter().filter(|n| n.starts_with(&prefix)) {
+            deleted |= self.delete(&s, &format!("{parent}/{name}")).await?;
+        }
         Ok(deleted && held && !s.lost.is_cancelled())
     }
 
