@@ -1,0 +1,162 @@
+//! The command line, as clap types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+use crate::exit::{Failure, HELP_TABLE};
+
+/// The environment variable that names the store when `--backend` is not given.
+pub const ENV_BACKEND: &str = "HOLDFAST_BACKEND";
+/// Set for `run`'s command: the lock key.
+pub const ENV_KEY: &str = "HOLDFAST_KEY";
+/// Set for `run`'s command: the fencing token of the grant.
+pub const ENV_FENCE: &str = "HOLDFAST_FENCE";
+
+/// Distributed locks from the shell: run a command under a lock, inspect locks, watch a demo.
+#[derive(Debug, Parser)]
+#[command(name = "holdfast", version, after_help = HELP_TABLE)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Flash sale: worker processes sell a stock under the lock; checks nothing is oversold.
+    Demo(DemoArgs),
+    /// Run a command while holding a lock.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Show who holds locks.
+    Status(StatusArgs),
+    /// One worker process of `demo` (internal).
+    #[command(name = "__demo-worker", hide = true)]
+    DemoWorker(DemoWorkerArgs),
+}
+
+const RUN_HELP: &str = "\
+CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.
+holdfast renews the lease while CMD runs and exits with CMD's status. If the lease is lost,
+CMD gets SIGTERM, then SIGKILL after --kill-after, and holdfast exits 74. SIGINT, SIGTERM and
+SIGHUP sent to holdfast are forwarded to CMD; the lock is released once CMD has exited.
+The lock still busy when --wait runs out: exit 75.
+
+When stdin is not a terminal, CMD runs in a process group of its own and every signal goes
+to the whole group (a script's children are stopped too). When stdin is a terminal, CMD
+stays in the foreground group so it can read the terminal; signals then go to CMD alone.
+
+Examples:
+    holdfast run --key nightly-report --ttl 30s -- ./report.sh
+    holdfast run --key deploy --wait 0 -- make deploy      # skip if someone else deploys
+    holdfast run --backend redis://127.0.0.1:6379 --key k --wait 10s -- sh -c 'echo $HOLDFAST_FENCE'";
+
+/// Where the locks live.
+#[derive(Debug, Clone, Args)]
+pub struct BackendArg {
+    /// Lock store URL: sqlite://PATH, redis://HOST:PORT, etcd://..., zk://..., postgres://..., mysql://...
+    /// [default: sqlite:// file in the user's state directory]
+    #[arg(long, env = ENV_BACKEND, value_name = "URL", hide_env_values = true)]
+    pub backend: Option<String>,
+}
+
+impl BackendArg {
+    /// The store URL: the flag, the environment, or the default SQLite file.
+    pub fn url(&self) -> Result<String, Failure> {
+        if let Some(url) = &self.backend {
+            return Ok(url.clone());
+        }
+        let path = default_db_path().ok_or_else(|| {
+            Failure::usage(format!("no state directory to keep locks in; pass --backend URL or set {ENV_BACKEND}"))
+        })?;
+        Ok(format!("sqlite://{}", path.display()))
+    }
+}
+
+/// The default SQLite file: `holdfast/locks.db` in the user's state directory
+/// (`$XDG_STATE_HOME`, `~/.local/state`), else the local data directory.
+pub fn default_db_path() -> Option<PathBuf> {
+    let base = dirs::state_dir().or_else(dirs::data_local_dir)?;
+    Some(base.join("holdfast").join("locks.db"))
+}
+
+/// `holdfast demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Lock store URL [default: an SQLite file in a fresh temp dir]. HOLDFAST_BACKEND is not read.
+    #[arg(long, value_name = "URL")]
+    pub backend: Option<String>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Items for sale.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub stock: u64,
+    /// Sell without the lock, to see what it prevents (expect exit 1).
+    #[arg(long)]
+    pub without_lock: bool,
+}
+
+/// `holdfast run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// The lock key.
+    #[arg(long, short)]
+    pub key: String,
+    /// Lease TTL: a holdfast that dies frees the lock after this long.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// How long to wait for a busy lock; 0 = one try [default: wait forever].
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+    /// After the lease is lost: time between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DURATION")]
+    pub kill_after: Duration,
+    /// Stop renewing after this long: the lease then runs out within one TTL and CMD is stopped.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub max_hold: Option<Duration>,
+    /// Holder label shown by `status` [default: host:pid].
+    #[arg(long)]
+    pub label: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `holdfast status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// The lock keys.
+    #[arg(required = true, value_name = "KEY")]
+    pub keys: Vec<String>,
+    /// Print JSON (an array, one object per key).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `holdfast __demo-worker` (the backend comes from HOLDFAST_BACKEND).
+#[derive(Debug, Args)]
+pub struct DemoWorkerArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// The lock key of this demo run.
+    #[arg(long)]
+    pub key: String,
+    /// The witness directory holding the stock.
+    #[arg(long)]
+    pub witness: PathBuf,
+    /// Sell without the lock.
+    #[arg(long)]
+    pub without_lock: bool,
+}

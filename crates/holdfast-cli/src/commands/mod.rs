@@ -1,0 +1,35 @@
+//! One module per subcommand; each is a thin layer over the `holdfast` library.
+//!
+//! Adding a command: a variant in [`crate::cli::Command`], a module here, an
+//! arm in [`dispatch`].
+
+pub mod demo;
+pub mod run;
+pub mod status;
+
+use crate::cli::Command;
+use crate::exit::Failure;
+
+/// Runs one subcommand to its exit code.
+pub async fn dispatch(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Demo(args) => demo::demo(args).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::DemoWorker(args) => demo::worker(args).await,
+    }
+}
+
+/// Connects to the store `url` names, with an optional holder label.
+pub(crate) async fn connect(url: &str, label: Option<String>) -> Result<holdfast::Client, Failure> {
+    let mut options = holdfast::ClientOptions::default();
+    if let Some(label) = label {
+        options = options.with_label(label);
+    }
+    holdfast::Client::connect_with(url, options).await.map_err(|e| {
+        // Never echo a password from the URL, whatever the store's error says.
+        let mut failure = Failure::from(e);
+        failure.message = failure.message.replace(url, &crate::redact::url(url));
+        failure
+    })
+}

@@ -1,0 +1,66 @@
+//! The `holdfast` command, as a library: parse with [`cli::Cli`], run with
+//! [`run`], exit with the code from [`exit`]. `main.rs` is only the glue.
+
+pub mod cli;
+pub mod commands;
+pub mod duration;
+pub mod exit;
+pub mod redact;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::exit::Failure;
+
+/// `println!` that ignores a closed stdout (`holdfast status | head -1`)
+/// instead of panicking on the broken pipe.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Runs a parsed command line to its exit code.
+pub async fn run(cli: cli::Cli) -> Result<u8, Failure> {
+    commands::dispatch(cli.command).await
+}
+
+/// The whole program: parse, log setup, run, map to an exit code. Never panics
+/// on bad input; every failure is one line on stderr and a code from [`exit`].
+pub fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("holdfast: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::INTERNAL);
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("holdfast: {}", exit::one_line(&failure.message));
+            failure.code
+        }
+    };
+    // Commands release their locks before returning; do not hang on a
+    // blocking store call stuck on a dead server.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    ExitCode::from(code)
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

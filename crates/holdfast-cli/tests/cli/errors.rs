@@ -1,0 +1,139 @@
+//! The exit-code table and the error paths shared by every command.
+
+use holdfast_cli::exit;
+
+use crate::{Env, assert_one_line};
+
+#[test]
+fn help_documents_every_exit_code() {
+    let env = Env::new();
+    let out = env.cmd().arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for code in [
+        exit::INVARIANT_BROKEN,
+        exit::USAGE,
+        exit::UNAVAILABLE,
+        exit::INTERNAL,
+        exit::LEASE_LOST,
+        exit::BUSY,
+        exit::NOT_EXECUTABLE,
+        exit::NOT_FOUND,
+    ] {
+        assert!(help.lines().any(|l| l.trim_start().starts_with(&format!("{code} "))), "no row for {code} in:\n{help}");
+    }
+    assert!(help.contains("128+s") && help.contains("HOLDFAST_BACKEND"), "{help}");
+    // The table in --help is the one in src/exit.rs.
+    assert!(help.contains(exit::HELP_TABLE));
+}
+
+#[test]
+fn the_table_matches_the_conventions() {
+    assert_eq!(
+        [exit::OK, exit::USAGE, exit::UNAVAILABLE, exit::INTERNAL, exit::LEASE_LOST, exit::BUSY],
+        [0, 64, 69, 70, 74, 75]
+    );
+    assert_eq!([exit::NOT_EXECUTABLE, exit::NOT_FOUND], [126, 127]);
+}
+
+#[test]
+fn version_and_subcommand_help_exit_zero() {
+    let env = Env::new();
+    env.cmd().arg("--version").assert().code(0);
+    let out = env.cmd().args(["run", "--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("HOLDFAST_FENCE") && help.contains("--kill-after") && help.contains("--wait"), "{help}");
+}
+
+#[test]
+fn bad_command_lines_are_usage_errors() {
+    let env = Env::new();
+    for args in [
+        &[][..],
+        &["frobnicate"],
+        &["run", "--no-such-flag"],
+        &["run", "--key", "k", "--ttl", "5", "--", "true"],
+        &["run", "--key", "k", "--wait", "soon", "--", "true"],
+        &["status"],
+        &["demo", "--workers", "0"],
+    ] {
+        let out = env.cmd().args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(i32::from(exit::USAGE)),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_64() {
+    let env = Env::new();
+    let cases: [(&[&str], &str); 7] = [
+        (&["run", "--backend", &env.url, "--key", "", "--", "true"], "key"),
+        (&["run", "--backend", &env.url, "--key", "k", "--ttl", "0s", "--", "true"], "ttl"),
+        (&["run", "--backend", &env.url, "--key", "k", "--max-hold", "0s", "--", "true"], "--max-hold"),
+        (&["run", "--backend", &env.url, "--key", "k"], "no command"),
+        (&["run", "--backend", "not-a-url", "--key", "k", "--", "true"], "url"),
+        (&["run", "--backend", "gopher://x", "--key", "k", "--", "true"], "unknown scheme"),
+        (&["status", "--backend", &env.url, ""], "key"),
+    ];
+    for (args, needle) in cases {
+        let out = env.cmd().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)), "{args:?}");
+        assert_one_line(&out.stderr, needle);
+    }
+    // Nothing was written for the rejected inputs: the store file was never created.
+    assert!(!env.path("locks.db").exists());
+}
+
+#[test]
+fn unreachable_store_is_one_line_and_exit_69() {
+    let env = Env::new();
+    std::fs::write(env.path("garbage.db"), vec![0x5a; 8192]).unwrap();
+    let not_a_db = format!("sqlite://{}", env.path("garbage.db").display());
+    for url in ["sqlite:///proc/holdfast-no-such-dir/locks.db", not_a_db.as_str()] {
+        for args in [
+            &["run", "--backend", url, "--key", "k", "--", "true"][..],
+            &["status", "--backend", url, "k"],
+            &["demo", "--backend", url, "--workers", "1", "--stock", "1"],
+        ] {
+            let out = env.cmd().args(args).output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(i32::from(exit::UNAVAILABLE)),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_one_line(&out.stderr, "sqlite");
+        }
+    }
+}
+
+#[test]
+fn backend_comes_from_the_environment() {
+    let env = Env::new();
+    env.cmd().env("HOLDFAST_BACKEND", &env.url).args(["run", "--key", "k", "--", "true"]).assert().code(0);
+    assert!(env.path("locks.db").exists(), "HOLDFAST_BACKEND was not used");
+}
+
+#[test]
+fn default_backend_is_a_file_in_the_state_dir() {
+    let env = Env::new();
+    env.cmd().args(["run", "--key", "k", "--", "true"]).assert().code(0);
+    assert!(env.path("state/holdfast/locks.db").exists());
+}
+
+#[test]
+fn passwords_in_backend_urls_are_never_printed() {
+    let env = Env::new();
+    for url in ["postgres://user:hunter2@127.0.0.1:1/db", "gopher://user:hunter2@127.0.0.1:1/"] {
+        let out = env.cmd().args(["status", "--backend", url, "k"]).output().unwrap();
+        assert_ne!(out.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("hunter2"), "{stderr}");
+    }
+}
