@@ -34,6 +34,8 @@ pub enum Command {
     Run(RunArgs),
     /// Show who holds locks.
     Status(StatusArgs),
+    /// Measure the store: cycles/s, latencies, hand-offs, store commands, against the raw floor.
+    Bench(BenchArgs),
     /// One worker process of `demo` (internal).
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(DemoWorkerArgs),
@@ -159,4 +161,12 @@ pub struct DemoWorkerArgs {
     /// Sell without the lock.
     #[arg(long)]
     pub without_lock: bool,
+}
+
+/// `holdfast bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// The workloads and their sizes.
+    #[command(flatten)]
+    pub bench: holdfast_bench::args::Args,
 }

@@ -28,6 +28,7 @@
 //! | URL | feature | notes |
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
+//! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off

@@ -3,6 +3,7 @@
 //! Adding a command: a variant in [`crate::cli::Command`], a module here, an
 //! arm in [`dispatch`].
 
+pub mod bench;
 pub mod demo;
 pub mod run;
 pub mod status;
@@ -16,6 +17,7 @@ pub async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Demo(args) => demo::demo(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => status::status(args).await,
+        Command::Bench(args) => bench::bench(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
     }
 }

@@ -89,7 +89,11 @@ pub struct Store {
 /// with its `holdfast_testkit::servers` module; the tests that call this run
 /// unchanged on it.
 pub fn stores(env: &Env) -> Vec<Store> {
-    vec![Store { name: "sqlite", url: env.url.clone(), _server: None }]
+    let redis = holdfast_testkit::servers::redis::RedisServer::start();
+    vec![
+        Store { name: "sqlite", url: env.url.clone(), _server: None },
+        Store { name: "redis", url: redis.url(), _server: Some(Box::new(redis)) },
+    ]
 }
 
 fn scrub(cmd: &mut assert_cmd::Command) -> &mut assert_cmd::Command {

@@ -5,6 +5,7 @@
 //! killed on drop; a missing binary is a test failure naming the command that
 //! installs it (never a silent skip).
 
+pub mod redis;
 pub mod zookeeper;
 
 use std::net::TcpListener;

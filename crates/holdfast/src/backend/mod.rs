@@ -34,6 +34,8 @@
 //!   (`attempt_started + ttl - drift margin`) ends before the store's.
 //! - No method may block the async runtime; no method may panic on any input.
 
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "zookeeper")]

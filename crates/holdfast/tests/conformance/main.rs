@@ -1,5 +1,9 @@
 //! The conformance suite C1..C11 against every enabled store, one test per clause.
 
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+mod redis_fair;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "zookeeper")]

@@ -1,0 +1,195 @@
+//! The peer bench: the cycle workloads on holdfast, the raw floor and the
+//! peer crates, interleaved in one run on one Redis, with holdfast/peer ratios.
+//!
+//! ```text
+//! cargo run -p holdfast-bench --release --features peers --bin peers -- --url redis://127.0.0.1:6379 --rounds 3
+//! ```
+//!
+//! Peers (latest on crates.io when this was written):
+//! - `rslock` 0.10 (`LockManager` on the one server, `acquire_no_guard` =
+//!   `SET NX PX` retried 3 times with a random delay of up to 200 ms, in a
+//!   loop; `unlock` = compare-and-delete script).
+//! - `distributed-lock-redis` 0.2 (`RedisLockProvider` on the one server;
+//!   its `acquire(Some(timeout))` does not wait on one server (one `SET NX`,
+//!   then `Timeout` at once if busy), so waiting is `try_acquire` polled
+//!   every 1 ms; `release` = `EVAL` compare-and-delete; a background
+//!   extension task per handle).
+//!
+//! Their dependencies stay in this binary (feature `peers`): the library and
+//! the CLI never link them. The many-leases workload has no peer here.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use distributed_lock_core::{DistributedLock, LockHandle, LockProvider};
+use holdfast::{Client, Error, Result};
+use holdfast_bench::{
+    ACQUIRE_LIMIT, BenchReport, CommandCounter, CycleSpec, FloorLocker, HoldfastLocker, Locker, ProgressEvent,
+    Workload, WorkloadResult, command_counter_for, floor_for, run_cycles,
+};
+
+/// `rslock` on one Redis server.
+struct Rslock {
+    manager: rslock::LockManager,
+    ttl: Duration,
+}
+
+impl Locker for Rslock {
+    type Guard = rslock::Lock;
+
+    async fn acquire(&self, key: &str) -> Result<rslock::Lock> {
+        match tokio::time::timeout(ACQUIRE_LIMIT, self.manager.acquire_no_guard(key.as_bytes(), self.ttl)).await {
+            Ok(Ok(lock)) => Ok(lock),
+            Ok(Err(e)) => Err(Error::backend("rslock", false, e.to_string())),
+            Err(_) => Err(Error::Timeout { key: key.to_owned(), waited: ACQUIRE_LIMIT }),
+        }
+    }
+
+    async fn release(&self, lock: rslock::Lock) -> Result<()> {
+        // rslock's unlock is best effort and reports nothing.
+        self.manager.unlock(&lock).await;
+        Ok(())
+    }
+}
+
+/// `distributed-lock-redis` on one Redis server.
+struct DistributedLockRedis {
+    provider: distributed_lock_redis::RedisLockProvider,
+}
+
+impl Locker for DistributedLockRedis {
+    type Guard = distributed_lock_redis::RedisLockHandle;
+
+    /// `acquire(Some(timeout))` of this crate does not wait on a single
+    /// server: it makes one `SET NX` and returns `Timeout` at once if the key
+    /// is busy. So waiting is `try_acquire` in a 1 ms sleep-poll loop, as for
+    /// the floor.
+    async fn acquire(&self, key: &str) -> Result<distributed_lock_redis::RedisLockHandle> {
+        let lock = self.provider.create_lock(key);
+        let started = std::time::Instant::now();
+        loop {
+            match lock.try_acquire().await {
+                Ok(Some(handle)) => return Ok(handle),
+                Ok(None) if started.elapsed() < ACQUIRE_LIMIT => tokio::time::sleep(Duration::from_millis(1)).await,
+                Ok(None) => return Err(Error::Timeout { key: key.to_owned(), waited: started.elapsed() }),
+                Err(e) => return Err(Error::backend("distributed-lock-redis", false, e)),
+            }
+        }
+    }
+
+    async fn release(&self, handle: distributed_lock_redis::RedisLockHandle) -> Result<()> {
+        handle.release().await.map_err(|e| Error::backend("distributed-lock-redis", false, e))
+    }
+}
+
+fn median(mut rounds: Vec<WorkloadResult>) -> Option<WorkloadResult> {
+    rounds.sort_by(|a, b| a.cycles_per_sec.total_cmp(&b.cycles_per_sec));
+    let mid = rounds.len().checked_sub(1)? / 2;
+    Some(rounds.swap_remove(mid))
+}
+
+fn progress(e: ProgressEvent) {
+    if !matches!(e, ProgressEvent::Tick { .. }) {
+        eprintln!("{e}");
+    }
+}
+
+async fn subject_run<L: Locker>(
+    locker: &Arc<L>,
+    spec: &CycleSpec,
+    counter: Option<&dyn CommandCounter>,
+    into: &mut Vec<WorkloadResult>,
+) {
+    match run_cycles(locker.clone(), spec, counter, &progress).await {
+        Ok(r) => into.push(r),
+        Err(e) => eprintln!("{} / {}: failed: {e}", spec.workload, spec.subject),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Cli::parse().args;
+    if let Err(e) = bench(&args).await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
+    let opts = args.options();
+    let url = opts.url.as_str();
+    if !url.starts_with("redis://") {
+        return Err(Error::invalid("url", "the peer bench needs a redis:// URL (the peers are Redis locks)"));
+    }
+    let counter = command_counter_for(url).await?;
+    // holdfast's Redis store may not be built in yet; then the peers still run.
+    let holdfast = match Client::connect(url).await {
+        Ok(client) => Some(Arc::new(HoldfastLocker::new(client, opts.ttl, opts.fair))),
+        Err(e) => {
+            eprintln!("holdfast: cannot connect ({e}); measuring the floor and the peers only");
+            None
+        }
+    };
+    let floor_locker = FloorLocker::new(floor_for(url).await?).with_ttl(opts.ttl);
+    let floor_description = floor_locker.describe().to_owned();
+    let floor = (!args.no_floor).then(|| Arc::new(floor_locker));
+    let rslock = Arc::new(Rslock { manager: rslock::LockManager::new(vec![url.to_owned()]), ttl: opts.ttl });
+    let dlr = distributed_lock_redis::RedisLockProvider::builder()
+        .url(url)
+        .expiry(opts.ttl)
+        .build()
+        .await
+        .map_err(|e| Error::backend("distributed-lock-redis", false, e))?;
+    let dlr = Arc::new(DistributedLockRedis { provider: dlr });
+
+    let run_id = format!("{:016x}", holdfast::OwnerToken::random().as_u128() as u64);
+    let mut results = Vec::new();
+    for workload in opts.workloads.iter().copied().filter(|w| *w != Workload::ManyLeases) {
+        let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
+        let mut by_subject: [Vec<WorkloadResult>; 4] = Default::default();
+        for round in 0..opts.rounds {
+            let spec = |subject: &str| CycleSpec {
+                workload,
+                subject: subject.to_owned(),
+                tasks,
+                duration: opts.duration,
+                max_cycles: opts.max_cycles,
+                think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
+                key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+            };
+            let counter = counter.as_deref();
+            if let Some(h) = &holdfast {
+                subject_run(h, &spec("holdfast"), counter, &mut by_subject[0]).await;
+            }
+            if let Some(f) = &floor {
+                subject_run(f, &spec("floor"), counter, &mut by_subject[1]).await;
+            }
+            subject_run(&rslock, &spec("rslock"), counter, &mut by_subject[2]).await;
+            subject_run(&dlr, &spec("distributed-lock-redis"), counter, &mut by_subject[3]).await;
+        }
+        results.extend(by_subject.into_iter().filter_map(median));
+    }
+    let store = if holdfast.is_some() { "redis" } else { "redis (holdfast store not built in)" };
+    let report = BenchReport::new(&opts, store, floor.as_ref().map(|_| floor_description), results, Vec::new());
+    if args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| Error::backend("holdfast-bench", false, e))?;
+        println!("{json}");
+    } else {
+        print!("{report}");
+        println!();
+        println!("peers: rslock 0.10 (SET NX PX, retry 3x with up to 200 ms random delay, in a loop),");
+        println!("       distributed-lock-redis 0.2 (try_acquire polled every 1 ms: its acquire does not wait on one");
+        println!("       server; EVAL compare-and-delete release; an extension task per handle)");
+    }
+    let _ = std::io::stdout().flush();
+    Ok(())
+}
+
+/// The command line: the flags of `holdfast bench`.
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: holdfast_bench::args::Args,
+}

@@ -1,0 +1,213 @@
+//! Counting what reaches the store: the store's own command counter where it
+//! has one, and holdfast's `Backend` calls for every store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use holdfast::{Capabilities, LockKey, OwnerToken, Result};
+
+/// Commands a store has executed so far, by command name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandCounts(pub BTreeMap<String, u64>);
+
+impl CommandCounts {
+    /// All commands.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// What ran between `earlier` and `self`, by command (zero counts left out).
+    pub fn since(&self, earlier: &CommandCounts) -> CommandCounts {
+        CommandCounts(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(earlier.0.get(k).copied().unwrap_or(0))))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+        )
+    }
+
+    /// Calls of script commands (`eval`, `evalsha`, `fcall` and their `_ro` forms).
+    pub fn scripts(&self) -> u64 {
+        self.0.iter().filter(|(k, _)| is_script(k)).map(|(_, v)| v).sum()
+    }
+
+    /// Client requests (round trips): script calls, `SET`, pub/sub and
+    /// connection commands. Redis counts the commands a script runs inside
+    /// the server too (`get`, `del`, `hset`, `publish`, ...); those are not
+    /// requests and are left out. This assumes `SET` is only ever sent by
+    /// clients, never from a script, which holds for every subject measured
+    /// here (holdfast's scripts use hashes; the floor and the peers send
+    /// `SET NX PX` themselves).
+    pub fn requests(&self) -> u64 {
+        self.0.iter().filter(|(k, _)| is_request(k)).map(|(_, v)| v).sum()
+    }
+}
+
+fn is_script(name: &str) -> bool {
+    name.starts_with("eval") || name.starts_with("fcall")
+}
+
+fn is_request(name: &str) -> bool {
+    is_script(name)
+        || name.starts_with("script|")
+        || name.starts_with("client|")
+        || name.ends_with("subscribe")
+        || matches!(name, "set" | "ping" | "hello" | "auth" | "select" | "multi" | "exec")
+}
+
+/// A store-side count of the commands the store has executed, read on a
+/// connection of its own. Deltas between two snapshots give commands per
+/// acquisition (the snapshot's own commands are not counted).
+#[async_trait]
+pub trait CommandCounter: Send + Sync {
+    /// Commands executed by the store so far.
+    async fn snapshot(&self) -> Result<CommandCounts>;
+}
+
+/// The command counter of the store `url` names, or `None` when the store
+/// cannot count its commands (reported as n/a). Redis: the `calls` of
+/// `INFO commandstats`, less the `INFO` calls themselves. Redis also counts
+/// the commands a Lua script runs (`redis.call`), so a script that reads and
+/// deletes one key counts as 3 commands in 1 round trip; see
+/// [`CommandCounts::scripts`].
+pub async fn command_counter_for(url: &str) -> Result<Option<Box<dyn CommandCounter>>> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+    match scheme.as_str() {
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Some(Box::new(redis_counter::RedisCommandCounter::connect(url).await?))),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis_counter {
+    use super::*;
+
+    /// `INFO commandstats` on a plain connection of its own.
+    pub(super) struct RedisCommandCounter {
+        conn: tokio::sync::Mutex<redis::aio::MultiplexedConnection>,
+    }
+
+    impl RedisCommandCounter {
+        pub(super) async fn connect(url: &str) -> Result<Self> {
+            let conn = crate::floor::redis::plain_connection(url).await?;
+            Ok(RedisCommandCounter { conn: tokio::sync::Mutex::new(conn) })
+        }
+    }
+
+    #[async_trait]
+    impl CommandCounter for RedisCommandCounter {
+        async fn snapshot(&self) -> Result<CommandCounts> {
+            let mut conn = self.conn.lock().await;
+            let info: String =
+                crate::floor::redis::timed(redis::cmd("INFO").arg("commandstats").query_async(&mut *conn)).await?;
+            Ok(parse_calls(&info))
+        }
+    }
+
+    /// `calls=` of every `cmdstat_<name>` line, except `cmdstat_info`.
+    pub(super) fn parse_calls(info: &str) -> CommandCounts {
+        CommandCounts(
+            info.lines()
+                .filter_map(|l| l.trim().strip_prefix("cmdstat_"))
+                .filter_map(|l| l.split_once(":calls="))
+                .filter(|(name, _)| *name != "info")
+                .filter_map(|(name, rest)| Some((name.to_owned(), rest.split(',').next()?.parse::<u64>().ok()?)))
+                .collect(),
+        )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn sums_calls_without_info() {
+            let info = "# Commandstats\r\ncmdstat_set:calls=10,usec=5,usec_per_call=0.5\r\n\
+                        cmdstat_info:calls=3,usec=1\r\ncmdstat_evalsha:calls=7,usec=9\r\n";
+            let counts = super::parse_calls(info);
+            assert_eq!(counts.total(), 17);
+            assert_eq!(counts.scripts(), 7);
+            assert_eq!(counts.requests(), 17);
+            let inner = super::parse_calls("cmdstat_evalsha:calls=2\ncmdstat_get:calls=2\ncmdstat_subscribe:calls=1");
+            assert_eq!((inner.total(), inner.requests()), (5, 3));
+        }
+    }
+}
+
+/// A [`Backend`] wrapper that counts the calls holdfast makes to the store,
+/// so that renewal round trips are measured the same way on every store.
+#[derive(Debug)]
+pub struct CountingBackend {
+    inner: Arc<dyn Backend>,
+    acquires: AtomicU64,
+    releases: AtomicU64,
+    renews: AtomicU64,
+    renewed_leases: AtomicU64,
+}
+
+impl CountingBackend {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Backend>) -> Self {
+        CountingBackend {
+            inner,
+            acquires: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
+            renews: AtomicU64::new(0),
+            renewed_leases: AtomicU64::new(0),
+        }
+    }
+
+    /// Calls of `acquire` so far.
+    pub fn acquires(&self) -> u64 {
+        self.acquires.load(Ordering::Relaxed)
+    }
+
+    /// Calls of `release` so far.
+    pub fn releases(&self) -> u64 {
+        self.releases.load(Ordering::Relaxed)
+    }
+
+    /// Calls of `renew` so far (each is one batch).
+    pub fn renews(&self) -> u64 {
+        self.renews.load(Ordering::Relaxed)
+    }
+
+    /// Leases named in all `renew` calls so far.
+    pub fn renewed_leases(&self) -> u64 {
+        self.renewed_leases.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl Backend for CountingBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+        self.inner.acquire(req).await
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        self.releases.fetch_add(1, Ordering::Relaxed);
+        self.inner.release(key, token).await
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        self.renews.fetch_add(1, Ordering::Relaxed);
+        self.renewed_leases.fetch_add(leases.len() as u64, Ordering::Relaxed);
+        self.inner.renew(leases).await
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        self.inner.status(key).await
+    }
+}

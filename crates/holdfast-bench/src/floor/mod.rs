@@ -1,0 +1,67 @@
+//! The raw floor: the fewest store commands that do one lock cycle, sent with
+//! the store's plain client and the same connection setup holdfast uses.
+//!
+//! holdfast is measured against this in the same run. A floor has no
+//! fencing, no renewal, no reentrancy and no notification: it is what a
+//! hand-written `SET NX PX` lock costs, so `holdfast / floor` says what
+//! holdfast's guarantees cost.
+//!
+//! # Adding a store
+//!
+//! One module per store, behind the crate feature of the same name (which
+//! forwards to holdfast's feature):
+//!
+//! 1. `src/floor/<store>.rs` with a `pub struct <Store>Floor`, a
+//!    `pub async fn connect(url: &str) -> Result<Self>` and `impl Floor`.
+//!    Acquire is one conditional write that succeeds only if the key is free
+//!    or expired, with the expiry on the store's clock; release is one
+//!    owner-checked delete. Map errors with
+//!    `holdfast::Error::backend("<store>", retryable, e)` and bound every call
+//!    with a timeout ([`OP_TIMEOUT`]).
+//! 2. One `#[cfg(feature = "<store>")] pub mod <store>;` line below.
+//! 3. One arm in [`floor_for`].
+//!
+//! Waiting is the same for every floor: [`FloorLocker`](crate::FloorLocker)
+//! polls `acquire` every 1 ms, the plain loop users write by hand.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use holdfast::{Error, OwnerToken, Result};
+
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// The timeout of every floor call: an unreachable store is an error, never a hang.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One store's raw lock commands.
+#[async_trait]
+pub trait Floor: Send + Sync + 'static {
+    /// What the floor sends, for the report (e.g. `SET NX PX + EVALSHA compare-and-delete`).
+    fn describe(&self) -> &'static str;
+
+    /// One attempt: takes `key` for `token` for `ttl` if it is free or
+    /// expired. `true` if taken.
+    async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool>;
+
+    /// Deletes `key` if `token` holds it. `true` if it did.
+    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool>;
+}
+
+/// The floor of the store `url` names (the same URL holdfast connects to).
+pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+    match scheme.as_str() {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
+        _ => Err(Error::Unsupported {
+            store: "holdfast-bench",
+            what: "a raw floor for this URL scheme (run with --no-floor)",
+        }),
+    }
+}

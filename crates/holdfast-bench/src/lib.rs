@@ -1,0 +1,327 @@
+//! # holdfast-bench: the workloads behind `holdfast bench`
+//!
+//! One call, [`run`], measures holdfast on a store and, in the same run, the
+//! store's **raw floor**: the fewest store commands that do the same work with
+//! the store's plain client (see [`floor`]). The report gives holdfast/floor
+//! ratios, so a figure means something on any machine.
+//!
+//! ```no_run
+//! # async fn demo() -> holdfast::Result<()> {
+//! let opts = holdfast_bench::BenchOptions::new("sqlite:///tmp/holdfast-bench.db");
+//! let report = holdfast_bench::run(&opts, |event| eprintln!("{event}")).await?;
+//! println!("{report}"); // the human table; `serde_json::to_string(&report)` for --json
+//! # Ok(()) }
+//! ```
+//!
+//! ## Workloads
+//!
+//! - [`Workload::Uncontended`]: T tasks (default 64), each acquiring and
+//!   releasing its own key in a loop.
+//! - [`Workload::Contended`]: T tasks (default 16) on one key: acquire with
+//!   waiting, a tiny critical section, release.
+//! - [`Workload::ContendedThink`]: the same with a think time (default 1 ms)
+//!   after each release, so that the lock really passes between tasks.
+//! - [`Workload::ManyLeases`]: one client holding N leases (default 10,000)
+//!   with renewal on: renewal round trips per renewal period, and the
+//!   client's resident memory for them.
+//!
+//! ## Metrics
+//!
+//! cycles/s; acquire latency p50/p99 (call to return, waiting included);
+//! hand-off latency p50/p99 (a release returned -> the next acquire of
+//! another task returned); acquisitions per task (min/max: fairness); owner
+//! switches; store commands per acquisition where the store can count them
+//! (Redis: `INFO commandstats` deltas read on a separate plain connection;
+//! n/a elsewhere); renewal calls per renewal period (counted at holdfast's
+//! `Backend` trait, so for every store); and the invariants: overlapping
+//! holders (must be 0) and tasks that never acquired.
+//!
+//! ## Reading the figures
+//!
+//! Bench figures depend on the machine and on whatever else runs on it: run
+//! in `--release`, with `rounds = 3` (each figure is then the median round,
+//! the subjects interleaved round by round), and compare ratios measured in
+//! the same run rather than absolute rates across runs.
+//!
+//! The peer crates (rslock, ...) are measured by the separate `peers` binary
+//! of this crate (feature `peers`), so their dependencies never reach the
+//! library or the CLI.
+
+#[cfg(feature = "cli")]
+pub mod args;
+mod counter;
+pub mod floor;
+mod locker;
+mod report;
+mod stats;
+mod workload;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use counter::{CommandCounter, CommandCounts, CountingBackend, command_counter_for};
+pub use floor::{Floor, floor_for};
+pub use locker::{ACQUIRE_LIMIT, FloorLocker, HoldfastLocker, Locker};
+pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
+pub use workload::{CycleSpec, run_cycles, run_many_leases};
+
+use holdfast::{Client, ClientOptions, Error, Result};
+
+/// One of the bench's workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// T tasks, each acquiring and releasing its own key.
+    Uncontended,
+    /// T tasks on one key: acquire with waiting, tiny critical section, release.
+    Contended,
+    /// As [`Contended`](Self::Contended) with a think time after each release.
+    ContendedThink,
+    /// One client holding N leases with renewal on.
+    ManyLeases,
+}
+
+impl Workload {
+    /// Every workload, in the order they run.
+    pub const ALL: [Workload; 4] =
+        [Workload::Uncontended, Workload::Contended, Workload::ContendedThink, Workload::ManyLeases];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::ContendedThink => "contended-think",
+            Workload::ManyLeases => "many-leases",
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Workload {
+    type Err = Error;
+
+    /// Parses `uncontended`, `contended`, `contended-think` (or `think`),
+    /// `many-leases` (or `leases`).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "uncontended" | "a" => Ok(Workload::Uncontended),
+            "contended" | "b" => Ok(Workload::Contended),
+            "contended-think" | "think" | "b2" => Ok(Workload::ContendedThink),
+            "many-leases" | "leases" | "c" => Ok(Workload::ManyLeases),
+            other => Err(Error::invalid(
+                "workload",
+                format!("unknown workload {other:?}; known: uncontended, contended, contended-think, many-leases"),
+            )),
+        }
+    }
+}
+
+/// What to run. [`BenchOptions::new`] gives the defaults of `holdfast bench`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BenchOptions {
+    /// The store URL, as for [`holdfast::Client::connect`].
+    pub url: String,
+    /// Tasks in [`Workload::Uncontended`] (default 64).
+    pub tasks_uncontended: usize,
+    /// Tasks in the contended workloads (default 16).
+    pub tasks_contended: usize,
+    /// How long each workload runs for each subject (holdfast, floor); default 5 s.
+    pub duration: Duration,
+    /// Stop a cycle workload after this many cycles even if `duration` has not passed.
+    pub max_cycles: Option<u64>,
+    /// Think time after each release in [`Workload::ContendedThink`] (default 1 ms).
+    pub think_time: Duration,
+    /// Leases held in [`Workload::ManyLeases`] (default 10,000).
+    pub leases: usize,
+    /// TTL of the held leases in [`Workload::ManyLeases`] (default 3 s, so
+    /// renewal runs every 1 s; the hold lasts `duration`, at least 3 periods).
+    pub lease_ttl: Duration,
+    /// Lock TTL in the cycle workloads (default 30 s).
+    pub ttl: Duration,
+    /// Ask holdfast for fair (FIFO) locks; fails with
+    /// [`Error::Unsupported`] on a store that cannot queue.
+    pub fair: bool,
+    /// Which workloads to run (default: all).
+    pub workloads: Vec<Workload>,
+    /// Measure the raw floor too (default true) and report ratios.
+    pub floor: bool,
+    /// Rounds of each (workload, subject), interleaved; the report keeps the
+    /// round with the median cycles/s (default 1; use 3 for published figures).
+    pub rounds: u32,
+}
+
+impl BenchOptions {
+    /// The defaults of `holdfast bench` for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        BenchOptions {
+            url: url.into(),
+            tasks_uncontended: 64,
+            tasks_contended: 16,
+            duration: Duration::from_secs(5),
+            max_cycles: None,
+            think_time: Duration::from_millis(1),
+            leases: 10_000,
+            lease_ttl: Duration::from_secs(3),
+            ttl: Duration::from_secs(30),
+            fair: false,
+            workloads: Workload::ALL.to_vec(),
+            floor: true,
+            rounds: 1,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let positive = |what: &'static str, v: usize| {
+            if v == 0 { Err(Error::invalid(what, "must be at least 1")) } else { Ok(()) }
+        };
+        positive("tasks", self.tasks_uncontended)?;
+        positive("tasks", self.tasks_contended)?;
+        positive("leases", self.leases)?;
+        positive("rounds", self.rounds as usize)?;
+        if self.duration.is_zero() {
+            return Err(Error::invalid("duration", "must be above zero"));
+        }
+        holdfast::check_ttl(self.ttl)?;
+        holdfast::check_ttl(self.lease_ttl)?;
+        if self.workloads.is_empty() {
+            return Err(Error::invalid("workloads", "name at least one workload"));
+        }
+        Ok(())
+    }
+}
+
+/// What [`run`] reports while it works, for a progress bar.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ProgressEvent {
+    /// A workload started for a subject (`"holdfast"`, `"floor"`).
+    Started {
+        /// The workload.
+        workload: Workload,
+        /// Who is measured.
+        subject: String,
+        /// Its planned duration.
+        duration: Duration,
+    },
+    /// About four times a second while a workload runs.
+    Tick {
+        /// The workload.
+        workload: Workload,
+        /// Who is measured.
+        subject: String,
+        /// Cycles (or leases acquired) so far.
+        done: u64,
+        /// Time since the workload started.
+        elapsed: Duration,
+    },
+    /// A workload finished for a subject.
+    Finished {
+        /// The workload.
+        workload: Workload,
+        /// Who is measured.
+        subject: String,
+        /// Its cycles per second (leases acquired per second for many-leases).
+        per_sec: f64,
+    },
+}
+
+impl fmt::Display for ProgressEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProgressEvent::Started { workload, subject, duration } => {
+                write!(f, "{workload} / {subject}: running for {duration:?}")
+            }
+            ProgressEvent::Tick { workload, subject, done, elapsed } => {
+                write!(f, "{workload} / {subject}: {done} after {:.1} s", elapsed.as_secs_f64())
+            }
+            ProgressEvent::Finished { workload, subject, per_sec } => {
+                write!(f, "{workload} / {subject}: {per_sec:.0}/s")
+            }
+        }
+    }
+}
+
+/// Runs the selected workloads on holdfast and (with `opts.floor`) on the
+/// store's raw floor, interleaved, and reports both with ratios.
+///
+/// Keys live under a fresh random prefix (`holdfast-bench/<hex>/...`), so
+/// runs never meet each other's keys; every lock is released at the end.
+/// Fails with [`Error::InvalidInput`] for bad options or URLs,
+/// [`Error::Unsupported`] for `fair` on a store that cannot queue, and the
+/// store's errors otherwise.
+pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Result<BenchReport> {
+    opts.check()?;
+    let plain = Client::connect(&opts.url).await?;
+    let counting = Arc::new(CountingBackend::new(plain.backend().clone()));
+    let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench"));
+    drop(plain);
+    if opts.fair && !client.capabilities().fair {
+        return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });
+    }
+    let counter = command_counter_for(&opts.url).await?;
+    let floor = if opts.floor {
+        Some(Arc::new(FloorLocker::new(floor_for(&opts.url).await?).with_ttl(opts.ttl)))
+    } else {
+        None
+    };
+    let holdfast = Arc::new(HoldfastLocker::new(client.clone(), opts.ttl, opts.fair));
+    let run_id = format!("{:016x}", holdfast::OwnerToken::random().as_u128() as u64);
+
+    let mut results = Vec::new();
+    let mut leases = Vec::new();
+    for &workload in dedup(&opts.workloads).iter() {
+        if workload == Workload::ManyLeases {
+            let mut rounds = Vec::new();
+            for round in 0..opts.rounds {
+                let prefix = format!("holdfast-bench/{run_id}/r{round}");
+                rounds.push(run_many_leases(&client, &counting, counter.as_deref(), opts, &prefix, &progress).await?);
+            }
+            leases.push(stats::median_by(rounds, |r| r.acquired_per_sec));
+            continue;
+        }
+        let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
+        let mut hf_rounds = Vec::new();
+        let mut floor_rounds = Vec::new();
+        for round in 0..opts.rounds {
+            let spec = |subject: &str| CycleSpec {
+                workload,
+                subject: subject.to_owned(),
+                tasks,
+                duration: opts.duration,
+                max_cycles: opts.max_cycles,
+                think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
+                key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+            };
+            hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast"), counter.as_deref(), &progress).await?);
+            if let Some(floor) = &floor {
+                floor_rounds.push(run_cycles(floor.clone(), &spec("floor"), counter.as_deref(), &progress).await?);
+            }
+        }
+        results.push(stats::median_by(hf_rounds, |r| r.cycles_per_sec));
+        if !floor_rounds.is_empty() {
+            results.push(stats::median_by(floor_rounds, |r| r.cycles_per_sec));
+        }
+    }
+    Ok(BenchReport::new(opts, client.store_name(), floor.map(|f| f.describe().to_owned()), results, leases))
+}
+
+fn dedup(workloads: &[Workload]) -> Vec<Workload> {
+    let mut out: Vec<Workload> = Vec::new();
+    for w in workloads {
+        if !out.contains(w) {
+            out.push(*w);
+        }
+    }
+    out
+}

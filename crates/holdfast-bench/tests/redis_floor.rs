@@ -1,0 +1,84 @@
+//! The Redis floor and command counter against a real redis-server (started
+//! here on a free loopback port in a temp dir, killed on drop).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast::OwnerToken;
+use holdfast_bench::{CycleSpec, FloorLocker, Workload, command_counter_for, floor_for, run_cycles};
+use holdfast_testkit::servers::{ServerProcess, free_port, port_open, require_binary, wait_until};
+
+struct Redis {
+    url: String,
+    _server: ServerProcess,
+    _dir: tempfile::TempDir,
+}
+
+fn start_redis() -> Redis {
+    let bin = require_binary("redis-server", &[], "redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir.path());
+    let log = dir.path().join("redis.log");
+    let server = ServerProcess::spawn(cmd, &log);
+    wait_until("redis-server", Duration::from_secs(10), Some(&log), || port_open(port));
+    Redis { url: format!("redis://127.0.0.1:{port}"), _server: server, _dir: dir }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_floor_is_owner_checked_and_its_commands_are_counted() {
+    let redis = start_redis();
+    let floor = floor_for(&redis.url).await.unwrap();
+    let counter = command_counter_for(&redis.url).await.unwrap().expect("redis counts its commands");
+    let ttl = Duration::from_secs(10);
+    let (a, b) = (OwnerToken::random(), OwnerToken::random());
+
+    let before = counter.snapshot().await.unwrap();
+    assert!(floor.acquire("k", a, ttl).await.unwrap());
+    assert!(!floor.acquire("k", b, ttl).await.unwrap(), "a held key is not taken");
+    assert!(!floor.release("k", b).await.unwrap(), "another token does not release");
+    assert!(floor.release("k", a).await.unwrap());
+    assert!(!floor.release("k", a).await.unwrap(), "release is idempotent");
+    assert!(floor.acquire("k", b, Duration::from_millis(50)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(floor.acquire("k", a, ttl).await.unwrap(), "an expired key is taken over");
+    let after = counter.snapshot().await.unwrap();
+    // 4 SETs + 3 EVALSHAs, plus the GETs (3) and the DEL (1) run inside the
+    // script, which Redis counts too; the INFO calls themselves are not counted.
+    let ran = after.since(&before);
+    assert_eq!(ran.scripts(), 3, "{ran:?}");
+    assert_eq!(ran.requests(), 7, "{ran:?}");
+    assert_eq!(ran.total(), 11, "{ran:?}");
+
+    let spec = CycleSpec {
+        workload: Workload::Contended,
+        subject: "floor".into(),
+        tasks: 8,
+        duration: Duration::from_millis(300),
+        max_cycles: None,
+        think_time: Duration::ZERO,
+        key_prefix: "bench-test".into(),
+    };
+    let locker = Arc::new(FloorLocker::new(floor));
+    let r = run_cycles(locker, &spec, Some(counter.as_ref()), &|_| {}).await.unwrap();
+    assert!(r.cycles > 0 && r.overlaps == 0 && r.tasks_never_acquired == 0, "{r:?}");
+    let per_acq = r.store_commands_per_acquisition.unwrap();
+    assert!(per_acq >= 4.0, "at least SET + EVALSHA(GET + DEL) per acquisition, got {per_acq}");
+    let requests = r.store_requests_per_acquisition.unwrap();
+    assert!(requests >= 2.0 && requests < per_acq, "SET attempts + one EVALSHA per cycle, got {requests}");
+}
+
+#[tokio::test]
+async fn unreachable_redis_is_a_typed_error_within_seconds() {
+    let started = std::time::Instant::now();
+    let err = match floor_for(&format!("redis://127.0.0.1:{}", free_port())).await {
+        Ok(_) => panic!("connected to nothing"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, holdfast::Error::Backend { store: "redis", .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -1,0 +1,408 @@
+//! The Redis store: one Lua script per operation, pub/sub wake-ups, a fair
+//! queue with direct hand-off. See `docs.md`.
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod pubsub;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rand::Rng;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ScriptInvocation};
+
+pub use config::RedisConfig;
+
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::capability::{Capabilities, FenceDurability};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, Attempt};
+use pubsub::Notifier;
+
+const STORE: &str = "redis";
+
+const COMMON: &str = include_str!("scripts/common.lua");
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{COMMON}\n{body}"))
+}
+
+/// The scripts, each loaded once per server (EVALSHA, EVAL on NOSCRIPT).
+struct Scripts {
+    acquire: Script,
+    fair_acquire: Script,
+    release: Script,
+    renew: Script,
+    status: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: script(include_str!("scripts/acquire.lua")),
+            fair_acquire: script(include_str!("scripts/fair_acquire.lua")),
+            release: script(include_str!("scripts/release.lua")),
+            renew: script(include_str!("scripts/renew.lua")),
+            status: script(include_str!("scripts/status.lua")),
+        }
+    }
+}
+
+/// The Redis store (`redis://`, `rediss://`).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisConfig,
+    conn: ConnectionManager,
+    scripts: Scripts,
+    notifier: Arc<Notifier>,
+    client_id: String,
+    durability: FenceDurability,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("config", &self.inner.config)
+            .field("client_id", &self.inner.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Maps a redis error: connection trouble, timeouts and failover states are retryable.
+fn map_err(e: redis::RedisError) -> Error {
+    use redis::{ErrorKind, ServerErrorKind};
+    let retryable = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::BusyLoading
+            )
+        );
+    Error::backend(STORE, retryable, e)
+}
+
+fn timed_out(what: &str, after: Duration) -> Error {
+    Error::backend(STORE, true, format!("{what} timed out after {after:?}"))
+}
+
+/// The three keys of one lock; they share the hash tag `{prefix:key}`.
+fn lock_keys(prefix: &str, key: &LockKey) -> [String; 3] {
+    let h = format!("{{{prefix}:{}}}", key.as_str());
+    let q = format!("{h}:q");
+    let e = format!("{h}:e");
+    [h, q, e]
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().clamp(1, u64::MAX as u128) as u64
+}
+
+impl RedisBackend {
+    /// Connects to the server a `redis://` or `rediss://` URL names.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(RedisConfig::from_url(url)?).await
+    }
+
+    /// Connects: one multiplexed connection for commands, one for pub/sub,
+    /// both reconnecting on their own.
+    pub async fn open(config: RedisConfig) -> Result<Self> {
+        let info = config
+            .server_url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::invalid("url", format!("{}: {e}", config::redacted(&config.server_url))))?;
+        let push_settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let push_info = info.clone().set_redis_settings(push_settings);
+        let make_client = |info: redis::ConnectionInfo| -> Result<redis::Client> {
+            match &config.ca_file {
+                Some(path) => {
+                    let pem = std::fs::read(path)
+                        .map_err(|e| Error::invalid("url", format!("cannot read ca_file {}: {e}", path.display())))?;
+                    redis::Client::build_with_tls(
+                        info,
+                        redis::TlsCertificates { client_tls: None, root_cert: Some(pem) },
+                    )
+                    .map_err(map_err)
+                }
+                None => redis::Client::open(info).map_err(map_err),
+            }
+        };
+        let base = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(3)
+            .set_max_delay(Duration::from_millis(500));
+
+        let client_id = format!("{:016x}", rand::rng().random::<u64>());
+        let (notifier, handler, pending) =
+            Notifier::new(format!("{}:w:", config.prefix), format!("{}:c:{client_id}", config.prefix));
+
+        let limit = config.connect_timeout + config.timeout;
+        let cmd_client = make_client(info)?;
+        let conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(cmd_client, base.clone()))
+            .await
+            .map_err(|_| timed_out("connecting", limit))?
+            .map_err(map_err)?;
+        let push_client = make_client(push_info)?;
+        let push_config = base.set_push_sender(handler).set_automatic_resubscription();
+        let push_conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(push_client, push_config))
+            .await
+            .map_err(|_| timed_out("connecting the pub/sub connection", limit))?
+            .map_err(map_err)?;
+        pending.spawn(push_conn, config.timeout);
+
+        let durability = detect_durability(&mut conn.clone(), config.timeout).await;
+        Ok(RedisBackend {
+            inner: Arc::new(Inner { config, conn, scripts: Scripts::new(), notifier, client_id, durability }),
+        })
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// Runs a script within the operation timeout. Every holdfast script is
+    /// idempotent for its token (a repeated acquire returns the same grant, a
+    /// repeated renew or release changes nothing more), so a call that failed
+    /// on a dead connection (a server restart, a failover) is sent once more
+    /// on the connection the manager re-establishes.
+    async fn invoke<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        let limit = self.inner.config.timeout;
+        let deadline = tokio::time::Instant::now() + limit;
+        let call = async {
+            match inv.invoke_async(&mut conn).await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
+                    inv.invoke_async(&mut conn).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout_at(deadline, call).await {
+            Ok(r) => r.map_err(map_err),
+            Err(_) => Err(timed_out("redis script", limit)),
+        }
+    }
+
+    /// An attempt of a waiting acquire: retryable errors (the server is
+    /// restarting, a failover) count as busy until they have lasted one
+    /// operation timeout, then the error is returned.
+    async fn waiting_attempt(
+        &self,
+        req: &AcquireRequest,
+        fair: bool,
+        failing_since: &mut Option<Instant>,
+    ) -> Result<Attempt> {
+        match self.attempt(req, fair).await {
+            Err(e) if e.is_retryable() => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.inner.config.timeout {
+                    return Err(e);
+                }
+                tracing::debug!(key = %req.key, error = %e, "acquire attempt failed; retrying");
+                Ok(Attempt::Busy { expires_in: Some(Duration::from_millis(50)) })
+            }
+            other => {
+                *failing_since = None;
+                other
+            }
+        }
+    }
+
+    /// One acquire script call: `Granted` or `Busy` with the holder's time left.
+    async fn attempt(&self, req: &AcquireRequest, fair: bool) -> Result<Attempt> {
+        let [h, q, e] = lock_keys(&self.inner.config.prefix, &req.key);
+        let mut inv = if fair { self.inner.scripts.fair_acquire.key(h) } else { self.inner.scripts.acquire.key(h) };
+        inv.key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
+        if fair {
+            inv.arg(ms(self.inner.config.queue_ttl)).arg(&self.inner.client_id);
+        }
+        let started = Instant::now();
+        let (granted, value): (i64, i64) = self.invoke(&inv).await?;
+        Ok(if granted == 1 {
+            Attempt::Granted(Grant { fence: value.max(0) as u64, attempt_started: started, session_lost: None })
+        } else {
+            Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }
+        })
+    }
+
+    async fn acquire_fair(&self, req: &AcquireRequest) -> Result<Grant> {
+        // Registered before the first attempt, so a hand-off right after it is not missed.
+        let watch = self.inner.notifier.watch_token(req.token.to_hex(), self.inner.config.timeout).await;
+        let refresh = self.inner.config.queue_ttl / 4;
+        let mut failing_since = None;
+        loop {
+            let notified = watch.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.waiting_attempt(req, true, &mut failing_since).await? {
+                Attempt::Granted(grant) => return Ok(grant),
+                Attempt::Busy { expires_in } => {
+                    let delay = match expires_in {
+                        Some(left) => refresh.min(left + Duration::from_millis(1)),
+                        None => refresh,
+                    };
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn acquire_waiting(&self, req: &AcquireRequest) -> Result<Grant> {
+        // Fast path: one script call when the key is free.
+        let notifier = &self.inner.notifier;
+        let mut failing_since = None;
+        // Fast path when no waiter of this client waits on the key: one script
+        // call when the key is free. When others wait, the channel is
+        // subscribed already and the first attempt comes after joining them.
+        if !notifier.has_waiters(req.key.as_str()) {
+            if let Attempt::Granted(grant) = self.waiting_attempt(req, false, &mut failing_since).await? {
+                return Ok(grant);
+            }
+        }
+        // Subscribe (confirmed by the server) before the next attempt, so a
+        // release between a busy attempt and here is seen by that attempt.
+        let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
+        let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
+        let failing_since = std::sync::Mutex::new(failing_since);
+        wait::until_granted(&wakeup, self.inner.config.poll, || async {
+            let mut since = *failing_since.lock().unwrap_or_else(|p| p.into_inner());
+            let outcome = self.waiting_attempt(req, false, &mut since).await;
+            *failing_since.lock().unwrap_or_else(|p| p.into_inner()) = since;
+            outcome
+        })
+        .await
+    }
+}
+
+/// Fences survive a crash of the server only with `appendonly yes` and
+/// `appendfsync always`; anything else (or a server that hides CONFIG) is volatile.
+async fn detect_durability(conn: &mut ConnectionManager, limit: Duration) -> FenceDurability {
+    let query = async {
+        let aof: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("appendonly").query_async(conn).await?;
+        let fsync: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("appendfsync").query_async(conn).await?;
+        Ok::<_, redis::RedisError>((aof.get(1).cloned(), fsync.get(1).cloned()))
+    };
+    match tokio::time::timeout(limit, query).await {
+        Ok(Ok((Some(aof), Some(fsync)))) if aof == "yes" && fsync == "always" => FenceDurability::Durable,
+        _ => FenceDurability::Volatile,
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            always_fair: self.inner.config.fair_default,
+            store_notification: true,
+            counts_waiters: true,
+            fence_durability: self.inner.durability,
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        let fair = req.fair || self.inner.config.fair_default;
+        if !req.wait {
+            // One attempt. A fair attempt would queue the token, so a try
+            // uses the non-fair script, which still defers to queued waiters.
+            return Ok(match self.attempt(req, false).await? {
+                Attempt::Granted(g) => Some(g),
+                Attempt::Busy { .. } => None,
+            });
+        }
+        let grant = if fair { self.acquire_fair(req).await? } else { self.acquire_waiting(req).await? };
+        Ok(Some(grant))
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let config = &self.inner.config;
+        let [h, q, e] = lock_keys(&config.prefix, key);
+        let mut inv = self.inner.scripts.release.key(h);
+        inv.key(q)
+            .key(e)
+            .arg(token.to_hex())
+            .arg(ms(config.fence_keep))
+            .arg(format!("{}:w:{}", config.prefix, key.as_str()))
+            .arg(format!("{}:c:", config.prefix));
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held == 1)
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        let prefix = &self.inner.config.prefix;
+        let calls = leases.chunks(self.inner.config.renew_batch).map(|chunk| async move {
+            let mut inv = self.inner.scripts.renew.prepare_invoke();
+            for lease in chunk {
+                let [h, _, _] = lock_keys(prefix, &lease.key);
+                inv.key(h).arg(lease.token.to_hex()).arg(ms(lease.ttl));
+            }
+            let held: Vec<i64> = self.invoke(&inv).await?;
+            if held.len() != chunk.len() {
+                return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
+            }
+            Ok(held)
+        });
+        // The chunks go out together on the multiplexed connection.
+        let results = futures::future::try_join_all(calls).await?;
+        Ok(results.into_iter().flatten().map(|v| v == 1).collect())
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        let [h, q, e] = lock_keys(&self.inner.config.prefix, key);
+        let mut inv = self.inner.scripts.status.key(h);
+        inv.key(q).key(e);
+        let (label, fence, pttl, waiters): (Option<String>, i64, i64, i64) = self.invoke(&inv).await?;
+        Ok(LockStatus {
+            key: key.to_string(),
+            holder: label.map(|label| HolderInfo {
+                label,
+                fence: fence.max(0) as u64,
+                ttl_left: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            }),
+            waiters: Some(waiters.max(0) as u64),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag_and_never_collide() {
+        let k = |s: &str| lock_keys("holdfast", &LockKey::new(s).unwrap());
+        let [h, q, e] = k("orders/42");
+        assert_eq!(h, "{holdfast:orders/42}");
+        assert_eq!(q, "{holdfast:orders/42}:q");
+        assert_eq!(e, "{holdfast:orders/42}:e");
+        // A key that looks like another key's suffix still maps to other names.
+        let all: std::collections::HashSet<String> =
+            ["a", "a}:q", "a}:e", "a}", "a}:q}"].iter().flat_map(|s| k(s)).collect();
+        assert_eq!(all.len(), 15);
+    }
+}

@@ -1,0 +1,417 @@
+//! Redis-specific tests on a real redis-server: restarts with and without
+//! persistence, the fair queue (order, direct hand-off, dead waiters),
+//! batched renewal, and a grant deleted behind the client's back.
+#![cfg(feature = "redis")]
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use holdfast::{Client, ClientOptions, Error, FenceDurability};
+use holdfast_testkit::servers::redis::RedisServer;
+
+async fn client(url: &str, label: &str) -> Client {
+    Client::connect_with(url, ClientOptions::default().with_label(label)).await.expect("connect")
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let c = redis::Client::open(server.url()).expect("redis client");
+    c.get_multiplexed_async_connection().await.expect("raw connection")
+}
+
+/// Calls of `cmd` the server has executed so far (INFO commandstats).
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.expect("info");
+    let prefix = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime")
+}
+
+/// A restart without persistence while a lock is held: the grant is gone, so
+/// the holder's renewal finds it missing and `lost()` fires; the key is
+/// grantable again; and the new fence is still higher (the fence floor is the
+/// server clock in microseconds, which a restart does not reset).
+#[test]
+fn restart_without_persistence_fires_lost_and_frees_the_key() {
+    let mut server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let (a, b) = (client(&url, "holder").await, client(&url, "next").await);
+        assert_eq!(a.capabilities().fence_durability, FenceDurability::Volatile);
+        let g = a.mutex("restart/volatile").ttl(Duration::from_secs(3)).acquire().await.expect("acquire");
+        let first_fence = g.fence();
+        let lost = g.lost();
+        let restarted = Instant::now();
+        tokio::task::block_in_place(|| server.restart());
+        tokio::time::timeout(Duration::from_secs(10), lost).await.expect("lost() did not fire after the restart");
+        let fired_after = restarted.elapsed();
+        assert!(g.is_lost());
+        let next = b
+            .mutex("restart/volatile")
+            .acquire_timeout(Duration::from_secs(10))
+            .await
+            .expect("the key is grantable after the restart");
+        assert!(next.fence() > first_fence, "fence {} after restart, was {first_fence}", next.fence());
+        assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+        next.release().await.expect("release");
+        // Renewal runs every ttl/3 = 1 s and retries soon after a failure.
+        assert!(fired_after < Duration::from_secs(5), "lost() fired {fired_after:?} after the restart");
+    });
+}
+
+/// With `appendonly yes` + `appendfsync always`, a kill -9 and restart loses
+/// nothing: a held grant survives (the holder is not lost, nobody else gets
+/// the key), and fences stay strictly increasing.
+#[test]
+fn durable_restart_keeps_grants_and_fences() {
+    let mut server = RedisServer::start_durable();
+    let url = server.url();
+    let runtime = rt();
+    let (a, b, held, mut fences) = runtime.block_on(async {
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        assert_eq!(a.capabilities().fence_durability, FenceDurability::Durable);
+        let mut fences = Vec::new();
+        for _ in 0..5 {
+            let g = a.mutex("restart/durable").acquire().await.expect("acquire");
+            fences.push(g.fence());
+            g.release().await.expect("release");
+        }
+        let held = a.mutex("restart/held").ttl(Duration::from_secs(10)).acquire().await.expect("hold");
+        (a, b, held, fences)
+    });
+    server.kill();
+    server.restart();
+    runtime.block_on(async {
+        for i in 0..5 {
+            let c = if i % 2 == 0 { &a } else { &b };
+            let g = c.mutex("restart/durable").acquire_timeout(Duration::from_secs(10)).await.expect("acquire");
+            fences.push(g.fence());
+            g.release().await.expect("release");
+        }
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences not strictly increasing: {fences:?}");
+        assert!(
+            b.mutex("restart/held").try_acquire().await.expect("try").is_none(),
+            "a held grant vanished in a durable restart"
+        );
+        // Renewals keep going after the restart (ttl 10 s: renewed every 3.3 s).
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(!held.is_lost(), "the holder was lost across a durable restart");
+        held.release().await.expect("release after the restart");
+    });
+    drop(server);
+}
+
+/// A grant deleted behind the client's back is noticed at the next renewal.
+#[test]
+fn deleted_grant_fires_lost_at_next_renewal() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let a = client(&server.url(), "a").await;
+        let g = a.mutex("gone").ttl(Duration::from_secs(3)).acquire().await.expect("acquire");
+        let mut conn = raw(&server).await;
+        let _: () = redis::cmd("DEL").arg("{holdfast:gone}").query_async(&mut conn).await.expect("del");
+        tokio::time::timeout(Duration::from_secs(3), g.lost()).await.expect("lost() after the grant was deleted");
+        assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    });
+}
+
+/// Thousands of leases cost one renewal script call per 1,000 leases per tick.
+#[test]
+fn renewal_is_batched() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let a = client(&server.url(), "many").await;
+        let n = 2500;
+        let mut guards = Vec::with_capacity(n);
+        for i in 0..n {
+            guards.push(a.mutex(format!("many/{i}")).ttl(Duration::from_secs(3)).acquire().await.expect("acquire"));
+        }
+        let mut conn = raw(&server).await;
+        let before = command_calls(&mut conn, "evalsha").await;
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let calls = command_calls(&mut conn, "evalsha").await - before;
+        // Renewal every 1 s: about 3-4 ticks of 3 calls (1000 + 1000 + 500 leases).
+        assert!((3..=18).contains(&calls), "{calls} renewal calls for {n} leases over 3.5 s");
+        assert!(guards.iter().all(|g| !g.is_lost()));
+        for g in guards {
+            g.release().await.expect("release");
+        }
+    });
+}
+
+/// Fair mode: the lock goes straight to the head waiter at release (the
+/// store shows it as holder before the waiter even runs again), a non-fair
+/// try cannot jump in, and waiters are served in request order.
+#[test]
+fn fair_release_hands_off_to_the_head_waiter() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let a = client(&url, "holder").await;
+        let g = a.mutex("fair/handoff").fair(true).acquire().await.expect("acquire");
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            let c = client(&url, &format!("w{i}")).await;
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex("fair/handoff").fair(true).acquire().await.expect("fair acquire");
+                order.lock().expect("order").push(i);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await.expect("release");
+            }));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(4));
+        // Stop the head waiter's task from running before we look: the hand-off
+        // itself happens inside the release script.
+        let intruder = client(&url, "intruder").await;
+        g.release().await.expect("release");
+        let status = a.status("fair/handoff").await.expect("status");
+        let holder = status.holder.expect("handed off, not free");
+        assert_eq!(holder.label, "w0");
+        assert!(
+            intruder.mutex("fair/handoff").try_acquire().await.expect("try").is_none(),
+            "a non-fair try took a lock being handed off"
+        );
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(20), w).await.expect("waiter stuck").expect("task");
+        }
+        assert_eq!(*order.lock().expect("order"), vec![0, 1, 2, 3]);
+        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(0));
+    });
+}
+
+/// Fair mode under contention: several clients, each re-requesting right
+/// after its release, get turns in rotation (no client takes the lock straight
+/// back while others wait).
+#[test]
+fn fair_mode_rotates_under_contention() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let mut tasks = Vec::new();
+        let owners = Arc::new(StdMutex::new(Vec::new()));
+        let stop = Instant::now() + Duration::from_secs(2);
+        for i in 0..6 {
+            let c = client(&url, &format!("c{i}")).await;
+            let owners = owners.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut count = 0u32;
+                while Instant::now() < stop {
+                    let g = c.mutex("fair/rotate").fair(true).acquire().await.expect("acquire");
+                    owners.lock().expect("owners").push(i);
+                    count += 1;
+                    g.release().await.expect("release");
+                }
+                count
+            }));
+        }
+        let mut counts = Vec::new();
+        for t in tasks {
+            counts.push(tokio::time::timeout(Duration::from_secs(30), t).await.expect("stuck").expect("task"));
+        }
+        let (min, max) = (*counts.iter().min().unwrap_or(&0), *counts.iter().max().unwrap_or(&0));
+        assert!(min > 0 && max <= 2 * min + 2, "unfair turns per client: {counts:?}");
+        let owners = owners.lock().expect("owners");
+        let repeats = owners.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!(repeats * 10 <= owners.len(), "{repeats} immediate re-grants in {} grants", owners.len());
+    });
+}
+
+/// A fair waiter that dies while queued (its future is never polled again and
+/// never cleaned up, as in a crashed process) blocks the queue only until its
+/// entry expires (`queue_ttl_ms`), not for the holder's TTL.
+#[test]
+fn dead_fair_waiter_does_not_block_the_queue() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = format!("{}?queue_ttl_ms=1000", server.url());
+        let (a, dead, live) = (client(&url, "holder").await, client(&url, "dead").await, client(&url, "live").await);
+        let g = a.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        let m = dead.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30));
+        let mut doomed = Box::pin(m.acquire());
+        assert!(tokio::time::timeout(Duration::from_millis(200), &mut doomed).await.is_err());
+        std::mem::forget(doomed); // no cleanup, no refresh: a dead waiter
+        let waiter = tokio::spawn(async move {
+            let g = live.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(2));
+        let released = Instant::now();
+        g.release().await.expect("release");
+        let granted =
+            tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("live waiter stuck").expect("task");
+        let blocked = granted - released;
+        // Entry lifetime 1 s (+ the 100 ms minimum claim window + a refresh period of slack).
+        assert!(blocked < Duration::from_millis(2500), "the dead waiter blocked the queue for {blocked:?}");
+        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(0));
+    });
+}
+
+/// Non-fair waiting: one pub/sub subscription per client and lock, however
+/// many tasks wait, and it is dropped (lazily) after the last waiter was served.
+#[test]
+fn one_subscription_per_client_and_lock() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        let g = a.mutex("subs").acquire().await.expect("acquire");
+        let mut conn = raw(&server).await;
+        let before = command_calls(&mut conn, "subscribe").await;
+        let mut waiters = Vec::new();
+        for _ in 0..20 {
+            let b = b.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = b.mutex("subs").acquire().await.expect("acquire");
+                g.release().await.expect("release");
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let numsub: (String, i64) =
+            redis::cmd("PUBSUB").arg("NUMSUB").arg("holdfast:w:subs").query_async(&mut conn).await.expect("numsub");
+        assert_eq!(numsub.1, 1, "one subscription for 20 waiters of one client");
+        assert_eq!(command_calls(&mut conn, "subscribe").await - before, 1);
+        g.release().await.expect("release");
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(20), w).await.expect("stuck").expect("task");
+        }
+        // Dropped lazily, about a second after the last waiter left.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let numsub: (String, i64) =
+            redis::cmd("PUBSUB").arg("NUMSUB").arg("holdfast:w:subs").query_async(&mut conn).await.expect("numsub");
+        assert_eq!(numsub.1, 0, "subscription kept after the last waiter left");
+    });
+}
+
+/// An unreachable server is a typed, retryable error within the URL's timeout.
+#[test]
+fn unreachable_server_is_a_typed_error_in_time() {
+    rt().block_on(async {
+        let port = holdfast_testkit::servers::free_port();
+        let started = Instant::now();
+        let outcome = Client::connect(&format!("redis://127.0.0.1:{port}?timeout_ms=500")).await;
+        match outcome {
+            Err(e @ Error::Backend { .. }) => assert!(e.is_retryable(), "{e}"),
+            other => panic!("expected a Backend error, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        // A URL with a password never shows it in errors.
+        let err = Client::connect(&format!("redis://u:hunter2@127.0.0.1:{port}?timeout_ms=300")).await.unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("hunter2"));
+    });
+}
+
+/// Pub/sub wake-ups come back after the server was away for longer than the
+/// connection's reconnect attempts: the subscription connection is checked,
+/// re-established and resubscribed on its own. The waiter's fallback poll is
+/// 20 s here, so only a notification can wake it within the bound.
+#[test]
+fn wakeups_survive_a_server_outage() {
+    let mut server = RedisServer::start_durable();
+    let url = server.url();
+    let slow_poll = format!("{url}?poll_min_ms=20000&poll_max_ms=20000");
+    let runtime = rt();
+    let (holder, waiter) = runtime.block_on(async {
+        let c = client(&url, "holder").await;
+        let b = client(&slow_poll, "waiter").await;
+        let held = c.mutex("outage").ttl(Duration::from_secs(30)).acquire().await.expect("hold");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("outage").acquire().await.expect("waiter acquire");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (held, waiter)
+    });
+    server.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    server.restart();
+    runtime.block_on(async {
+        // Time for the checks to reconnect and resubscribe (one a second).
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!waiter.is_finished(), "the waiter got a held lock");
+        let released = Instant::now();
+        holder.release().await.expect("release after the outage");
+        let granted = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        let woke = granted - released;
+        assert!(woke < Duration::from_secs(1), "the waiter woke {woke:?} after the release (no notification)");
+    });
+}
+
+/// `rediss://` with `ca_file=`: locks and pub/sub wake-ups over TLS, trusting
+/// only the given CA; without it the server's certificate is refused.
+#[test]
+fn tls_with_a_ca_file() {
+    let server = RedisServer::start_tls();
+    rt().block_on(async {
+        let url = server.url();
+        assert!(url.starts_with("rediss://") && url.contains("ca_file="), "{url}");
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        let g = a.mutex("tls").acquire().await.expect("acquire over TLS");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("tls").acquire_timeout(Duration::from_secs(10)).await.expect("wait over TLS");
+            g.release().await.expect("release");
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        g.release().await.expect("release");
+        tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        // The system trust store does not know the test CA.
+        let untrusted = format!("rediss://127.0.0.1:{}?timeout_ms=2000", server.port());
+        assert!(matches!(Client::connect(&untrusted).await, Err(Error::Backend { .. })));
+    });
+}
+
+/// The least an ACL user needs (the list in docs.md), and a wrong password is
+/// a non-retryable error that does not show the password.
+#[test]
+fn acl_user_with_minimal_permissions() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let mut conn = raw(&server).await;
+        let rules = "on >s3cret-pw ~{holdfast:* &holdfast:* +evalsha +eval +script|load +subscribe +unsubscribe \
+                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pttl +time +exists +llen \
+                     +lindex +lpop +rpush +lrem +publish";
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("locker");
+        for rule in rules.split_whitespace() {
+            cmd.arg(rule);
+        }
+        let _: () = cmd.query_async(&mut conn).await.expect("acl setuser");
+        let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        for fair in [false, true] {
+            let g = a.mutex("acl").fair(fair).acquire().await.expect("acquire as an ACL user");
+            let waiter = {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    let g = b.mutex("acl").fair(fair).acquire_timeout(Duration::from_secs(10)).await.expect("wait");
+                    g.release().await.expect("release");
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(a.status("acl").await.expect("status").holder.map(|h| h.label), Some("a".to_owned()));
+            g.release().await.expect("release");
+            tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
+        }
+        let bad = format!("redis://locker:wrong-pw@127.0.0.1:{}?timeout_ms=2000", server.port());
+        match Client::connect(&bad).await {
+            Err(e @ Error::Backend { .. }) => {
+                assert!(!e.is_retryable(), "{e}");
+                assert!(!format!("{e} {e:?}").contains("wrong-pw"));
+            }
+            other => panic!("expected an auth error, got {other:?}"),
+        }
+    });
+}
