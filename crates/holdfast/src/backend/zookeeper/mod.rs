@@ -70,7 +70,10 @@ struct LocalGrant {
 #[derive(Debug)]
 struct Inner {
     config: ZkConfig,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The current session; a std mutex held only to clone or swap the Arc.
+    session: Mutex<Option<Arc<Session>>>,
+    /// Held while a new session is opened, so only one is.
+    connecting: tokio::sync::Mutex<()>,
     grants: Mutex<HashMap<u128, LocalGrant>>,
     shutdown: CancellationToken,
 }
@@ -78,10 +81,8 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown.cancel();
-        if let Ok(s) = self.session.try_lock() {
-            if let Some(s) = s.as_ref() {
-                s.lost.cancel();
-            }
+        if let Some(s) = self.session.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            s.lost.cancel();
         }
     }
 }
@@ -120,7 +121,8 @@ impl ZkBackend {
         let backend = ZkBackend {
             inner: Arc::new(Inner {
                 config,
-                session: tokio::sync::Mutex::new(None),
+                session: Mutex::new(None),
+                connecting: tokio::sync::Mutex::new(()),
                 grants: Mutex::default(),
                 shutdown: CancellationToken::new(),
             }),
@@ -163,18 +165,33 @@ impl ZkBackend {
     /// The current session, or a new one if there is none or it was lost
     /// (the lost one is closed once nothing uses it, which deletes its nodes).
     async fn session(&self) -> Result<Arc<Session>> {
-        let mut current = self.inner.session.lock().await;
-        if let Some(s) = current.as_ref() {
-            if !s.lost.is_cancelled() {
-                return Ok(s.clone());
-            }
+        if let Some(s) = self.live_session() {
+            return Ok(s);
         }
-        if let Some(old) = current.take() {
-            old.lost.cancel();
+        let _one = self.inner.connecting.lock().await;
+        if let Some(s) = self.live_session() {
+            return Ok(s);
         }
+        // Drop the lost session first, so it closes (deleting its nodes) as
+        // soon as nothing else uses it.
+        self.drop_lost_session();
         let s = Arc::new(self.open_session().await?);
-        *current = Some(s.clone());
+        *self.inner.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(s.clone());
         Ok(s)
+    }
+
+    /// The current session if it is not lost.
+    fn live_session(&self) -> Option<Arc<Session>> {
+        let current = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+        current.as_ref().filter(|s| !s.lost.is_cancelled()).cloned()
+    }
+
+    /// Forgets the current session if it is lost.
+    fn drop_lost_session(&self) {
+        let mut current = self.inner.session.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|s| s.lost.is_cancelled()) {
+            current.take();
+        }
     }
 
     async fn open_session(&self) -> Result<Session> {
@@ -518,17 +535,11 @@ impl Backend for ZkBackend {
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let local = self.untrack(token);
         let held = local.as_ref().is_some_and(|g| g.key == key.as_str() && g.deadline > Instant::now());
-        let s = {
-            let mut current = self.inner.session.lock().await;
-            match current.as_ref() {
-                Some(s) if !s.lost.is_cancelled() => s.clone(),
-                // A lost session's nodes go when it closes: close it now
-                // (once nothing else uses it) rather than at the next acquire.
-                _ => {
-                    current.take();
-                    return Ok(false);
-                }
-            }
+        let Some(s) = self.live_session() else {
+            // A lost session's nodes go when it closes: close it now (once
+            // nothing else uses it) rather than at the next acquire.
+            self.drop_lost_session();
+            return Ok(false);
         };
         if let Some(g) = local.as_ref().filter(|g| g.key == key.as_str()) {
             // A grant of this client: its path is known, one round trip.
@@ -551,10 +562,7 @@ impl Backend for ZkBackend {
         // The session is kept alive by the client's pings; a lease is held
         // while its session vouches for it and its local deadline has not
         // passed. No round trip.
-        let live = {
-            let current = self.inner.session.lock().await;
-            current.as_ref().is_some_and(|s| !s.lost.is_cancelled())
-        };
+        let live = self.live_session().is_some();
         let now = Instant::now();
         let mut grants = self.inner.grants.lock().unwrap_or_else(|p| p.into_inner());
         Ok(leases
