@@ -287,7 +287,12 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
                 let prefix = format!("holdfast-bench/{run_id}/r{round}");
                 rounds.push(run_many_leases(&client, &counting, counter.as_deref(), opts, &prefix, &progress).await?);
             }
-            leases.push(stats::median_by(rounds, |r| r.acquired_per_sec));
+            // Later rounds reuse memory the allocator kept from the first,
+            // so the memory figure is the largest growth of any round.
+            let rss = rounds.iter().filter_map(|r| r.rss_delta_bytes).max();
+            let mut median = stats::median_by(rounds, |r| r.acquired_per_sec);
+            median.rss_delta_bytes = rss;
+            leases.push(median);
             continue;
         }
         let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };

@@ -85,7 +85,8 @@ pub struct LeaseResult {
     pub store_commands_per_period: Option<f64>,
     /// Client requests per period while holding, where the store counts them.
     pub store_requests_per_period: Option<f64>,
-    /// Growth of the process's resident memory while acquiring, bytes.
+    /// Growth of the process's resident memory (`VmRSS`) while acquiring,
+    /// bytes; with several rounds, the largest growth of any round.
     pub rss_delta_bytes: Option<i64>,
     /// Leases lost while held (must be 0).
     pub lost: usize,

@@ -31,8 +31,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     match scheme.as_str() {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(crate::backend::sqlite::SqliteBackend::open_url(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Arc::new(crate::backend::etcd::EtcdBackend::open_url(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
         #[cfg(feature = "zookeeper")]
         "zk" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
         other => match SCHEMES.iter().find(|(s, _)| *s == other) {

@@ -29,6 +29,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use holdfast::{Error, OwnerToken, Result};
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -59,8 +63,12 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
     match scheme.as_str() {
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" => Ok(Box::new(mysql::MysqlFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
         #[cfg(feature = "zookeeper")]
         "zk" => Ok(Box::new(zookeeper::ZkFloor::connect(url).await?)),
         _ => Err(Error::Unsupported {

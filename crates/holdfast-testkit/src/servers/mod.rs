@@ -6,12 +6,15 @@
 //! installs it (never a silent skip).
 
 pub mod redis;
+pub mod mysql;
 pub mod zookeeper;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub mod etcd;
 
 /// The Debian packages that provide every server the tests start.
 pub const APT_INSTALL: &str = "apt-get install -y redis-server redis-tools etcd-server etcd-client zookeeper \

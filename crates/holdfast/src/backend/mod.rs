@@ -34,8 +34,12 @@
 //!   (`attempt_started + ttl - drift margin`) ends before the store's.
 //! - No method may block the async runtime; no method may panic on any input.
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "zookeeper")]

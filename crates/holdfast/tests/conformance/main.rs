@@ -1,9 +1,13 @@
 //! The conformance suite C1..C11 against every enabled store, one test per clause.
 
+#[cfg(feature = "etcd")]
+mod etcd;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "zookeeper")]

@@ -1,0 +1,350 @@
+//! The MySQL/MariaDB store: lease rows on InnoDB with the server's clock. See `docs.md`.
+#![doc = include_str!("docs.md")]
+
+mod config;
+mod sql;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
+
+pub use config::{MysqlConfig, SslMode};
+
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::capability::{Capabilities, FenceDurability};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, Attempt, LocalWakeups};
+
+const STORE: &str = "mysql";
+
+/// Server error codes after which the same call may succeed: lock wait
+/// timeout, deadlock, too many connections, shutdown in progress, aborted or
+/// killed connections, server gone, read-only (a failover in progress).
+const RETRYABLE_CODES: &[u16] = &[1205, 1213, 1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1290, 1927, 2006, 2013];
+
+fn map_err(e: mysql_async::Error) -> Error {
+    let retryable = match &e {
+        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
+        mysql_async::Error::Server(s) => RETRYABLE_CODES.contains(&s.code),
+        mysql_async::Error::Other(_) | mysql_async::Error::Url(_) => false,
+    };
+    Error::backend(STORE, retryable, e)
+}
+
+/// Deadlocks and lock wait timeouts: contention, not failure.
+fn is_contention(e: &Error) -> bool {
+    match e {
+        Error::Backend { source, .. } => matches!(
+            source.downcast_ref::<mysql_async::Error>(),
+            Some(mysql_async::Error::Server(s)) if s.code == 1205 || s.code == 1213
+        ),
+        _ => false,
+    }
+}
+
+/// Wake-ups shared by every backend of the same server, database and
+/// namespace in this process, so a release through one client wakes a
+/// waiter of another client at once.
+fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<LocalWakeups>>>> = OnceLock::new();
+    let mut reg = REGISTRY.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(w) = reg.get(id).and_then(Weak::upgrade) {
+        return w;
+    }
+    reg.retain(|_, w| w.strong_count() > 0);
+    let w = Arc::new(LocalWakeups::default());
+    reg.insert(id.to_owned(), Arc::downgrade(&w));
+    w
+}
+
+/// The MySQL/MariaDB store.
+#[derive(Clone)]
+pub struct MysqlBackend {
+    pool: Pool,
+    config: Arc<MysqlConfig>,
+    sql: Arc<sql::Statements>,
+    wakeups: Arc<LocalWakeups>,
+    releases: Arc<AtomicU64>,
+    fence_durability: FenceDurability,
+}
+
+impl fmt::Debug for MysqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlBackend").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl MysqlBackend {
+    /// Connects to the store a `mysql://` URL names, creating its tables if missing.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(MysqlConfig::from_url(url)?).await
+    }
+
+    /// Connects, creates the lease and fence tables if missing
+    /// (`CREATE TABLE IF NOT EXISTS`), and reads the server's commit
+    /// durability setting.
+    pub async fn open(config: MysqlConfig) -> Result<Self> {
+        config::check_namespace(&config.namespace)?;
+        let ssl = match config.ssl_mode {
+            SslMode::Disabled => None,
+            mode => {
+                let mut ssl = SslOpts::default();
+                if let Some(ca) = &config.ssl_ca {
+                    ssl = ssl.with_root_certs(vec![ca.clone().into()]);
+                }
+                Some(match mode {
+                    SslMode::Required => {
+                        ssl.with_danger_accept_invalid_certs(true).with_danger_skip_domain_validation(true)
+                    }
+                    SslMode::VerifyCa => ssl.with_danger_skip_domain_validation(true),
+                    _ => ssl,
+                })
+            }
+        };
+        let pool_opts = PoolOpts::default()
+            .with_constraints(PoolConstraints::new(0, config.pool_max).unwrap_or_default())
+            // Keep idle connections up to `pool_max` for a minute (with the
+            // default of 0 the pool closes every connection above the minimum
+            // as soon as it is returned, and each call would reconnect).
+            .with_inactive_connection_ttl(Duration::from_secs(60))
+            // No session state is kept between calls, so no reset (it would
+            // cost a round trip per call and drop the prepared statements).
+            // A connection returned inside a transaction is rolled back by
+            // the pool before reuse.
+            .with_reset_connection(false);
+        let opts = OptsBuilder::default()
+            .ip_or_hostname(config.host.clone())
+            .tcp_port(config.port)
+            .user(Some(config.user.clone()))
+            .pass(config.password().map(str::to_owned))
+            .db_name(Some(config.database.clone()))
+            .stmt_cache_size(64)
+            // Row lock waits end within the call's own bound (the server
+            // default is 50 s); a lock wait timeout counts as contention.
+            .init(vec![format!("SET SESSION innodb_lock_wait_timeout = {}", config.timeout.as_secs().clamp(1, 600))])
+            // On loopback the driver would otherwise reconnect through the
+            // server's Unix socket; with TLS asked for, stay on TCP.
+            .prefer_socket(ssl.is_none())
+            .ssl_opts(ssl)
+            .pool_opts(pool_opts);
+        let statements = sql::Statements::new(&config.leases_table(), &config.fence_table());
+        let wakeups =
+            shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
+        let backend = MysqlBackend {
+            pool: Pool::new(opts),
+            config: Arc::new(config),
+            sql: Arc::new(statements),
+            wakeups,
+            releases: Arc::default(),
+            fence_durability: FenceDurability::Durable,
+        };
+        let flush = backend
+            .timed(async {
+                let mut conn = backend.pool.get_conn().await?;
+                for stmt in &backend.sql.schema {
+                    conn.query_drop(stmt.as_str()).await?;
+                }
+                conn.query_first::<Option<i64>, _>("SELECT @@innodb_flush_log_at_trx_commit").await
+            })
+            .await?;
+        let fence_durability = match flush.flatten() {
+            // 1: fsync at every commit (the default). 3 (MariaDB): the same.
+            Some(1 | 3) => FenceDurability::Durable,
+            // 2: written at commit, fsynced once a second: a server crash
+            // keeps commits, an OS crash may lose the last second.
+            Some(2) => FenceDurability::ProcessCrash,
+            // 0: even a server crash may lose the last second of grants.
+            _ => FenceDurability::Volatile,
+        };
+        Ok(MysqlBackend { fence_durability, ..backend })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MysqlConfig {
+        &self.config
+    }
+
+    /// Deletes up to 32 lease rows that expired more than a minute ago (their
+    /// holders vanished and nobody took the keys since); returns how many.
+    /// Every 64th release runs this in the background, so the lease table
+    /// holds about one row per held key without a separate cleanup job.
+    pub async fn sweep_expired(&self) -> Result<u64> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            sql::sweep(&mut conn, &self.sql).await
+        })
+        .await
+    }
+
+    /// Runs an idempotent call again after a deadlock or lock wait timeout
+    /// (InnoDB rolled the statement back; trying again is what it asks for).
+    async fn retry_contention<T, F, Fut>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            match f().await {
+                Err(e) if is_contention(&e) && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_micros(rand::random_range(100..2000))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `f` with the configured bound; a timeout is a retryable error.
+    async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.config.timeout, f).await {
+            Ok(r) => r.map_err(map_err),
+            Err(_) => Err(Error::backend(
+                STORE,
+                true,
+                format!("no answer from {}:{} within {:?}", self.config.host, self.config.port, self.config.timeout),
+            )),
+        }
+    }
+
+    async fn conn(&self) -> mysql_async::Result<Conn> {
+        self.pool.get_conn().await
+    }
+
+    async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let key = req.key.as_str();
+        let outcome = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                // A waiter first looks without locking anything, so waiting
+                // costs one primary-key read, not a write transaction.
+                if peek_first {
+                    if let Some(left) = sql::peek_busy(&mut conn, &self.sql, key, req.token).await? {
+                        return Ok(sql::Acquired::Busy { expires_in: Some(left) });
+                    }
+                }
+                sql::acquire(&mut conn, &self.sql, key, req.token, req.ttl, &req.label).await
+            })
+            .await?;
+        Ok(match outcome {
+            sql::Acquired::Granted { fence } => {
+                Attempt::Granted(Grant { fence, attempt_started: started, session_lost: None })
+            }
+            sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
+        })
+    }
+
+    /// An attempt made while waiting: contention and passing failures (a
+    /// restarting server) count as busy, so the wait goes on; the client's
+    /// deadline bounds it.
+    async fn waiting_attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+        match self.attempt(req, peek_first).await {
+            Err(e) if e.is_retryable() => {
+                if !is_contention(&e) {
+                    tracing::warn!(key = %req.key, error = %e, "acquire attempt failed, retrying");
+                }
+                Ok(Attempt::Busy { expires_in: None })
+            }
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MysqlBackend {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            always_fair: false,
+            store_notification: false,
+            counts_waiters: false,
+            fence_durability: self.fence_durability,
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        if !req.wait {
+            // A deadlock or lock wait timeout is contention: try again a
+            // couple of times before reporting it.
+            return match self.retry_contention(|| self.attempt(req, false)).await? {
+                Attempt::Granted(g) => Ok(Some(g)),
+                Attempt::Busy { .. } => Ok(None),
+            };
+        }
+        let wakeup = self.wakeups.subscribe(req.key.as_str());
+        let mut first = true;
+        let grant = wait::until_granted(&wakeup, self.config.poll, || {
+            let peek = !std::mem::take(&mut first);
+            self.waiting_attempt(req, peek)
+        })
+        .await?;
+        Ok(Some(grant))
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let sweep = self.releases.fetch_add(1, Ordering::Relaxed) % 64 == 63;
+        // Deleting by token is idempotent, so a deadlock victim just retries.
+        let released = self
+            .retry_contention(|| {
+                self.timed(async {
+                    let mut conn = self.conn().await?;
+                    sql::release(&mut conn, &self.sql, key.as_str(), token).await
+                })
+            })
+            .await?;
+        self.wakeups.wake_one(key.as_str());
+        if sweep {
+            // Best effort, in the background so that it can never delay or
+            // fail a release: rows of holders that vanished long ago.
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = this.sweep_expired().await {
+                    tracing::debug!(error = %e, "sweep of long-expired rows failed");
+                }
+            });
+        }
+        Ok(released)
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
+        // Extending to "TTL from now" again is harmless, so retry deadlocks.
+        self.retry_contention(|| {
+            self.timed(async {
+                let mut conn = self.conn().await?;
+                sql::renew(&mut conn, &self.sql, &batch).await
+            })
+        })
+        .await
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        let holder = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                sql::holder(&mut conn, &self.sql, key.as_str()).await
+            })
+            .await?;
+        Ok(LockStatus {
+            key: key.to_string(),
+            holder: holder.map(|(label, fence, left)| HolderInfo { label, fence, ttl_left: Some(left) }),
+            waiters: None,
+        })
+    }
+}
