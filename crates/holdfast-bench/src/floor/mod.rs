@@ -29,10 +29,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use holdfast::{Error, OwnerToken, Result};
 
-#[cfg(feature = "mysql")]
-pub mod mysql;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]

@@ -5,8 +5,8 @@
 //! killed on drop; a missing binary is a test failure naming the command that
 //! installs it (never a silent skip).
 
-pub mod redis;
 pub mod mysql;
+pub mod redis;
 pub mod zookeeper;
 
 use std::net::TcpListener;

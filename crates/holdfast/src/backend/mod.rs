@@ -36,10 +36,10 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
-#[cfg(feature = "redis")]
-pub mod redis;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "zookeeper")]

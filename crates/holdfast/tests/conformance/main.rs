@@ -2,12 +2,12 @@
 
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
-#[cfg(feature = "mysql")]
-mod mysql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "zookeeper")]
