@@ -39,6 +39,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "redis" | "rediss" => Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
         other => match SCHEMES.iter().find(|(s, _)| *s == other) {
             Some((_, feature)) => Err(Error::FeatureDisabled { scheme: other.to_owned(), feature }),
             None => Err(Error::invalid(

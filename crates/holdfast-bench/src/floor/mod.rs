@@ -39,6 +39,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 /// The timeout of every floor call: an unreachable store is an error, never a hang.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -71,6 +73,8 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
         "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
+        #[cfg(feature = "zookeeper")]
+        "zk" => Ok(Box::new(zookeeper::ZkFloor::connect(url).await?)),
         _ => Err(Error::Unsupported {
             store: "holdfast-bench",
             what: "a raw floor for this URL scheme (run with --no-floor)",

@@ -90,16 +90,17 @@ pub struct Store {
 /// unchanged on it.
 pub fn stores(env: &Env) -> Vec<Store> {
     use holdfast_testkit::servers::{
-        etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer,
+        etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer, zookeeper::ZkServer,
     };
-    let (redis, etcd, mysql, postgres) =
-        (RedisServer::start(), EtcdCluster::start(), MysqlServer::start(), PostgresServer::start());
+    let (redis, etcd, mysql, postgres, zk) =
+        (RedisServer::start(), EtcdCluster::start(), MysqlServer::start(), PostgresServer::start(), ZkServer::start());
     vec![
         Store { name: "sqlite", url: env.url.clone(), _server: None },
         Store { name: "redis", url: redis.url(), _server: Some(Box::new(redis)) },
         Store { name: "etcd", url: etcd.url(), _server: Some(Box::new(etcd)) },
         Store { name: "mysql", url: mysql.url(), _server: Some(Box::new(mysql)) },
         Store { name: "postgres", url: postgres.url(), _server: Some(Box::new(postgres)) },
+        Store { name: "zookeeper", url: zk.url(), _server: Some(Box::new(zk)) },
     ]
 }
 

@@ -8,6 +8,7 @@
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+pub mod zookeeper;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

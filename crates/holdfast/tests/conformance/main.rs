@@ -12,3 +12,5 @@ mod redis;
 mod redis_fair;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;

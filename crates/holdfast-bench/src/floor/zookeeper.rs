@@ -1,0 +1,115 @@
+//! ZooKeeper floor: `create` of a plain EPHEMERAL node `/holdfast-bench/floor/{key}`
+//! to acquire (`NodeExists` = busy), `delete` to release, on one session of the
+//! plain `zookeeper-client` with the same hosts, credentials and session
+//! timeout as holdfast's URL.
+//!
+//! No queue, no fence, no watch: a floor waiter polls. The lease is the
+//! session, as for every ZooKeeper lock, so the floor ignores the TTL (a key
+//! is freed by release or by the end of the session). Release is owner-checked
+//! locally: only a node this floor created for `token` (its session owns it)
+//! is deleted, with no extra round trip.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use holdfast::backend::zookeeper::ZkConfig;
+use holdfast::{Error, OwnerToken, Result};
+use zookeeper_client as zk;
+
+use super::{Floor, OP_TIMEOUT};
+
+const STORE: &str = "zookeeper";
+const ROOT: &str = "/holdfast-bench/floor";
+
+fn map_err(e: zk::Error) -> Error {
+    let retryable =
+        matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::SessionExpired | zk::Error::NoHosts);
+    Error::backend(STORE, retryable, e)
+}
+
+async fn timed<T>(f: impl Future<Output = std::result::Result<T, zk::Error>>) -> Result<T> {
+    match tokio::time::timeout(OP_TIMEOUT, f).await {
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
+    }
+}
+
+/// One path segment for a key: letters, digits, `-`, `_` kept, other bytes `%XX`.
+fn segment(key: &str) -> String {
+    key.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The ZooKeeper floor.
+pub struct ZkFloor {
+    client: zk::Client,
+    acls: zk::Acls<'static>,
+    /// Nodes this floor's session created, by key.
+    held: Mutex<HashMap<String, OwnerToken>>,
+}
+
+impl ZkFloor {
+    /// Opens one session to the ensemble of a `zk://` URL and creates the floor's root.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let cfg = ZkConfig::from_url(url)?;
+        let mut connector = zk::Client::connector().with_session_timeout(cfg.session_timeout).with_fail_eagerly();
+        if let Some((user, pass)) = &cfg.credentials {
+            connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
+        }
+        let client = timed(connector.connect(&cfg.connect_string())).await?;
+        let acls = if cfg.credentials.is_some() { zk::Acls::creator_all() } else { zk::Acls::anyone_all() };
+        match timed(client.mkdir(ROOT, &zk::CreateMode::Persistent.with_acls(acls))).await {
+            Ok(()) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(ZkFloor { client, acls, held: Mutex::default() })
+    }
+}
+
+#[async_trait]
+impl Floor for ZkFloor {
+    fn describe(&self) -> &'static str {
+        "zookeeper-client session: create EPHEMERAL + delete"
+    }
+
+    async fn acquire(&self, key: &str, token: OwnerToken, _ttl: Duration) -> Result<bool> {
+        let path = format!("{ROOT}/{}", segment(key));
+        let options = zk::CreateMode::Ephemeral.with_acls(self.acls);
+        match tokio::time::timeout(OP_TIMEOUT, self.client.create(&path, &token.to_bytes(), &options)).await {
+            Ok(Ok(_)) => {
+                self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(key.to_owned(), token);
+                Ok(true)
+            }
+            Ok(Err(zk::Error::NodeExists)) => Ok(false),
+            Ok(Err(e)) => Err(map_err(e)),
+            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
+        }
+    }
+
+    async fn release(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            if held.get(key) != Some(&token) {
+                return Ok(false);
+            }
+            held.remove(key);
+        }
+        let path = format!("{ROOT}/{}", segment(key));
+        match tokio::time::timeout(OP_TIMEOUT, self.client.delete(&path, None)).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(zk::Error::NoNode)) => Ok(false),
+            Ok(Err(e)) => Err(map_err(e)),
+            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! ZooKeeper 3.5+ on loopback: one standalone server or an ensemble, each
+//! member a JVM started directly (not zkServer.sh), in a temp dir, killed on drop.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use super::{ServerProcess, free_port, require_binary, wait_until};
+
+/// The server's tickTime in the tests: sessions may last 2 ticks (0.4 s) to [`MAX_SESSION_TIMEOUT_MS`].
+pub const TICK_MS: u64 = 200;
+
+/// The longest session timeout the servers grant.
+pub const MAX_SESSION_TIMEOUT_MS: u64 = 10_000;
+
+/// The session timeout the conformance tests ask for.
+pub const SESSION_TIMEOUT_MS: u64 = 4_000;
+
+const JARS: [&str; 2] = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"];
+
+/// One ensemble member.
+#[derive(Debug)]
+struct Member {
+    id: usize,
+    client_port: u16,
+    config: PathBuf,
+    log: PathBuf,
+    process: Option<ServerProcess>,
+}
+
+/// A running standalone ZooKeeper or ensemble.
+#[derive(Debug)]
+pub struct ZkServer {
+    members: Vec<Member>,
+    java: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// A four-letter word's answer from 127.0.0.1:`port` (whitelisted: `srvr`,
+/// `ruok`, `stat`, `mntr`, `wchp`), if any.
+pub fn four_letter(port: u16, word: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(1000))).ok()?;
+    s.write_all(word.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// The `srvr` four-letter word's answer from 127.0.0.1:`port`, if any.
+pub fn srvr(port: u16) -> Option<String> {
+    four_letter(port, "srvr")
+}
+
+/// The watched paths of a server and how many sessions watch each (`wchp`).
+pub fn watches_by_path(port: u16) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for line in four_letter(port, "wchp").unwrap_or_default().lines() {
+        if line.starts_with('/') {
+            out.push((line.trim().to_owned(), 0));
+        } else if let Some(last) = out.last_mut().filter(|_| !line.trim().is_empty()) {
+            last.1 += 1;
+        }
+    }
+    out
+}
+
+/// The `Mode:` line of `srvr` (`standalone`, `leader`, `follower`), if serving.
+pub fn mode(port: u16) -> Option<String> {
+    srvr(port)?.lines().find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_owned()))
+}
+
+impl ZkServer {
+    /// A standalone server.
+    pub fn start() -> Self {
+        Self::start_members(1)
+    }
+
+    /// An ensemble of `n` members (3 for failover tests), every member serving.
+    pub fn start_ensemble(n: usize) -> Self {
+        Self::start_members(n)
+    }
+
+    fn start_members(n: usize) -> Self {
+        let java = require_binary("java", &[], "zookeeper");
+        for jar in JARS {
+            if !Path::new(jar).is_file() {
+                panic!("{jar} is missing; install it with: apt-get install -y zookeeper");
+            }
+        }
+        let dir = tempfile::Builder::new().prefix("holdfast-zk").tempdir().expect("tempdir");
+        let ports: Vec<(u16, u16, u16)> = (0..n).map(|_| (free_port(), free_port(), free_port())).collect();
+        let mut members = Vec::new();
+        for (i, (client, quorum, election)) in ports.iter().enumerate() {
+            let id = i + 1;
+            let data = dir.path().join(format!("zk{id}"));
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::fs::write(data.join("myid"), format!("{id}\n")).expect("myid");
+            let mut cfg = format!(
+                "tickTime={TICK_MS}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr,wchp\n\
+                 maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n",
+                data.display()
+            );
+            if n > 1 {
+                let _ = (quorum, election);
+                for (j, (_, q, e)) in ports.iter().enumerate() {
+                    cfg.push_str(&format!("server.{}=127.0.0.1:{q}:{e}\n", j + 1));
+                }
+            }
+            let config = data.join("zoo.cfg");
+            std::fs::write(&config, cfg).expect("zoo.cfg");
+            let log = data.join("zk.log");
+            members.push(Member { id, client_port: *client, config, log, process: None });
+        }
+        let mut server = ZkServer { members, java, _dir: dir };
+        for i in 0..n {
+            server.spawn(i);
+        }
+        for i in 0..n {
+            server.wait_serving(i, Duration::from_secs(60));
+        }
+        server
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        let mut cmd = Command::new(&self.java);
+        cmd.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dzookeeper.admin.enableServer=false",
+            // Empty lock parents (containers) are removed within a second.
+            "-Dznode.container.checkIntervalMs=500",
+            "-cp",
+            &JARS.join(":"),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        ])
+        .arg(&m.config);
+        m.process = Some(ServerProcess::spawn(cmd, &m.log));
+    }
+
+    /// Waits until member `i` answers `srvr` with a `Mode:` line.
+    pub fn wait_serving(&self, i: usize, timeout: Duration) {
+        let m = &self.members[i];
+        wait_until(&format!("zookeeper member {}", m.id), timeout, Some(&m.log), || mode(m.client_port).is_some());
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether there are no members (never: a server has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The client port of member `i`.
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    /// `zk://` URL of every member.
+    pub fn url(&self) -> String {
+        self.url_of(&(0..self.members.len()).collect::<Vec<_>>())
+    }
+
+    /// `zk://` URL of the given members only.
+    pub fn url_of(&self, members: &[usize]) -> String {
+        let hosts: Vec<String> =
+            members.iter().map(|&i| format!("127.0.0.1:{}", self.members[i].client_port)).collect();
+        format!("zk://{}", hosts.join(","))
+    }
+
+    /// The index of the leader (or the standalone server), by `srvr`.
+    pub fn leader(&self) -> Option<usize> {
+        self.members.iter().position(|m| {
+            m.process.is_some() && matches!(mode(m.client_port).as_deref(), Some("leader" | "standalone"))
+        })
+    }
+
+    /// SIGKILLs member `i` (a crash).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].process.take() {
+            p.kill();
+        }
+    }
+
+    /// Sends SIGSTOP (`pause = true`) or SIGCONT to member `i`: a hung server.
+    pub fn pause(&self, i: usize, pause: bool) {
+        if let Some(p) = &self.members[i].process {
+            let sig = if pause { "STOP" } else { "CONT" };
+            let _ = Command::new("kill").arg("-s").arg(sig).arg(p.pid().to_string()).status();
+        }
+    }
+
+    /// The log of member `i`.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log).unwrap_or_default()
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(p) = &m.process {
+                // A paused JVM must be continued to die promptly on some kernels; SIGKILL works anyway.
+                let _ = Command::new("kill").arg("-s").arg("CONT").arg(p.pid().to_string()).status();
+            }
+            m.process.take();
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! ZooKeeper: a fresh standalone server per test (tickTime 200 ms, session timeout 4 s).
+
+use std::time::Duration;
+
+use holdfast_testkit::conformance::Store;
+use holdfast_testkit::servers::free_port;
+use holdfast_testkit::servers::zookeeper::{SESSION_TIMEOUT_MS, TICK_MS, ZkServer};
+
+fn start() -> Store {
+    let server = ZkServer::start();
+    let url = format!("{}?session_timeout={SESSION_TIMEOUT_MS}", server.url());
+    Store {
+        url,
+        // A holder that dies keeps its node until the ensemble expires its
+        // session: the session timeout, rounded up to the server's expiry
+        // granularity (one tick), plus one tick to deliver the watch.
+        expiry_slack: Duration::from_millis(SESSION_TIMEOUT_MS + 2 * TICK_MS),
+        unreachable_url: format!("zk://127.0.0.1:{}?timeout=2000", free_port()),
+        server: Box::new(server),
+    }
+}
+
+holdfast_testkit::conformance_suite!(start);
