@@ -32,7 +32,7 @@ pub struct Store {
 /// Expands to one test per clause for a store. `$start` is a path to a
 /// `fn() -> Store` that starts a fresh server (blocking).
 ///
-/// ```ignore
+/// ```text
 /// mod sqlite {
 ///     holdfast_testkit::conformance_suite!(super::start_sqlite);
 /// }
