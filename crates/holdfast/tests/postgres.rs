@@ -338,15 +338,6 @@ async fn concurrent_first_use_creates_tables_once() {
     }
 }
 
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("openssl is needed for the TLS test (apt-get install -y openssl): {e}"));
-    assert!(ok.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&ok.stderr));
-}
-
 /// TLS: verify-full with the right CA works, with another CA fails with a
 /// non-retryable error, verify-ca ignores the host name, require encrypts
 /// without checking, and the server really sees TLS.
@@ -355,38 +346,8 @@ async fn tls_modes() {
     let server = PostgresServer::start();
     let dir = server.dir().join("tls");
     std::fs::create_dir_all(&dir).expect("tls dir");
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    for ca in ["ca", "other"] {
-        let (key, pem, subj) = (format!("{ca}.key"), format!("{ca}.pem"), format!("/CN=holdfast test {ca}"));
-        let mut args = vec!["req", "-x509", "-days", "2", "-subj", &subj, "-keyout", &key, "-out", &pem];
-        args.extend(ec);
-        args.extend(["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"]);
-        openssl(&dir, &args);
-    }
-    let mut args = vec!["req", "-subj", "/CN=127.0.0.1", "-keyout", "server.key", "-out", "server.csr"];
-    args.extend(ec);
-    openssl(&dir, &args);
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").expect("ext");
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "server.pem",
-        ],
-    );
+    holdfast_testkit::servers::tls::make_server_certificate(&dir);
+    holdfast_testkit::servers::tls::make_ca(&dir, "other");
     let status = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status();
     assert!(status.is_ok_and(|s| s.success()) || !dir.join("server.key").exists());
     let mut perms = std::fs::metadata(dir.join("server.key")).expect("key").permissions();

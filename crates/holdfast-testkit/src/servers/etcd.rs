@@ -204,51 +204,10 @@ impl EtcdTlsServer {
     /// Makes a CA and a server certificate for 127.0.0.1, starts etcd with
     /// them, adds user `root` and enables authentication.
     pub fn start() -> Self {
-        let openssl = require_binary("openssl", &[], "openssl");
         let etcdctl = require_binary("etcdctl", &[], "etcd-client");
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let p = |name: &str| dir.path().join(name);
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-        run(Command::new(&openssl)
-            .args(["req", "-x509"])
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("ca.key"))
-            .arg("-out")
-            .arg(p("ca.pem"))
-            .args(["-days", "2", "-subj", "/CN=holdfast-test-ca"])
-            .args([
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ]));
-        run(Command::new(&openssl)
-            .arg("req")
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("server.key"))
-            .arg("-out")
-            .arg(p("server.csr"))
-            .args(["-subj", "/CN=127.0.0.1"]));
-        std::fs::write(
-            p("server.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
-             extendedKeyUsage=serverAuth\n",
-        )
-        .unwrap_or_else(|e| panic!("write ext: {e}"));
-        run(Command::new(&openssl)
-            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
-            .arg("-in")
-            .arg(p("server.csr"))
-            .arg("-CA")
-            .arg(p("ca.pem"))
-            .arg("-CAkey")
-            .arg(p("ca.key"))
-            .arg("-out")
-            .arg(p("server.pem"))
-            .arg("-extfile")
-            .arg(p("server.ext")));
+        super::tls::make_server_certificate(dir.path());
 
         let etcd = require_binary("etcd", &[], "etcd-server");
         let (cp, pp) = (free_port(), free_port());

@@ -8,6 +8,7 @@
 pub mod mysql;
 pub mod postgres;
 pub mod redis;
+pub mod tls;
 pub mod zookeeper;
 
 use std::net::TcpListener;

@@ -47,7 +47,7 @@ impl MysqlServer {
     }
 
     /// Like [`start`](Self::start), with TLS: a throwaway CA and a server
-    /// certificate for `127.0.0.1`/`localhost` made with `openssl`; the CA is
+    /// certificate for `127.0.0.1` made with `openssl`; the CA is
     /// at [`ca_file`](Self::ca_file).
     pub fn start_tls() -> Self {
         Self::start_with(true)
@@ -80,7 +80,7 @@ impl MysqlServer {
             panic!("mariadb-install-db failed: {}", std::fs::read_to_string(&log).unwrap_or_default());
         }
         if tls {
-            make_certs(&dir.path().join("tls"));
+            super::tls::make_server_certificate(&dir.path().join("tls"));
         }
         let mut server = MysqlServer { port: free_port(), dir, mariadbd, admin, client, tls, process: None };
         server.spawn();
@@ -204,75 +204,5 @@ impl MysqlServer {
     /// Whether the server process runs.
     pub fn is_running(&mut self) -> bool {
         self.process.as_mut().is_some_and(|p| p.is_running())
-    }
-}
-
-/// A CA and a server certificate signed by it, valid for 127.0.0.1 and localhost.
-fn make_certs(dir: &Path) {
-    let openssl = require_binary("openssl", SBIN, "openssl");
-    std::fs::create_dir_all(dir).expect("tls dir");
-    std::fs::write(
-        dir.join("server.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .expect("ext file");
-    let steps: [&[&str]; 3] = [
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=holdfast test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    ];
-    for args in steps {
-        let out = Command::new(&openssl)
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

@@ -45,7 +45,7 @@ impl RedisServer {
         let binary = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server");
         let dir = tempfile::Builder::new().prefix("holdfast-redis.").tempdir().expect("temp dir");
         if tls {
-            make_certificates(dir.path());
+            super::tls::make_server_certificate(dir.path());
         }
         let port = free_port();
         let process = spawn(&binary, port, dir.path(), durable, tls);
@@ -130,62 +130,6 @@ fn spawn(binary: &Path, port: u16, dir: &Path, durable: bool, tls: bool) -> Serv
     }
     // Server output goes to the log file that ServerProcess opens.
     ServerProcess::spawn(cmd, &dir.join("redis.log"))
-}
-
-/// A CA and a server certificate for 127.0.0.1 in `dir` (ca.pem, server.pem, server.key).
-fn make_certificates(dir: &Path) {
-    let openssl = require_binary("openssl", &["/usr/bin"], "openssl");
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").expect("write ext.cnf");
-    let steps: [&[&str]; 3] = [
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=holdfast test CA",
-        ],
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    ];
-    for args in steps {
-        let out = Command::new(&openssl).args(args).current_dir(dir).output().expect("run openssl");
-        assert!(out.status.success(), "openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
 }
 
 /// True if the server answers PING with PONG (a raw RESP exchange, no client crate).
