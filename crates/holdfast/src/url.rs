@@ -10,7 +10,6 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("sqlite", "sqlite"),
     ("redis", "redis"),
     ("rediss", "redis"),
-    ("redlock", "redlock"),
     ("etcd", "etcd"),
     ("etcds", "etcd"),
     ("zk", "zookeeper"),
