@@ -1,44 +1,31 @@
 //! The etcd floor against a real single-node etcd (testkit, loopback, temp dir).
 #![cfg(feature = "etcd")]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use holdfast::OwnerToken;
-use holdfast_bench::{CycleSpec, FloorLocker, Workload, floor_for, run_cycles};
+use holdfast_bench::floor_for;
 use holdfast_testkit::servers::etcd::EtcdServer;
 use holdfast_testkit::servers::free_port;
+
+mod floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_floor_is_owner_checked_and_expires() {
     let server = EtcdServer::start();
     let floor = floor_for(&server.url()).await.unwrap();
-    let ttl = Duration::from_secs(10);
+    floor_checks::owner_checked(floor.as_ref(), "k").await;
     let (a, b) = (OwnerToken::random(), OwnerToken::random());
-    assert!(floor.acquire("k", a, ttl).await.unwrap());
-    assert!(!floor.acquire("k", b, ttl).await.unwrap(), "a held key is not taken");
-    assert!(!floor.release("k", b).await.unwrap(), "another token does not release");
-    assert!(floor.release("k", a).await.unwrap());
-    assert!(!floor.release("k", a).await.unwrap(), "release is idempotent");
     // A 1 s TTL is a 2 s lease on etcd's default timing, freed by etcd's
     // 500 ms expiry loop once its keep-alives stop; here they go on, so the
     // key is held until released.
     assert!(floor.acquire("short", b, Duration::from_secs(1)).await.unwrap());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(!floor.acquire("short", a, ttl).await.unwrap(), "a kept-alive lease expired");
+    assert!(!floor.acquire("short", a, floor_checks::TTL).await.unwrap(), "a kept-alive lease expired");
     assert!(floor.release("short", b).await.unwrap());
 
-    let spec = CycleSpec {
-        workload: Workload::Contended,
-        subject: "floor".into(),
-        tasks: 4,
-        duration: Duration::from_millis(300),
-        max_cycles: None,
-        think_time: Duration::ZERO,
-        key_prefix: "bench-test".into(),
-    };
-    let r = run_cycles(Arc::new(FloorLocker::new(floor)), &spec, None, &|_| {}).await.unwrap();
-    assert!(r.cycles > 0 && r.overlaps == 0 && r.tasks_never_acquired == 0, "{r:?}");
+    let r = floor_checks::contended_run(floor, 4, None).await;
+    assert_eq!(r.tasks_never_acquired, 0, "{r:?}");
 }
 
 #[tokio::test]

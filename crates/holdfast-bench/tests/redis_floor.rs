@@ -2,12 +2,12 @@
 //! here on a free loopback port in a temp dir, killed on drop).
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast::OwnerToken;
-use holdfast_bench::{CycleSpec, FloorLocker, Workload, command_counter_for, floor_for, run_cycles};
+use holdfast_bench::{command_counter_for, floor_for};
 use holdfast_testkit::servers::{ServerProcess, free_port, port_open, require_binary, wait_until};
+
+mod floor_checks;
 
 struct Redis {
     url: String,
@@ -34,18 +34,9 @@ async fn redis_floor_is_owner_checked_and_its_commands_are_counted() {
     let redis = start_redis();
     let floor = floor_for(&redis.url).await.unwrap();
     let counter = command_counter_for(&redis.url).await.unwrap().expect("redis counts its commands");
-    let ttl = Duration::from_secs(10);
-    let (a, b) = (OwnerToken::random(), OwnerToken::random());
-
     let before = counter.snapshot().await.unwrap();
-    assert!(floor.acquire("k", a, ttl).await.unwrap());
-    assert!(!floor.acquire("k", b, ttl).await.unwrap(), "a held key is not taken");
-    assert!(!floor.release("k", b).await.unwrap(), "another token does not release");
-    assert!(floor.release("k", a).await.unwrap());
-    assert!(!floor.release("k", a).await.unwrap(), "release is idempotent");
-    assert!(floor.acquire("k", b, Duration::from_millis(50)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    assert!(floor.acquire("k", a, ttl).await.unwrap(), "an expired key is taken over");
+    floor_checks::owner_checked(floor.as_ref(), "k").await;
+    floor_checks::expired_key_taken_over(floor.as_ref(), "k").await;
     let after = counter.snapshot().await.unwrap();
     // 4 SETs + 3 EVALSHAs, plus the GETs (3) and the DEL (1) run inside the
     // script, which Redis counts too; the INFO calls themselves are not counted.
@@ -54,18 +45,8 @@ async fn redis_floor_is_owner_checked_and_its_commands_are_counted() {
     assert_eq!(ran.requests(), 7, "{ran:?}");
     assert_eq!(ran.total(), 11, "{ran:?}");
 
-    let spec = CycleSpec {
-        workload: Workload::Contended,
-        subject: "floor".into(),
-        tasks: 8,
-        duration: Duration::from_millis(300),
-        max_cycles: None,
-        think_time: Duration::ZERO,
-        key_prefix: "bench-test".into(),
-    };
-    let locker = Arc::new(FloorLocker::new(floor));
-    let r = run_cycles(locker, &spec, Some(counter.as_ref()), &|_| {}).await.unwrap();
-    assert!(r.cycles > 0 && r.overlaps == 0 && r.tasks_never_acquired == 0, "{r:?}");
+    let r = floor_checks::contended_run(floor, 8, Some(counter.as_ref())).await;
+    assert_eq!(r.tasks_never_acquired, 0, "{r:?}");
     let per_acq = r.store_commands_per_acquisition.unwrap();
     assert!(per_acq >= 4.0, "at least SET + EVALSHA(GET + DEL) per acquisition, got {per_acq}");
     let requests = r.store_requests_per_acquisition.unwrap();

@@ -1,40 +1,25 @@
 //! The ZooKeeper floor against a real standalone server (testkit, loopback,
 //! temp dir, killed on drop).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast::OwnerToken;
-use holdfast_bench::{CycleSpec, FloorLocker, Workload, floor_for, run_cycles};
+use holdfast_bench::floor_for;
 use holdfast_testkit::servers::free_port;
 use holdfast_testkit::servers::zookeeper::ZkServer;
+
+mod floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_floor_is_owner_checked_and_runs_a_workload() {
     let server = tokio::task::spawn_blocking(ZkServer::start).await.unwrap();
     let floor = floor_for(&server.url()).await.unwrap();
-    let ttl = Duration::from_secs(10);
-    let (a, b) = (OwnerToken::random(), OwnerToken::random());
-    assert!(floor.acquire("k/1", a, ttl).await.unwrap());
-    assert!(!floor.acquire("k/1", b, ttl).await.unwrap(), "a held key is not taken");
-    assert!(!floor.release("k/1", b).await.unwrap(), "another token does not release");
-    assert!(floor.release("k/1", a).await.unwrap());
-    assert!(!floor.release("k/1", a).await.unwrap(), "release is idempotent");
-    assert!(floor.acquire("k/1", b, ttl).await.unwrap(), "a released key is free");
+    floor_checks::owner_checked(floor.as_ref(), "k/1").await;
+    let b = OwnerToken::random();
+    assert!(floor.acquire("k/1", b, floor_checks::TTL).await.unwrap(), "a released key is free");
     assert!(floor.release("k/1", b).await.unwrap());
 
-    let spec = CycleSpec {
-        workload: Workload::Contended,
-        subject: "floor".into(),
-        tasks: 4,
-        duration: Duration::from_millis(300),
-        max_cycles: None,
-        think_time: Duration::ZERO,
-        key_prefix: "bench-test".into(),
-    };
-    let locker = Arc::new(FloorLocker::new(floor));
-    let r = run_cycles(locker, &spec, None, &|_| {}).await.unwrap();
-    assert!(r.cycles > 0 && r.overlaps == 0, "{r:?}");
+    floor_checks::contended_run(floor, 4, None).await;
     drop(server);
 }
 

@@ -1,0 +1,54 @@
+//! The checks every raw floor must pass, shared by the per-store floor tests
+//! (each test binary uses the ones that fit its store).
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast::OwnerToken;
+use holdfast_bench::{CommandCounter, CycleSpec, Floor, FloorLocker, Workload, WorkloadResult, run_cycles};
+
+/// TTL of the grants these checks take and keep.
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// A held key is not taken, another token does not release it, release is
+/// idempotent. Leaves `key` free.
+pub async fn owner_checked(floor: &dyn Floor, key: &str) {
+    let (a, b) = (OwnerToken::random(), OwnerToken::random());
+    assert!(floor.acquire(key, a, TTL).await.expect("acquire"));
+    assert!(!floor.acquire(key, b, TTL).await.expect("acquire"), "a held key is not taken");
+    assert!(!floor.release(key, b).await.expect("release"), "another token does not release");
+    assert!(floor.release(key, a).await.expect("release"));
+    assert!(!floor.release(key, a).await.expect("release"), "release is idempotent");
+}
+
+/// A 50 ms grant expires and another token takes `key` over; returns the
+/// token now holding it (for `TTL`).
+pub async fn expired_key_taken_over(floor: &dyn Floor, key: &str) -> OwnerToken {
+    let (a, b) = (OwnerToken::random(), OwnerToken::random());
+    assert!(floor.acquire(key, b, Duration::from_millis(50)).await.expect("acquire"));
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(floor.acquire(key, a, TTL).await.expect("acquire"), "an expired key is taken over");
+    a
+}
+
+/// The contended workload for 300 ms with `tasks` tasks: some cycles ran and
+/// never two holders at once. Returns the result for further checks.
+pub async fn contended_run(
+    floor: Box<dyn Floor>,
+    tasks: usize,
+    counter: Option<&dyn CommandCounter>,
+) -> WorkloadResult {
+    let spec = CycleSpec {
+        workload: Workload::Contended,
+        subject: "floor".into(),
+        tasks,
+        duration: Duration::from_millis(300),
+        max_cycles: None,
+        think_time: Duration::ZERO,
+        key_prefix: "bench-test".into(),
+    };
+    let r = run_cycles(Arc::new(FloorLocker::new(floor)), &spec, counter, &|_| {}).await.expect("workload");
+    assert!(r.cycles > 0 && r.overlaps == 0, "{r:?}");
+    r
+}
