@@ -266,13 +266,7 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: false,
-            always_fair: false,
-            store_notification: false,
-            counts_waiters: false,
-            fence_durability: self.fence_durability,
-        }
+        Capabilities { fence_durability: self.fence_durability, ..Capabilities::minimal() }
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {

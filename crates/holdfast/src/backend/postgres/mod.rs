@@ -460,11 +460,9 @@ impl Backend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
-            always_fair: false,
             store_notification: self.inner.config.listen.is_some(),
-            counts_waiters: false,
             fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
+            ..Capabilities::minimal()
         }
     }
 

@@ -108,15 +108,12 @@ impl Backend for SqliteBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
-            always_fair: false,
-            store_notification: false,
-            counts_waiters: false,
             fence_durability: if self.config.synchronous_full {
                 FenceDurability::Durable
             } else {
                 FenceDurability::ProcessCrash
             },
+            ..Capabilities::minimal()
         }
     }
 
