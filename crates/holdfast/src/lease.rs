@@ -100,6 +100,28 @@ impl LeaseState {
     }
 }
 
+impl LeaseState {
+    /// Resolves once the lease can no longer be guaranteed for the next
+    /// `within`: it is lost, or its local deadline (which only a successful
+    /// renewal moves) is less than `within` away.
+    pub(crate) async fn expiring(self: Arc<Self>, within: Duration) {
+        let never = CancellationToken::new();
+        let session = self.session_lost.clone().unwrap_or(never);
+        loop {
+            let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = session.cancelled() => { self.lost.cancel(); return }
+                _ = tokio::time::sleep_until(at) => {
+                    if Instant::now() + within >= self.valid_until() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
 struct Entry {
     lease: Arc<LeaseState>,
     interval: Duration,

@@ -375,6 +375,17 @@ impl MutexGuard {
         self.held.lease.clone().lost()
     }
 
+    /// Resolves when the lease can no longer be guaranteed to last another
+    /// `within`: it is lost, or renewal has not succeeded and the time left
+    /// on the local lease deadline has fallen to `within`. Use it to stop
+    /// work that needs `within` to wind down (a child process that gets
+    /// SIGTERM, then SIGKILL after a grace period) before the store can
+    /// grant the key to anyone else. With `within` zero it is [`lost`](Self::lost).
+    /// May be awaited after the guard is gone (it is `'static`).
+    pub fn expiring(&self, within: Duration) -> impl Future<Output = ()> + Send + 'static {
+        self.held.lease.clone().expiring(within)
+    }
+
     /// Releases the lock, owner-checked. With reentrancy, only the last
     /// guard's release frees the key.
     ///

@@ -48,6 +48,7 @@ pub mod sqlite;
 pub mod zookeeper;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -56,6 +57,18 @@ use tokio_util::sync::CancellationToken;
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
+
+/// Opens the store `url` names as a bare [`Backend`], for tools and
+/// composites that drive the store calls themselves. Applications use
+/// [`Client::connect`](crate::Client::connect), which adds deadlines, cancel
+/// cleanup, renewal and `lost()`.
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves nothing behind: no lock is taken by connecting.
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    crate::url::connect(url).await
+}
 
 /// One acquire request, as the client hands it to a backend.
 #[derive(Debug, Clone)]
