@@ -191,7 +191,12 @@ impl Backend for CountingBackend {
         self.inner.capabilities()
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+        self.inner.try_acquire(req).await
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         self.acquires.fetch_add(1, Ordering::Relaxed);
         self.inner.acquire(req).await
     }

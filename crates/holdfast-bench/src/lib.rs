@@ -262,10 +262,8 @@ impl fmt::Display for ProgressEvent {
 /// store's errors otherwise.
 pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Result<BenchReport> {
     opts.check()?;
-    let plain = Client::connect(&opts.url).await?;
-    let counting = Arc::new(CountingBackend::new(plain.backend().clone()));
+    let counting = Arc::new(CountingBackend::new(holdfast::backend::connect(&opts.url).await?));
     let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench"));
-    drop(plain);
     if opts.fair && !client.capabilities().fair {
         return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });
     }

@@ -45,7 +45,7 @@ impl Locker for HoldfastLocker {
     type Guard = MutexGuard;
 
     async fn acquire(&self, key: &str) -> Result<MutexGuard> {
-        self.client.mutex(key).options(self.options.clone()).acquire_timeout(ACQUIRE_LIMIT).await
+        self.client.mutex_with_options(key, self.options.clone()).acquire_timeout(ACQUIRE_LIMIT).await
     }
 
     async fn release(&self, guard: MutexGuard) -> Result<()> {
@@ -97,6 +97,6 @@ impl Locker for FloorLocker {
     }
 
     async fn release(&self, (key, token): (String, OwnerToken)) -> Result<()> {
-        if self.floor.release(&key, token).await? { Ok(()) } else { Err(Error::NotHeld { key }) }
+        if self.floor.release(&key, token).await? { Ok(()) } else { Err(Error::Lost { key }) }
     }
 }

@@ -95,7 +95,7 @@ impl From<holdfast::Error> for Failure {
             E::InvalidInput { .. } | E::Unsupported { .. } | E::FeatureDisabled { .. } => USAGE,
             E::Backend { .. } => UNAVAILABLE,
             E::Timeout { .. } => BUSY,
-            E::Lost { .. } | E::NotHeld { .. } => LEASE_LOST,
+            E::Lost { .. } => LEASE_LOST,
             _ => INTERNAL,
         };
         Failure::new(code, one_line(&error_chain(&e)))

@@ -32,6 +32,12 @@ pub struct Capabilities {
     pub store_notification: bool,
     /// The store can count waiters for `status`.
     pub counts_waiters: bool,
+    /// Grants live on a client session (etcd lease, ZooKeeper session) rather
+    /// than expiring by their TTL in the store: the store keeps them while the
+    /// session lives, so the client releases a lease whose local deadline
+    /// passed unrenewed, and a dead client frees its keys within the session
+    /// timeout.
+    pub session_bound: bool,
     /// How durable fences are.
     pub fence_durability: FenceDurability,
 }
@@ -44,6 +50,7 @@ impl Capabilities {
             always_fair: false,
             store_notification: false,
             counts_waiters: false,
+            session_bound: false,
             fence_durability: FenceDurability::Volatile,
         }
     }

@@ -4,26 +4,46 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
 
 use crate::backend::{Backend, LockStatus};
 use crate::capability::Capabilities;
 use crate::error::{Error, Result};
+use crate::guard::{Held, MutexGuard};
 use crate::key::LockKey;
 use crate::lease::Renewer;
-use crate::mutex::{Held, LockOptions, Mutex, MutexGuard};
+use crate::lock_options::LockOptions;
+use crate::mutex::Mutex;
+use crate::wait::DEFAULT_STORE_RETRY;
 
 /// Settings of a [`Client`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
     /// The label stored with every grant and shown by `status`; default `host:pid`.
     pub label: Option<String>,
+    /// How long a waiting acquire rides out a store that fails (connection
+    /// lost, failover, its session expired) before it fails with the store's
+    /// error; default 10 s. See the [waiting policy](crate::wait#the-waiting-policy).
+    pub store_retry: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions { label: None, store_retry: DEFAULT_STORE_RETRY }
+    }
 }
 
 impl ClientOptions {
     /// Sets the holder label.
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Sets how long a waiting acquire rides out a failing store.
+    pub fn with_store_retry(mut self, store_retry: Duration) -> Self {
+        self.store_retry = store_retry;
         self
     }
 }
@@ -51,6 +71,7 @@ pub(crate) struct ClientInner {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) renewer: Renewer,
     pub(crate) label: String,
+    pub(crate) store_retry: Duration,
     reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
 }
 
@@ -68,11 +89,20 @@ impl Client {
     /// `sqlite://PATH` (feature `sqlite`, on by default); see the crate docs
     /// for the others. A scheme whose feature is off fails with
     /// [`Error::FeatureDisabled`]; a malformed URL with [`Error::InvalidInput`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock, so a dropped connect leaves
+    /// nothing behind.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, ClientOptions::default()).await
     }
 
     /// Connects with options.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`connect`](Self::connect).
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
         let backend = crate::url::connect(url).await?;
         Ok(Self::with_backend(backend, options))
@@ -86,14 +116,22 @@ impl Client {
                 renewer: Renewer::new(backend.clone()),
                 backend,
                 label,
+                store_retry: options.store_retry,
                 reentrant: StdMutex::default(),
             }),
         }
     }
 
-    /// A mutex on `key`. Nothing is checked or sent until an acquire.
+    /// A mutex on `key` with default [`LockOptions`]. Nothing is checked or
+    /// sent until an acquire.
     pub fn mutex(&self, key: impl Into<String>) -> Mutex {
-        Mutex::new(self.clone(), key.into())
+        Mutex::new(self.clone(), key.into(), LockOptions::default())
+    }
+
+    /// A mutex on `key` with the given options (the builder methods on
+    /// [`Mutex`] change them further).
+    pub fn mutex_with_options(&self, key: impl Into<String>, options: LockOptions) -> Mutex {
+        Mutex::new(self.clone(), key.into(), options)
     }
 
     /// Runs `work` while holding `key`, then releases it.
@@ -102,18 +140,21 @@ impl Client {
     /// lease is lost while `work` runs, `work` is dropped at its current await
     /// point and the call fails with [`Error::Lost`]: nothing keeps running
     /// unprotected.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe in that nothing is left behind: dropping the future while
+    /// it waits is [`Mutex::acquire`]'s cancel safety; dropping it while
+    /// `work` runs drops `work` at its await point and releases the lock in
+    /// the background (the guard's drop). `work` itself must tolerate being
+    /// dropped at any of its await points.
     pub async fn with_lock<T>(
         &self,
         key: impl Into<String>,
         options: LockOptions,
         work: impl AsyncFnOnce(&MutexGuard) -> T,
     ) -> Result<T> {
-        let wait_timeout = options.wait_timeout;
-        let mutex = self.mutex(key).options(options);
-        let guard = match wait_timeout {
-            Some(t) => mutex.acquire_timeout(t).await?,
-            None => mutex.acquire().await?,
-        };
+        let guard = self.mutex_with_options(key, options).acquire().await?;
         let lost = guard.lost();
         let outcome = tokio::select! {
             biased;
@@ -134,6 +175,10 @@ impl Client {
     }
 
     /// Who holds `key`, as far as the store can tell.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     pub async fn status(&self, key: &str) -> Result<LockStatus> {
         let key = LockKey::new(key)?;
         self.inner.backend.status(&key).await
@@ -147,11 +192,6 @@ impl Client {
     /// The store's name (`"sqlite"`, `"redis"`, ...).
     pub fn store_name(&self) -> &'static str {
         self.inner.backend.name()
-    }
-
-    /// The backend, for tools that need the raw store calls.
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.inner.backend
     }
 
     /// How many leases this client is renewing now.

@@ -26,13 +26,6 @@ pub enum Error {
         /// How long the caller waited.
         waited: Duration,
     },
-    /// Release or renew named a grant the store does not have: it was
-    /// released already, or it expired and may now belong to someone else.
-    #[error("lock {key:?} is not held by this grant (released, or expired and possibly taken over)")]
-    NotHeld {
-        /// The lock key.
-        key: String,
-    },
     /// The lease was lost while the guard lived (renewal failed, the store
     /// said the grant was gone, or the local lease deadline passed). Work done
     /// under the guard after [`lost`](crate::MutexGuard::lost) fired may have

@@ -1,9 +1,11 @@
-//! Leases held by a client: their local deadline, `lost()`, and the one
-//! renewal task per client that renews every due lease in one batched call.
+//! Leases held by a client: the one owner of lease time. Each lease's local
+//! deadline, `lost()` and `expiring()`, and the one renewal task per client
+//! that renews every due lease in one batched call and, on a session-bound
+//! store, releases a lease whose deadline passed unrenewed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -11,8 +13,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{Backend, RenewRequest};
+use crate::backend::{Backend, Grant, RenewRequest};
 use crate::key::{LockKey, OwnerToken};
+use crate::release::{Horizon, Release};
 
 /// The margin by which the client's view of a lease ends before the store's:
 /// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.
@@ -27,28 +30,41 @@ pub(crate) struct LeaseState {
     pub(crate) token: OwnerToken,
     pub(crate) fence: u64,
     pub(crate) ttl: Duration,
+    /// How long the store keeps the grant after a request that vouched for
+    /// it (the TTL, or less where a session bounds it).
+    valid_for: Duration,
     valid_until: Mutex<Instant>,
     lost: CancellationToken,
     session_lost: Option<CancellationToken>,
 }
 
 impl LeaseState {
-    pub(crate) fn new(
-        key: LockKey,
-        token: OwnerToken,
-        fence: u64,
-        ttl: Duration,
-        attempt_started: std::time::Instant,
-        session_lost: Option<CancellationToken>,
-    ) -> Self {
+    pub(crate) fn new(key: LockKey, token: OwnerToken, ttl: Duration, grant: Grant) -> Self {
+        let valid_for = grant.valid_for.min(ttl);
         LeaseState {
             key,
             token,
-            fence,
+            fence: grant.fence,
             ttl,
-            valid_until: Mutex::new(Instant::from_std(attempt_started) + ttl - drift_margin(ttl)),
+            valid_for,
+            valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
             lost: CancellationToken::new(),
-            session_lost,
+            session_lost: grant.session_lost,
+        }
+    }
+
+    /// How long the store keeps this grant without renewal.
+    pub(crate) fn valid_for(&self) -> Duration {
+        self.valid_for
+    }
+
+    /// After when releasing this lease no longer matters.
+    pub(crate) fn release_horizon(&self) -> Horizon {
+        match &self.session_lost {
+            Some(session) => Horizon::Session(session.clone()),
+            // The store's deadline is at most one drift margin after ours;
+            // allow one more for its clock running slow.
+            None => Horizon::At(self.valid_until() + 2 * drift_margin(self.valid_for)),
         }
     }
 
@@ -59,7 +75,7 @@ impl LeaseState {
     /// Extends the local deadline after a renewal whose request left at `sent`.
     fn extended(&self, sent: Instant) {
         let mut vu = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-        *vu = (*vu).max(sent + self.ttl - drift_margin(self.ttl));
+        *vu = (*vu).max(sent + self.valid_for - drift_margin(self.valid_for));
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -124,9 +140,20 @@ impl LeaseState {
 
 struct Entry {
     lease: Arc<LeaseState>,
-    interval: Duration,
+    /// The renewal period; `None` for a lease that is not renewed (renewal
+    /// off, or the guard leaked): it lasts one TTL.
+    interval: Option<Duration>,
     next_renew: Instant,
     renew_until: Option<Instant>,
+}
+
+impl Entry {
+    /// The next renewal, if the lease is still renewed at all.
+    fn next_renewal(&self) -> Option<(Instant, Duration)> {
+        let interval = self.interval?;
+        let capped = self.renew_until.is_some_and(|until| self.next_renew > until);
+        (!capped).then_some((self.next_renew, interval))
+    }
 }
 
 #[derive(Default)]
@@ -137,8 +164,10 @@ struct Entries {
     sleeping_until: Option<Instant>,
 }
 
-#[derive(Default)]
 struct Shared {
+    backend: Arc<dyn Backend>,
+    /// Release leases whose deadline passed unrenewed (session-bound stores).
+    release_expired: bool,
     entries: Mutex<Entries>,
     changed: Notify,
     next_id: AtomicU64,
@@ -147,37 +176,74 @@ struct Shared {
 /// The renewal task of one client. Every tick it renews, in one
 /// [`Backend::renew`] call, all leases that are due and every lease that would
 /// be due within half its interval, so thousands of leases cost a handful of
-/// round trips rather than one each.
+/// round trips rather than one each. It also watches the deadlines of leases
+/// that are not renewed, and on a session-bound store releases each lease
+/// whose deadline passed (the store would keep it while the session lives).
 pub(crate) struct Renewer {
-    backend: Arc<dyn Backend>,
     shared: Arc<Shared>,
-    started: OnceLock<()>,
+    /// The task; started on first use, and again if the runtime that ran it
+    /// has shut down (a client may outlive the runtime it was made in).
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     stop: CancellationToken,
 }
 
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
-        Renewer { backend, shared: Arc::default(), started: OnceLock::new(), stop: CancellationToken::new() }
+        let release_expired = backend.capabilities().session_bound;
+        Renewer {
+            shared: Arc::new(Shared {
+                backend,
+                release_expired,
+                entries: Mutex::default(),
+                changed: Notify::new(),
+                next_id: AtomicU64::new(0),
+            }),
+            task: Mutex::new(None),
+            stop: CancellationToken::new(),
+        }
     }
 
-    /// Starts renewing `lease` every `interval` until `max_hold` has passed.
-    /// Must be called inside a tokio runtime (it is, from `acquire`).
-    pub(crate) fn register(&self, lease: Arc<LeaseState>, interval: Duration, max_hold: Option<Duration>) -> u64 {
-        self.started.get_or_init(|| {
-            tokio::spawn(run(self.backend.clone(), self.shared.clone(), self.stop.clone()));
-        });
+    /// Tracks `lease`: renews it every `interval` (never if `None`) until
+    /// `max_hold` has passed. Must be called inside a tokio runtime (it is,
+    /// from `acquire`).
+    pub(crate) fn register(
+        &self,
+        lease: Arc<LeaseState>,
+        interval: Option<Duration>,
+        max_hold: Option<Duration>,
+    ) -> u64 {
+        {
+            let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+            if task.as_ref().is_none_or(|t| t.is_finished()) {
+                *task = Some(tokio::spawn(run(self.shared.clone(), self.stop.clone())));
+            }
+        }
         let now = Instant::now();
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let entry = Entry { lease, interval, next_renew: now + interval, renew_until: max_hold.map(|m| now + m) };
+        let entry = Entry {
+            next_renew: interval.map_or(now, |i| now + i),
+            interval,
+            renew_until: max_hold.map(|m| now + m),
+            lease,
+        };
+        let first = entry.next_renewal().map_or(entry.lease.valid_until(), |(at, _)| at);
         let mut entries = self.shared.entries.lock().unwrap_or_else(|p| p.into_inner());
-        // Wake the task only if it sleeps past this lease's first renewal:
+        // Wake the task only if it sleeps past this lease's first event:
         // acquiring stays O(1) however many leases the client holds.
-        if entries.sleeping_until.is_some_and(|wake| entry.next_renew < wake) {
-            entries.sleeping_until = Some(entry.next_renew);
+        if entries.sleeping_until.is_some_and(|wake| first < wake) {
+            entries.sleeping_until = Some(first);
             self.shared.changed.notify_one();
         }
         entries.leases.insert(id, entry);
         id
+    }
+
+    /// Stops renewing a lease but keeps tracking it until its deadline.
+    pub(crate) fn stop_renewing(&self, id: u64) {
+        let mut entries = self.shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.leases.get_mut(&id) {
+            e.interval = None;
+        }
     }
 
     pub(crate) fn deregister(&self, id: u64) {
@@ -186,7 +252,8 @@ impl Renewer {
 
     /// How many leases this client renews (for tests and benchmarks).
     pub(crate) fn len(&self) -> usize {
-        self.shared.entries.lock().unwrap_or_else(|p| p.into_inner()).leases.len()
+        let entries = self.shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.leases.values().filter(|e| e.next_renewal().is_some()).count()
     }
 }
 
@@ -199,42 +266,65 @@ impl Drop for Renewer {
 /// How long the renewal task sleeps when it holds no lease.
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
-/// Picks the due leases; returns them with the instant the task must wake next.
-fn collect_due(shared: &Shared, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
+/// What one scan of the leases found.
+struct Scan {
+    due: Vec<(u64, Arc<LeaseState>)>,
+    /// Leases that ran out unrenewed (or were lost), no longer tracked.
+    expired: Vec<Arc<LeaseState>>,
+    wake: Option<Instant>,
+}
+
+/// Picks the due leases and drops the lost ones.
+fn scan(shared: &Shared, now: Instant) -> Scan {
     let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
     let Entries { leases: entries, sleeping_until } = &mut *guard;
     let mut wake: Option<Instant> = None;
     let mut any_due = false;
+    let mut expired = Vec::new();
     entries.retain(|_, e| {
         if e.lease.is_lost() {
+            expired.push(e.lease.clone());
             return false;
         }
-        let capped = e.renew_until.is_some_and(|until| e.next_renew > until);
-        let at = if capped { e.lease.valid_until() } else { e.next_renew };
-        any_due |= !capped && at <= now;
+        let at = match e.next_renewal() {
+            Some((at, _)) => {
+                any_due |= at <= now;
+                at
+            }
+            None => e.lease.valid_until(),
+        };
         wake = Some(wake.map_or(at, |w| w.min(at)));
         true
     });
     if !any_due {
         *sleeping_until = Some(wake.unwrap_or(now + IDLE_WAKE));
-        return (Vec::new(), wake);
+        return Scan { due: Vec::new(), expired, wake };
     }
     *sleeping_until = None;
     let due = entries
         .iter()
-        .filter(|(_, e)| {
-            let capped = e.renew_until.is_some_and(|until| e.next_renew > until);
-            !capped && e.next_renew <= now + e.interval / 2
-        })
+        .filter(|(_, e)| e.next_renewal().is_some_and(|(at, interval)| at <= now + interval / 2))
         .map(|(id, e)| (*id, e.lease.clone()))
         .collect();
-    (due, wake)
+    Scan { due, expired, wake }
 }
 
-async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationToken) {
+async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         let now = Instant::now();
-        let (due, wake) = collect_due(&shared, now);
+        let Scan { due, expired, wake } = scan(&shared, now);
+        if shared.release_expired {
+            for lease in expired {
+                tracing::debug!(key = %lease.key, fence = lease.fence, "lease ran out unrenewed; releasing it");
+                let release = Release {
+                    backend: shared.backend.clone(),
+                    key: lease.key.clone(),
+                    token: lease.token,
+                    horizon: lease.release_horizon(),
+                };
+                let _ = release.spawn();
+            }
+        }
         if due.is_empty() {
             let sleep = tokio::time::sleep_until(wake.unwrap_or(now + IDLE_WAKE));
             tokio::select! {
@@ -253,17 +343,19 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
         let span = tracing::debug_span!("renew", leases = requests.len());
         let outcome = tokio::select! {
             _ = stop.cancelled() => return,
-            r = tokio::time::timeout_at(give_up, backend.renew(&requests)).instrument(span) => r,
+            r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
         };
         let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entries = &mut guard.leases;
         match outcome {
             Ok(Ok(held)) if held.len() == due.len() => {
                 for ((id, lease), still_held) in due.iter().zip(held) {
+                    // Released while the batch was in flight: not a loss.
+                    let Some(e) = entries.get_mut(id) else { continue };
                     if still_held {
                         lease.extended(sent);
-                        if let Some(e) = entries.get_mut(id) {
-                            e.next_renew = sent + e.interval;
+                        if let Some(interval) = e.interval {
+                            e.next_renew = sent + interval;
                         }
                     } else {
                         tracing::warn!(key = %lease.key, fence = lease.fence, "lease gone at renewal");
@@ -282,7 +374,9 @@ async fn run(backend: Arc<dyn Backend>, shared: Arc<Shared>, stop: CancellationT
                 let retry = Instant::now();
                 for (id, _) in &due {
                     if let Some(e) = entries.get_mut(id) {
-                        e.next_renew = retry + (e.interval / 8).max(Duration::from_millis(5));
+                        if let Some(interval) = e.interval {
+                            e.next_renew = retry + (interval / 8).max(Duration::from_millis(5));
+                        }
                     }
                 }
             }

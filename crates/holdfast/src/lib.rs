@@ -60,9 +60,12 @@ pub mod backend;
 mod capability;
 mod client;
 mod error;
+mod guard;
 mod key;
 mod lease;
+mod lock_options;
 mod mutex;
+mod release;
 mod url;
 pub mod wait;
 
@@ -70,9 +73,11 @@ pub use backend::{HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
 pub use error::{BoxError, Error, Result};
+pub use guard::MutexGuard;
 pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
-pub use mutex::{DEFAULT_TTL, LockOptions, Mutex, MutexGuard};
+pub use lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
+pub use mutex::Mutex;
 pub use url::SCHEMES;
 
 /// The README's examples, compiled as doctests so that they stay true.

@@ -1,5 +1,30 @@
-//! Waiting for a key: per-key wake-ups inside the process and a jittered
-//! fallback poll, shared by the stores that do not queue waiters.
+//! Waiting for a key: the client's one waiting policy, and the per-key
+//! wake-ups and jittered fallback poll shared by the stores that do not
+//! queue waiters.
+//!
+//! # The waiting policy
+//!
+//! A waiting acquire ([`Mutex::acquire`](crate::Mutex::acquire),
+//! [`acquire_timeout`](crate::Mutex::acquire_timeout)) is the same on every
+//! store:
+//!
+//! - It waits until the key is granted, woken by the store's notification,
+//!   or until its deadline, when it fails with
+//!   [`Error::Timeout`](crate::Error::Timeout): the key stayed **busy**.
+//! - A transient store failure while waiting (connection lost, failover, the
+//!   waiter's own session expired or was revoked) does not end the wait: the
+//!   attempt is made again with the same token (the store finds its earlier
+//!   grant or queue entry, or queues it anew on a new session, possibly
+//!   losing its place in the queue), after a jittered backoff from 50 ms to
+//!   1 s.
+//! - The store may fail like that for at most
+//!   [`ClientOptions::store_retry`](crate::ClientOptions::store_retry)
+//!   (default 10 s) in a row; then the acquire fails with the store's error
+//!   ([`Error::Backend`](crate::Error::Backend)). When the deadline passes
+//!   while the store is failing, the acquire also fails with the store's
+//!   error, not `Timeout`: "busy" and "store down" stay apart.
+//! - A permanent store error (bad credentials, a refused request) ends the
+//!   wait at once.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -9,8 +34,9 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::Notify;
 
-use crate::backend::Grant;
-use crate::error::Result;
+use crate::backend::{AcquireRequest, Backend, Grant};
+use crate::error::{Error, Result};
+use crate::release::is_transient;
 
 /// The outcome of one acquire attempt made by a waiting loop.
 #[derive(Debug)]
@@ -111,5 +137,71 @@ where
                 }
             }
         }
+    }
+}
+
+/// How long a waiting acquire rides out a failing store by default.
+pub const DEFAULT_STORE_RETRY: Duration = Duration::from_secs(10);
+
+/// Backoff between attempts while the store fails.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const LAST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Why a waiting acquire ended without a grant.
+#[derive(Debug)]
+pub(crate) enum WaitFailure {
+    /// The deadline passed while the store answered: the key is busy.
+    Deadline,
+    /// The store failed (permanently, for too long, or at the deadline).
+    Store(Error),
+}
+
+/// Waits for `req.key` under the policy in the [module docs](self).
+///
+/// Cancel-safe in the same sense as [`Backend::acquire`]: dropping it leaves
+/// the attempt's token to the caller's cleanup.
+pub(crate) async fn wait_for_grant(
+    backend: &dyn Backend,
+    req: &AcquireRequest,
+    deadline: Option<tokio::time::Instant>,
+    store_retry: Duration,
+) -> std::result::Result<Grant, WaitFailure> {
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let deadline_at = deadline.unwrap_or_else(far);
+    // The start of the current run of failed attempts, and its last error.
+    let mut failing: Option<(tokio::time::Instant, Error)> = None;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let attempt_started = tokio::time::Instant::now();
+        let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(req)).await {
+            Ok(outcome) => outcome,
+            Err(_) => return Err(failing.map_or(WaitFailure::Deadline, |(_, e)| WaitFailure::Store(e))),
+        };
+        let e = match outcome {
+            Ok(grant) => return Ok(grant),
+            Err(e) if !is_transient(&e) => return Err(WaitFailure::Store(e)),
+            Err(e) => e,
+        };
+        let now = tokio::time::Instant::now();
+        // An attempt that waited on a live store longer than the retry budget
+        // before failing starts a new run: only failures in a row count.
+        let since = match failing.take() {
+            Some((since, _)) if now.duration_since(attempt_started) < store_retry => since,
+            _ => {
+                backoff = FIRST_BACKOFF;
+                attempt_started
+            }
+        };
+        if now.duration_since(since) >= store_retry {
+            return Err(WaitFailure::Store(e));
+        }
+        tracing::warn!(key = %req.key, error = %e, "store failed while waiting; trying again");
+        let pause = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+        backoff = (backoff * 2).min(LAST_BACKOFF);
+        if now + pause >= deadline_at {
+            return Err(WaitFailure::Store(e));
+        }
+        failing = Some((since, e));
+        tokio::time::sleep(pause).await;
     }
 }

@@ -26,7 +26,10 @@ impl Backend for CountingRenewals {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn acquire(&self, req: &AcquireRequest) -> holdfast::Result<Option<Grant>> {
+    async fn try_acquire(&self, req: &AcquireRequest) -> holdfast::Result<Option<Grant>> {
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> holdfast::Result<Grant> {
         self.inner.acquire(req).await
     }
     async fn release(&self, key: &LockKey, token: OwnerToken) -> holdfast::Result<bool> {
@@ -142,4 +145,200 @@ async fn fences_survive_reopening_the_store() {
     let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
     let g = client.mutex("k").acquire().await.unwrap();
     assert!(g.fence() > first);
+}
+
+/// A real SQLite store whose waiting acquire fails with a retryable store
+/// error while `down` is set: a store outage as the client sees it.
+#[derive(Debug)]
+struct Outage {
+    inner: SqliteBackend,
+    down: std::sync::atomic::AtomicBool,
+    failed: AtomicU64,
+}
+
+#[async_trait]
+impl Backend for Outage {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &AcquireRequest) -> holdfast::Result<Option<Grant>> {
+        self.inner.try_acquire(req).await
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> holdfast::Result<Grant> {
+        if self.down.load(Ordering::SeqCst) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Err(Error::backend("sqlite", true, "store unreachable (injected)"));
+        }
+        self.inner.acquire(req).await
+    }
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> holdfast::Result<bool> {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, leases: &[RenewRequest]) -> holdfast::Result<Vec<bool>> {
+        self.inner.renew(leases).await
+    }
+    async fn status(&self, key: &LockKey) -> holdfast::Result<LockStatus> {
+        self.inner.status(key).await
+    }
+}
+
+async fn outage_client(dir: &tempfile::TempDir, store_retry: Duration) -> (Arc<Outage>, Client) {
+    let backend = Arc::new(Outage {
+        inner: SqliteBackend::open_url(&sqlite_url(dir)).await.unwrap(),
+        down: false.into(),
+        failed: AtomicU64::new(0),
+    });
+    let client = Client::with_backend(backend.clone(), ClientOptions::default().with_store_retry(store_retry));
+    (backend, client)
+}
+
+/// The one waiting policy: a short outage is ridden out with the same
+/// token; a store failing at the deadline is a store error, not `Timeout`;
+/// one failing for longer than `store_retry` ends the wait with its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_policy_rides_out_short_outages_and_reports_long_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, client) = outage_client(&dir, Duration::from_secs(2)).await;
+
+    // A short outage: the waiter keeps waiting and is granted afterwards.
+    store.down.store(true, Ordering::SeqCst);
+    let waiter = tokio::spawn({
+        let c = client.clone();
+        async move { c.mutex("k").acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(store.failed.load(Ordering::SeqCst) >= 2, "the waiter did not retry");
+    store.down.store(false, Ordering::SeqCst);
+    let g = waiter.await.unwrap().expect("granted after a short outage");
+    g.release().await.unwrap();
+
+    // The deadline passes while the store fails: the store's error.
+    store.down.store(true, Ordering::SeqCst);
+    let t = std::time::Instant::now();
+    match client.mutex("k").acquire_timeout(Duration::from_millis(600)).await {
+        Err(Error::Backend { retryable: true, .. }) => {}
+        other => panic!("a store failing at the deadline must be a store error, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
+
+    // An outage longer than store_retry ends an unbounded wait.
+    let t = std::time::Instant::now();
+    match tokio::time::timeout(Duration::from_secs(10), client.mutex("k").acquire()).await {
+        Ok(Err(Error::Backend { .. })) => {}
+        other => panic!("an unbounded wait on a dead store must end with its error, got {other:?}"),
+    }
+    let took = t.elapsed();
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "gave up after {took:?}");
+
+    // A busy key at the deadline, on a healthy store, is `Timeout`.
+    store.down.store(false, Ordering::SeqCst);
+    let _held = client.mutex("k").acquire().await.unwrap();
+    match client.mutex("k").acquire_timeout(Duration::from_millis(200)).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("busy must be Timeout, got {other:?}"),
+    }
+}
+
+/// `LockOptions::wait_timeout` bounds `acquire()` (it was ignored).
+#[tokio::test]
+async fn acquire_honours_wait_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
+    let _held = client.mutex("busy").acquire().await.unwrap();
+    let mut opts = LockOptions::default();
+    opts.wait_timeout = Some(Duration::from_millis(200));
+    let outcome = tokio::time::timeout(Duration::from_secs(5), client.mutex_with_options("busy", opts).acquire()).await;
+    assert!(matches!(outcome, Ok(Err(Error::Timeout { .. }))), "got {outcome:?}");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.mutex("busy").wait_timeout(Duration::from_millis(200)).acquire(),
+    )
+    .await;
+    assert!(matches!(outcome, Ok(Err(Error::Timeout { .. }))), "got {outcome:?}");
+}
+
+/// Renewal periods that guarantee loss or hammer the store are refused
+/// before any I/O.
+#[tokio::test]
+async fn renewal_periods_that_cannot_work_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    for every in [Duration::from_millis(1), Duration::from_millis(2900), Duration::from_secs(3)] {
+        match client.mutex("r").ttl(ttl).renew_every(every).try_acquire().await {
+            Err(Error::InvalidInput { what: "renew_every", .. }) => {}
+            other => panic!("renew_every {every:?} with ttl {ttl:?} must be refused, got {other:?}"),
+        }
+    }
+    assert!(client.mutex("r").ttl(ttl).try_acquire().await.unwrap().is_some(), "nothing was written");
+}
+
+/// A client made in one runtime keeps renewing in the next one: the renewal
+/// task is started again when the runtime that ran it has shut down.
+#[test]
+fn renewal_outlives_the_first_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let first = rt();
+    let client = first.block_on(async {
+        let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
+        client.mutex("warm-up").acquire().await.unwrap().release().await.unwrap();
+        client
+    });
+    drop(first);
+    rt().block_on(async {
+        let g = client.mutex("k").ttl(Duration::from_millis(300)).acquire().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(!g.is_lost(), "the lease was not renewed in the second runtime");
+        let other = Client::connect(&sqlite_url(&dir)).await.unwrap();
+        assert!(other.mutex("k").try_acquire().await.unwrap().is_none(), "the key expired: renewal is dead");
+        g.release().await.unwrap();
+    });
+}
+
+/// `leak()` keeps the lock, unrenewed, until its TTL runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leak_keeps_the_lock_until_its_lease_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
+    let g = client.mutex("leaked").ttl(Duration::from_millis(500)).acquire().await.unwrap();
+    let leaked_at = std::time::Instant::now();
+    g.leak();
+    assert_eq!(client.renewing_leases(), 0, "a leaked lease is still renewed");
+    assert!(client.mutex("leaked").try_acquire().await.unwrap().is_none(), "leak released the lock");
+    let g = client.mutex("leaked").acquire_timeout(Duration::from_secs(3)).await.unwrap();
+    let took = leaked_at.elapsed();
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_millis(1500), "free after {took:?}");
+    g.release().await.unwrap();
+}
+
+/// `expiring(d)` fires `d` before the local deadline when renewal stops;
+/// `lost()` at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiring_fires_ahead_of_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Client::connect(&sqlite_url(&dir)).await.unwrap();
+    let t = std::time::Instant::now();
+    let g = client.mutex("e").ttl(Duration::from_millis(800)).no_renew().acquire().await.unwrap();
+    g.expiring(Duration::from_millis(400)).await;
+    let expiring_at = t.elapsed();
+    assert!(!g.is_lost());
+    g.lost().await;
+    let lost_at = t.elapsed();
+    assert!(expiring_at >= Duration::from_millis(350) && expiring_at < Duration::from_millis(450), "{expiring_at:?}");
+    assert!(lost_at >= Duration::from_millis(750) && lost_at < Duration::from_millis(850), "{lost_at:?}");
+}
+
+/// Guards move between tasks and threads.
+#[test]
+fn guard_and_handles_are_send_sync_static() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<holdfast::MutexGuard>();
+    check::<holdfast::Mutex>();
+    check::<Client>();
+    check::<Error>();
 }

@@ -25,7 +25,7 @@ fn rows(server: &MysqlServer, table: &str) -> u64 {
 }
 
 fn req(key: &str, token: OwnerToken, ttl: Duration) -> AcquireRequest {
-    AcquireRequest { key: LockKey::new(key).expect("key"), token, ttl, label: "test".into(), wait: false, fair: false }
+    AcquireRequest::new(LockKey::new(key).expect("key"), token, ttl).with_label("test")
 }
 
 /// A clean restart and a SIGKILL of the server while a lock is held: the
@@ -180,12 +180,12 @@ fn expired_row_is_taken_over_atomically() {
         let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
         let (t1, t2) = (OwnerToken::random(), OwnerToken::random());
         let key = LockKey::new("takeover").expect("key");
-        let g1 = backend.acquire(&req("takeover", t1, Duration::from_millis(200))).await.expect("acquire");
+        let g1 = backend.try_acquire(&req("takeover", t1, Duration::from_millis(200))).await.expect("acquire");
         let f1 = g1.expect("granted").fence;
-        assert!(backend.acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("busy").is_none());
+        assert!(backend.try_acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("busy").is_none());
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(rows(&server, "holdfast_leases"), 1, "the expired row is still there until taken over");
-        let f2 = backend.acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("acquire");
+        let f2 = backend.try_acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("acquire");
         let f2 = f2.expect("an expired row is taken over").fence;
         assert!(f2 > f1);
         assert_eq!(rows(&server, "holdfast_leases"), 1, "takeover reuses the row");
@@ -193,7 +193,7 @@ fn expired_row_is_taken_over_atomically() {
         assert_eq!(backend.renew(&[renew]).await.expect("renew"), vec![false]);
         assert!(!backend.release(&key, t1).await.expect("stale release"));
         // A retry with the same token (its first reply was lost) regains the grant.
-        let again = backend.acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("retry");
+        let again = backend.try_acquire(&req("takeover", t2, Duration::from_secs(10))).await.expect("retry");
         assert!(again.expect("same token regains").fence > f2);
         assert!(backend.release(&key, t2).await.expect("release"));
         assert!(!backend.release(&key, t2).await.expect("second release is a no-op"));
@@ -224,7 +224,7 @@ fn batched_renewal_reports_each_lease() {
             let token = OwnerToken::random();
             let key = format!("batch/{i}");
             let ttl = Duration::from_secs(if i % 3 == 0 { 5 } else { 10 });
-            backend.acquire(&req(&key, token, ttl)).await.expect("acquire").expect("granted");
+            backend.try_acquire(&req(&key, token, ttl)).await.expect("acquire").expect("granted");
             batch.push(holdfast::backend::RenewRequest { key: LockKey::new(key).expect("key"), token, ttl });
         }
         // Two leases go away: one released, one replaced by a forged token.

@@ -236,15 +236,9 @@ async fn expired_row_is_taken_over() {
     let (a, b) = (connect(&server.url(), "a").await, connect(&server.url(), "b").await);
     let key = LockKey::new("takeover/k").expect("key");
     let stale = OwnerToken::random();
-    let req = AcquireRequest {
-        key: key.clone(),
-        token: stale,
-        ttl: Duration::from_millis(300),
-        label: "a".into(),
-        wait: false,
-        fair: false,
-    };
-    let first = a.backend().acquire(&req).await.expect("acquire").expect("granted");
+    let req = AcquireRequest::new(key.clone(), stale, Duration::from_millis(300)).with_label("a");
+    let raw = holdfast::backend::connect(&server.url()).await.expect("raw store connection");
+    let first = raw.try_acquire(&req).await.expect("acquire").expect("granted");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let row = "SELECT count(*), bool_and(expires_at < clock_timestamp()) FROM holdfast_leases WHERE key = 'takeover/k'";
     assert_eq!(psql(&server, row), "1|t", "the expired row stays until taken over");
@@ -252,9 +246,8 @@ async fn expired_row_is_taken_over() {
     assert!(g.fence() > first.fence);
     assert_eq!(psql(&server, row), "1|f", "takeover reuses the one row");
     assert_eq!(psql(&server, "SELECT fence FROM holdfast_leases WHERE key = 'takeover/k'"), g.fence().to_string());
-    assert!(!a.backend().release(&key, stale).await.expect("stale release"));
-    let renewed = a
-        .backend()
+    assert!(!raw.release(&key, stale).await.expect("stale release"));
+    let renewed = raw
         .renew(&[holdfast::backend::RenewRequest { key: key.clone(), token: stale, ttl: Duration::from_secs(60) }])
         .await
         .expect("stale renew");

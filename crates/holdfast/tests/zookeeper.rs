@@ -96,7 +96,7 @@ fn acl_protects_lock_nodes_and_containers_are_cleaned() {
         let alice = client(&alice_url, "alice").await;
         let key = "acl test/1";
         let parent = "/holdfast/locks/acl%20test%2F1";
-        assert!(!format!("{:?}", alice.backend()).contains("secret"), "password in Debug output");
+        assert!(!format!("{alice:?}").contains("secret"), "password in Debug output");
         let g = alice.mutex(key).acquire().await.expect("acquire");
         for (who, auth) in [("mallory", Some("mallory:guess")), ("anonymous", None)] {
             let other = raw(&server, auth).await;

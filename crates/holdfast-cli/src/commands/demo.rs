@@ -222,7 +222,7 @@ pub async fn worker(args: DemoWorkerArgs) -> Result<u8, Failure> {
         let sold_out = buy(&witness, guard.fence(), &mut sold)?;
         match guard.release().await {
             Ok(()) => {}
-            Err(holdfast::Error::Lost { .. } | holdfast::Error::NotHeld { .. }) => lost += 1,
+            Err(holdfast::Error::Lost { .. }) => lost += 1,
             Err(e) => return Err(e.into()),
         }
         if sold_out {

@@ -140,7 +140,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let status = status.map_err(|e| Failure::new(INTERNAL, format!("waiting for the command: {e}")))?;
     match guard.release().await {
         Ok(()) => Ok(exit_code(status)),
-        Err(holdfast::Error::Lost { .. } | holdfast::Error::NotHeld { .. }) => {
+        Err(holdfast::Error::Lost { .. }) => {
             eprintln!("holdfast: lease on lock {:?} ran out before the command finished", args.key);
             Ok(LEASE_LOST)
         }

@@ -7,31 +7,49 @@
 //!
 //! # Contract
 //!
-//! A backend must pass the conformance suite in `holdfast-testkit`
-//! (clauses C1..C11). In terms of this trait:
+//! A backend must pass the conformance suite in `holdfast-testkit` (clauses
+//! C1..C11 and the fault clauses). In terms of this trait:
 //!
-//! - [`acquire`](Backend::acquire) grants `req.key` to `req.token` only when no
-//!   unexpired grant of another token exists, with a lease of `req.ttl`
-//!   measured by the **store's** clock, and a fence strictly greater than every
-//!   fence the store issued before for that key. With `req.wait == false` it
-//!   makes one attempt and returns `Ok(None)` if the key is busy, leaving
-//!   nothing behind. With `req.wait == true` it waits for the key, woken by the
-//!   store's notification where it has one, with a bounded fallback poll, and
-//!   only returns with a grant or an error: the client enforces deadlines by
-//!   dropping the future.
-//! - The acquire future may be dropped at any await point. After a drop, or an
+//! - [`try_acquire`](Backend::try_acquire) makes one attempt: it grants
+//!   `req.key` to `req.token` only when no unexpired grant of another token
+//!   exists, with a lease of `req.ttl` measured by the **store's** clock and a
+//!   fence strictly greater than every fence the store issued before for that
+//!   key, or returns `Ok(None)` if the key is busy, leaving nothing behind.
+//! - [`acquire`](Backend::acquire) waits for the key, woken by the store's
+//!   notification where it has one, with a bounded fallback poll, and returns
+//!   only with a grant or an error. It does **not** ride out store failures
+//!   itself: a transient failure (connection lost, session expired, failover)
+//!   is returned as a retryable [`Error::Backend`](crate::Error::Backend), and
+//!   the client's one waiting policy ([`crate::wait`]) decides whether to call
+//!   again with the same token. Deadlines are the client's: it drops the future.
+//! - An acquire (either kind) by a token that already holds the key (a retry
+//!   whose first reply was lost) returns the same fence **and extends the lease
+//!   to `req.ttl` from now**, so that the client's view of the lease, counted
+//!   from the retry, never outlasts the store's.
+//! - Any acquire future may be dropped at any await point. After a drop, or an
 //!   error, the client calls [`release`](Backend::release) with the same token;
 //!   that call must remove any grant **and any queue entry** the attempt left.
 //! - [`release`](Backend::release) deletes the grant only if `token` owns it
 //!   (and wakes one waiter); otherwise it returns `Ok(false)` and changes
-//!   nothing. It is idempotent.
+//!   nothing. It is idempotent: a repeated release of the same grant (a resend
+//!   whose first reply was lost) reports what the first did where the store
+//!   can tell. A store must not forget a grant before the store confirmed its
+//!   deletion: a failed release is retried by the client (in the background,
+//!   while the error is retryable) until it succeeds or returns `Ok(false)`
+//!   because the grant can no longer exist (its session ended).
 //! - [`renew`](Backend::renew) extends every listed lease that its token still
 //!   owns to its TTL from now (store clock), in as few round trips as the
 //!   store allows (one script, one statement, one keep-alive), and reports per
-//!   lease whether it was still held.
+//!   lease whether it was still held. It must hear from the store: a `true`
+//!   vouches that the grant was held when the request was sent.
 //! - [`Grant::attempt_started`] must be taken **before** the request that
-//!   produced the grant was sent, so that the client's view of the lease
-//!   (`attempt_started + ttl - drift margin`) ends before the store's.
+//!   produced the grant was sent, and [`Grant::valid_for`] is how long from
+//!   then the store keeps the grant without renewal (`req.ttl`, or less where a
+//!   session bounds it), so that the client's view of the lease ends before the
+//!   store's. The client owns lease time: it counts deadlines, fires `lost()`,
+//!   and, on a store that declares [`Capabilities::session_bound`], releases a
+//!   lease whose local deadline passed unrenewed (such a store keeps grants
+//!   while its session lives, whatever their TTL).
 //! - No method may block the async runtime; no method may panic on any input.
 
 #[cfg(feature = "etcd")]
@@ -70,8 +88,20 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     crate::url::connect(url).await
 }
 
+/// What kind of lease an acquire asks for. Today every lease is exclusive;
+/// shared leases (semaphore permits, readers) will be further variants, so
+/// that stores implement one admission rule for all primitives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LeaseMode {
+    /// One holder at a time.
+    #[default]
+    Exclusive,
+}
+
 /// One acquire request, as the client hands it to a backend.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AcquireRequest {
     /// The key to lock.
     pub key: LockKey,
@@ -81,11 +111,30 @@ pub struct AcquireRequest {
     pub ttl: Duration,
     /// A human label of the holder (`host:pid` by default) for `status`.
     pub label: String,
-    /// Wait for the key (`true`) or make one attempt (`false`).
-    pub wait: bool,
     /// Grant in request order. Only set when the backend declared
     /// [`Capabilities::fair`].
     pub fair: bool,
+    /// The kind of lease.
+    pub mode: LeaseMode,
+}
+
+impl AcquireRequest {
+    /// An exclusive, non-fair request with an empty label.
+    pub fn new(key: LockKey, token: OwnerToken, ttl: Duration) -> Self {
+        AcquireRequest { key, token, ttl, label: String::new(), fair: false, mode: LeaseMode::Exclusive }
+    }
+
+    /// Sets the holder label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    /// Asks for a grant in request order.
+    pub fn with_fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
 }
 
 /// A successful acquisition.
@@ -95,10 +144,20 @@ pub struct Grant {
     pub fence: u64,
     /// When the request that produced this grant was sent (before sending).
     pub attempt_started: Instant,
+    /// How long after `attempt_started` the store keeps the grant without a
+    /// renewal: the request's TTL, or less where a session bounds it.
+    pub valid_for: Duration,
     /// A signal the store fires when the grant is gone for a reason the
-    /// client cannot see by renewing, such as a lost session. `None` when
-    /// renewal alone tells.
+    /// client cannot see by renewing, such as a lost session or a key deleted
+    /// under it. `None` when renewal alone tells.
     pub session_lost: Option<CancellationToken>,
+}
+
+impl Grant {
+    /// A grant valid for `ttl` from `attempt_started`, without a session signal.
+    pub fn new(fence: u64, attempt_started: Instant, ttl: Duration) -> Self {
+        Grant { fence, attempt_started, valid_for: ttl, session_lost: None }
+    }
 }
 
 /// One lease to renew.
@@ -143,8 +202,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// What this store can do.
     fn capabilities(&self) -> Capabilities;
 
-    /// Grants the key or, with `req.wait == false`, returns `Ok(None)` if busy.
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>>;
+    /// One attempt: the grant, or `Ok(None)` if the key is busy.
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>>;
+
+    /// Waits for the key; returns with a grant or an error (transient store
+    /// failures as retryable errors, for the client's waiting policy).
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant>;
 
     /// Releases the grant (or queue entry) of `token`; `Ok(false)` if it owned none.
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool>;

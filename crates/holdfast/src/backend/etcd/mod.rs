@@ -237,7 +237,12 @@ impl EtcdBackend {
             return Err(session_lost());
         }
         self.remember(&req.key, req.token, own, session.clone(), started + req.ttl);
-        Ok(Grant { fence: fence as u64, attempt_started: started, session_lost: Some(session.lost.clone()) })
+        Ok(Grant {
+            fence: fence as u64,
+            attempt_started: started,
+            valid_for: req.ttl,
+            session_lost: Some(session.lost.clone()),
+        })
     }
 
     /// Waits until no key older than ours remains under the prefix; returns
@@ -434,18 +439,21 @@ impl Backend for EtcdBackend {
             always_fair: true,
             store_notification: true,
             counts_waiters: true,
+            session_bound: true,
             fence_durability: FenceDurability::Durable,
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         let started = Instant::now();
         let session = self.session(req.ttl).await?;
-        if req.wait {
-            self.acquire_waiting(req, session, started).await.map(Some)
-        } else {
-            self.acquire_once(req, session, started).await
-        }
+        self.acquire_once(req, session, started).await
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        let started = Instant::now();
+        let session = self.session(req.ttl).await?;
+        self.acquire_waiting(req, session, started).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

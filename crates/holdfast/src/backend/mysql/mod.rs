@@ -236,9 +236,7 @@ impl MysqlBackend {
             })
             .await?;
         Ok(match outcome {
-            sql::Acquired::Granted { fence } => {
-                Attempt::Granted(Grant { fence, attempt_started: started, session_lost: None })
-            }
+            sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
             sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
         })
     }
@@ -269,23 +267,23 @@ impl Backend for MysqlBackend {
         Capabilities { fence_durability: self.fence_durability, ..Capabilities::minimal() }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        if !req.wait {
-            // A deadlock or lock wait timeout is contention: try again a
-            // couple of times before reporting it.
-            return match self.retry_contention(|| self.attempt(req, false)).await? {
-                Attempt::Granted(g) => Ok(Some(g)),
-                Attempt::Busy { .. } => Ok(None),
-            };
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        // A deadlock or lock wait timeout is contention: try again a
+        // couple of times before reporting it.
+        match self.retry_contention(|| self.attempt(req, false)).await? {
+            Attempt::Granted(g) => Ok(Some(g)),
+            Attempt::Busy { .. } => Ok(None),
         }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
-        let grant = wait::until_granted(&wakeup, self.config.poll, || {
+        wait::until_granted(&wakeup, self.config.poll, || {
             let peek = !std::mem::take(&mut first);
             self.waiting_attempt(req, peek)
         })
-        .await?;
-        Ok(Some(grant))
+        .await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

@@ -358,17 +358,17 @@ impl PostgresBackend {
         tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
     }
 
-    /// One acquire statement. A waiting attempt (`req.wait`) that finds the
+    /// One acquire statement. A waiting attempt (`waiting`) that finds the
     /// key busy marks the row `wanted`, so its release will NOTIFY; if it
     /// could not (the row changed since the statement's snapshot), it asks to
     /// be retried at once rather than sleep through an unannounced release.
-    async fn attempt(&self, req: &AcquireRequest) -> Result<Attempt> {
+    async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let started = Instant::now();
         let token = req.token.to_bytes().to_vec();
         let ttl_ms = req.ttl.as_millis() as i64;
-        let register = req.wait;
+        let register = waiting;
         // Other waiters of this key in this client: the new row starts wanted.
-        let others_wait = self.inner.waiting.count(req.key.as_str()) > usize::from(req.wait);
+        let others_wait = self.inner.waiting.count(req.key.as_str()) > usize::from(waiting);
         let rows = self
             .query(
                 "acquire",
@@ -391,9 +391,7 @@ impl PostgresBackend {
         let registered: bool = row.try_get(3).map_err(map_err)?;
         let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         Ok(match granted.or(mine) {
-            Some(fence) => {
-                Attempt::Granted(Grant { fence: fence as u64, attempt_started: started, session_lost: None })
-            }
+            Some(fence) => Attempt::Granted(Grant::new(fence as u64, started, req.ttl)),
             None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
             None => Attempt::Busy { expires_in: left },
         })
@@ -466,27 +464,27 @@ impl Backend for PostgresBackend {
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        if !req.wait {
-            return Ok(match self.attempt(req).await? {
-                Attempt::Granted(g) => Some(g),
-                Attempt::Busy { .. } => None,
-            });
-        }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        Ok(match self.attempt(req, false).await? {
+            Attempt::Granted(g) => Some(g),
+            Attempt::Busy { .. } => None,
+        })
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let _waiting = self.inner.waiting.enter(req.key.as_str());
         let wakeup = self.inner.wakeups.subscribe(req.key.as_str());
         if !self.listening() {
             // A free key needs no listener: a client that never meets a busy
             // key never opens one (and never receives every release's NOTIFY).
-            if let Attempt::Granted(g) = self.attempt(req).await? {
-                return Ok(Some(g));
+            if let Attempt::Granted(g) = self.attempt(req, true).await? {
+                return Ok(g);
             }
             // Busy: LISTEN first, then attempt again inside the loop, so a
             // release after the attempt above is seen either way.
             self.ensure_listener().await;
         }
-        let grant = wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req)).await?;
-        Ok(Some(grant))
+        wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req, true)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

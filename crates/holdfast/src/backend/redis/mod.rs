@@ -201,31 +201,6 @@ impl RedisBackend {
         }
     }
 
-    /// An attempt of a waiting acquire: retryable errors (the server is
-    /// restarting, a failover) count as busy until they have lasted one
-    /// operation timeout, then the error is returned.
-    async fn waiting_attempt(
-        &self,
-        req: &AcquireRequest,
-        fair: bool,
-        failing_since: &mut Option<Instant>,
-    ) -> Result<Attempt> {
-        match self.attempt(req, fair).await {
-            Err(e) if e.is_retryable() => {
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= self.inner.config.timeout {
-                    return Err(e);
-                }
-                tracing::debug!(key = %req.key, error = %e, "acquire attempt failed; retrying");
-                Ok(Attempt::Busy { expires_in: Some(Duration::from_millis(50)) })
-            }
-            other => {
-                *failing_since = None;
-                other
-            }
-        }
-    }
-
     /// One acquire script call: `Granted` or `Busy` with the holder's time left.
     async fn attempt(&self, req: &AcquireRequest, fair: bool) -> Result<Attempt> {
         let [h, q, e] = lock_keys(&self.inner.config.prefix, &req.key);
@@ -237,7 +212,7 @@ impl RedisBackend {
         let started = Instant::now();
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
         Ok(if granted == 1 {
-            Attempt::Granted(Grant { fence: value.max(0) as u64, attempt_started: started, session_lost: None })
+            Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))
         } else {
             Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }
         })
@@ -247,12 +222,11 @@ impl RedisBackend {
         // Registered before the first attempt, so a hand-off right after it is not missed.
         let watch = self.inner.notifier.watch_token(req.token.to_hex(), self.inner.config.timeout).await;
         let refresh = self.inner.config.queue_ttl / 4;
-        let mut failing_since = None;
         loop {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.waiting_attempt(req, true, &mut failing_since).await? {
+            match self.attempt(req, true).await? {
                 Attempt::Granted(grant) => return Ok(grant),
                 Attempt::Busy { expires_in } => {
                     let delay = match expires_in {
@@ -271,12 +245,11 @@ impl RedisBackend {
     async fn acquire_waiting(&self, req: &AcquireRequest) -> Result<Grant> {
         // Fast path: one script call when the key is free.
         let notifier = &self.inner.notifier;
-        let mut failing_since = None;
         // Fast path when no waiter of this client waits on the key: one script
         // call when the key is free. When others wait, the channel is
         // subscribed already and the first attempt comes after joining them.
         if !notifier.has_waiters(req.key.as_str()) {
-            if let Attempt::Granted(grant) = self.waiting_attempt(req, false, &mut failing_since).await? {
+            if let Attempt::Granted(grant) = self.attempt(req, false).await? {
                 return Ok(grant);
             }
         }
@@ -284,14 +257,7 @@ impl RedisBackend {
         // release between a busy attempt and here is seen by that attempt.
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
-        let failing_since = std::sync::Mutex::new(failing_since);
-        wait::until_granted(&wakeup, self.inner.config.poll, || async {
-            let mut since = *failing_since.lock().unwrap_or_else(|p| p.into_inner());
-            let outcome = self.waiting_attempt(req, false, &mut since).await;
-            *failing_since.lock().unwrap_or_else(|p| p.into_inner()) = since;
-            outcome
-        })
-        .await
+        wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req, false)).await
     }
 }
 
@@ -321,22 +287,26 @@ impl Backend for RedisBackend {
             always_fair: self.inner.config.fair_default,
             store_notification: true,
             counts_waiters: true,
+            session_bound: false,
             fence_durability: self.inner.durability,
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        let fair = req.fair || self.inner.config.fair_default;
-        if !req.wait {
-            // One attempt. A fair attempt would queue the token, so a try
-            // uses the non-fair script, which still defers to queued waiters.
-            return Ok(match self.attempt(req, false).await? {
-                Attempt::Granted(g) => Some(g),
-                Attempt::Busy { .. } => None,
-            });
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        // One attempt. A fair attempt would queue the token, so a try uses
+        // the non-fair script, which still defers to queued waiters.
+        Ok(match self.attempt(req, false).await? {
+            Attempt::Granted(g) => Some(g),
+            Attempt::Busy { .. } => None,
+        })
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        if req.fair || self.inner.config.fair_default {
+            self.acquire_fair(req).await
+        } else {
+            self.acquire_waiting(req).await
         }
-        let grant = if fair { self.acquire_fair(req).await? } else { self.acquire_waiting(req).await? };
-        Ok(Some(grant))
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

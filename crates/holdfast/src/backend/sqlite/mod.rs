@@ -92,9 +92,7 @@ impl SqliteBackend {
             })
             .await?;
         Ok(match outcome {
-            sql::Acquired::Granted { fence } => {
-                Attempt::Granted(Grant { fence, attempt_started: started, session_lost: None })
-            }
+            sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
             sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in: Some(expires_in) },
         })
     }
@@ -117,21 +115,21 @@ impl Backend for SqliteBackend {
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        if !req.wait {
-            return Ok(match self.attempt(req, false).await? {
-                Attempt::Granted(g) => Some(g),
-                Attempt::Busy { .. } => None,
-            });
-        }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        Ok(match self.attempt(req, false).await? {
+            Attempt::Granted(g) => Some(g),
+            Attempt::Busy { .. } => None,
+        })
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
-        let grant = wait::until_granted(&wakeup, self.config.poll, || {
+        wait::until_granted(&wakeup, self.config.poll, || {
             let peek = !std::mem::take(&mut first);
             self.attempt(req, peek)
         })
-        .await?;
-        Ok(Some(grant))
+        .await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

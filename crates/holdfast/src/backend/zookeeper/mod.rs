@@ -283,14 +283,14 @@ impl ZkBackend {
     /// node before it to go, watching only the one just before.
     /// On a `retry`, first looks for the node an earlier attempt on the same
     /// session may have created (its reply lost), so a token never has two.
-    async fn acquire_on(&self, s: &Arc<Session>, req: &AcquireRequest, retry: bool) -> Result<Step> {
+    async fn acquire_on(&self, s: &Arc<Session>, req: &AcquireRequest, wait: bool, retry: bool) -> Result<Step> {
         let parent = nodes::parent_path(&self.cfg().root, req.key.as_str());
         let mut existing = None;
-        if !req.wait || retry {
+        if !wait || retry {
             let queue = self.queue(s, &parent).await?;
             let prefix = nodes::node_name_prefix(req.token);
             existing = queue.iter().find(|n| n.starts_with(&prefix)).cloned();
-            if existing.is_none() && !req.wait && !queue.is_empty() {
+            if existing.is_none() && !wait && !queue.is_empty() {
                 // Busy: answered without writing anything.
                 return Ok(Step::Done(None));
             }
@@ -329,7 +329,7 @@ impl ZkBackend {
             };
             let Some(pos) = queue.iter().position(|n| *n == mine) else {
                 // Our node is gone: the session ended under us.
-                return if req.wait {
+                return if wait {
                     Ok(Step::Restart)
                 } else {
                     Err(Error::backend(STORE, true, "the ZooKeeper session ended during the attempt"))
@@ -338,7 +338,7 @@ impl ZkBackend {
             if pos == 0 {
                 // A waiter checks its session before it believes a grant.
                 if !s.vouches() {
-                    if !req.wait {
+                    if !wait {
                         self.delete(s, &format!("{parent}/{mine}")).await?;
                         return Err(Error::backend(STORE, true, "ZooKeeper session not connected"));
                     }
@@ -352,10 +352,11 @@ impl ZkBackend {
                 return Ok(Step::Done(Some(Grant {
                     fence,
                     attempt_started: observed,
+                    valid_for: req.ttl,
                     session_lost: Some(s.lost.clone()),
                 })));
             }
-            if !req.wait {
+            if !wait {
                 self.delete(s, &format!("{parent}/{mine}")).await?;
                 return Ok(Step::Done(None));
             }
@@ -369,6 +370,34 @@ impl ZkBackend {
                 _ = s.lost.cancelled() => return Ok(Step::Restart),
                 _ = tokio::time::sleep(self.cfg().poll) => {}
             }
+        }
+    }
+
+    /// One acquisition, waiting or not, across sessions.
+    async fn acquire_with(&self, req: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let mut retry = false;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let step = match self.session().await {
+                Ok(s) => self.acquire_on(&s, req, wait, retry).await,
+                Err(e) => Err(e),
+            };
+            match step {
+                Ok(Step::Done(grant)) => return Ok(grant),
+                Ok(Step::Restart) if wait => {
+                    tracing::warn!(key = %req.key, "zookeeper session lost while waiting; queueing again");
+                }
+                Ok(Step::Restart) => return Err(Error::backend(STORE, true, "ZooKeeper session lost")),
+                // A waiter rides out connection loss and failover until the
+                // caller's deadline drops this future.
+                Err(e) if wait && e.is_retryable() => {
+                    tracing::warn!(key = %req.key, error = %e, "zookeeper error while waiting; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+            retry = true;
         }
     }
 
@@ -501,35 +530,19 @@ impl Backend for ZkBackend {
             always_fair: true,
             store_notification: true,
             counts_waiters: true,
+            session_bound: true,
             fence_durability: FenceDurability::Durable,
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        let mut retry = false;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let step = match self.session().await {
-                Ok(s) => self.acquire_on(&s, req, retry).await,
-                Err(e) => Err(e),
-            };
-            match step {
-                Ok(Step::Done(grant)) => return Ok(grant),
-                Ok(Step::Restart) if req.wait => {
-                    tracing::warn!(key = %req.key, "zookeeper session lost while waiting; queueing again");
-                }
-                Ok(Step::Restart) => return Err(Error::backend(STORE, true, "ZooKeeper session lost")),
-                // A waiter rides out connection loss and failover until the
-                // caller's deadline drops this future.
-                Err(e) if req.wait && e.is_retryable() => {
-                    tracing::warn!(key = %req.key, error = %e, "zookeeper error while waiting; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                Err(e) => return Err(e),
-            }
-            retry = true;
-        }
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        self.acquire_with(req, false).await
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        self.acquire_with(req, true)
+            .await?
+            .ok_or_else(|| Error::backend(STORE, false, "a waiting acquire ended without a grant"))
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

@@ -1,0 +1,186 @@
+//! The guard of a held lock: its fence, `lost()`, `expiring()`, and how it
+//! ends (release, drop, or leak).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease::LeaseState;
+use crate::release::Release;
+
+/// What reentrant guards of one grant share.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) client: Client,
+    pub(crate) lease: Arc<LeaseState>,
+    /// The lease's id in the client's renewer.
+    pub(crate) renewal: u64,
+    pub(crate) owner: Option<String>,
+    /// Live guards of this grant; only a reentrant lock has more than one.
+    pub(crate) holds: AtomicU32,
+}
+
+impl Held {
+    /// Drops one hold; true if it was the last, and the grant must go.
+    fn drop_hold(&self) -> bool {
+        match &self.owner {
+            Some(owner) => self.client.leave_reentrant(owner, self),
+            None => self.holds.fetch_sub(1, Ordering::AcqRel) == 1,
+        }
+    }
+
+    fn release(&self) -> Release {
+        self.client.inner().renewer.deregister(self.renewal);
+        Release {
+            backend: self.client.inner().backend.clone(),
+            key: self.lease.key.clone(),
+            token: self.lease.token,
+            horizon: self.lease.release_horizon(),
+        }
+    }
+}
+
+/// A held lock. Dropping it releases the lock.
+///
+/// `Send` and `Sync`, and `'static`: it can move between tasks and threads.
+///
+/// # Drop
+///
+/// Prefer [`release`](Self::release), which reports whether the lease was
+/// still held. A guard dropped without it stops renewal and releases in the
+/// background when a tokio runtime is running; without a runtime the lease
+/// simply expires after its TTL (on etcd and ZooKeeper: when the client's
+/// session ends, or at the lease's deadline while the client lives). To keep
+/// the lock until its lease runs out, use [`leak`](Self::leak).
+#[derive(Debug)]
+#[must_use = "the lock is released when the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    held: Arc<Held>,
+    released: bool,
+}
+
+impl MutexGuard {
+    pub(crate) fn new(held: Arc<Held>) -> Self {
+        MutexGuard { held, released: false }
+    }
+
+    /// The fencing token of this grant: strictly greater than every fence the
+    /// store issued before for this key. Pass it to whatever the lock
+    /// protects, and have that reject writes with a lower fence than it saw.
+    pub fn fence(&self) -> u64 {
+        self.held.lease.fence
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.held.lease.key.as_str()
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.held.lease.ttl
+    }
+
+    /// Guards alive for this grant (more than 1 only for reentrant locks).
+    pub fn hold_count(&self) -> u32 {
+        self.held.holds.load(Ordering::Acquire)
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.held.lease.is_lost()
+    }
+
+    /// Resolves when the lease is lost: renewal found the grant gone, the
+    /// store's session ended, or the local lease deadline passed without a
+    /// successful renewal. The local deadline is counted from before the
+    /// request was sent, minus a drift margin (see
+    /// [`drift_margin`](crate::lease_drift_margin)), so this fires before the
+    /// store can grant the key to anyone else. Never resolves while the lease
+    /// is held; may be awaited after the guard is gone (it is `'static`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only observes the lease; dropping it changes nothing.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.held.lease.clone().lost()
+    }
+
+    /// Resolves when the lease can no longer be guaranteed to last another
+    /// `within`: it is lost, or renewal has not succeeded and the time left
+    /// on the local lease deadline has fallen to `within`. Use it to stop
+    /// work that needs `within` to wind down (a child process that gets
+    /// SIGTERM, then SIGKILL after a grace period) before the store can
+    /// grant the key to anyone else. With `within` zero it is [`lost`](Self::lost).
+    /// May be awaited after the guard is gone (it is `'static`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only observes the lease; dropping it changes nothing.
+    pub fn expiring(&self, within: Duration) -> impl Future<Output = ()> + Send + 'static {
+        self.held.lease.clone().expiring(within)
+    }
+
+    /// Releases the lock, owner-checked. With reentrancy, only the last
+    /// guard's release frees the key.
+    ///
+    /// Fails with [`Error::Lost`] if the lease had expired or been taken
+    /// over before the release (the work done under it may have overlapped
+    /// another holder), or with a store error. After a store error that may
+    /// pass (the store unreachable), the release goes on in the background,
+    /// retried until the store confirms it or the lease has run out, so the
+    /// key is freed as soon as the store is back rather than at expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the release runs on a task of its own, so dropping this
+    /// future after its first poll still releases the lock (only the outcome
+    /// is not reported).
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        if !self.held.drop_hold() {
+            return Ok(());
+        }
+        let lease = &self.held.lease;
+        let was_lost = lease.is_lost();
+        match self.held.release().first_outcome().await {
+            Ok(true) if !was_lost => Ok(()),
+            Ok(_) => {
+                lease.mark_lost();
+                Err(Error::Lost { key: lease.key.to_string() })
+            }
+            Err(e) => {
+                lease.mark_lost();
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the guard without releasing: renewal stops and the lock stays
+    /// held until its lease runs out (one TTL after the last renewal), then
+    /// the store frees it. On a session-bound store (etcd, ZooKeeper) the
+    /// client deletes it at that deadline, or the store does when the
+    /// client's session ends, whichever is first. With reentrancy, this
+    /// gives up one hold; the lease runs out only once no guard is left.
+    pub fn leak(mut self) {
+        self.released = true;
+        if self.held.drop_hold() {
+            self.held.client.inner().renewer.stop_renewing(self.held.renewal);
+        }
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        if self.released || !self.held.drop_hold() {
+            return;
+        }
+        if self.held.release().spawn().is_none() {
+            tracing::debug!(key = %self.held.lease.key, "no runtime to release in; the lease will expire");
+        }
+    }
+}
