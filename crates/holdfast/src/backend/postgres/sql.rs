@@ -9,7 +9,20 @@
 //! and double-quoted. Keys, tokens, labels, TTLs and the channel name are
 //! always bind parameters.
 
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
 use super::config::PostgresConfig;
+use super::error::{map_err, timed_out};
+use super::pool::statement_lost;
+use super::{PostgresBackend, STORE};
+use crate::backend::{AcquireRequest, Grant};
+use crate::capability::FenceDurability;
+use crate::error::{Error, Result};
+use crate::wait::Attempt;
 
 /// The SQL of one namespace (schema + table).
 #[derive(Debug, Clone)]
@@ -36,13 +49,13 @@ pub(super) struct Statements {
 
 impl Statements {
     /// The SQL of `stmt`.
-    pub(super) fn get(&self, stmt: super::Stmt) -> &str {
+    pub(super) fn get(&self, stmt: Stmt) -> &str {
         match stmt {
-            super::Stmt::Acquire => &self.acquire,
-            super::Stmt::Release => &self.release,
-            super::Stmt::Renew => &self.renew,
-            super::Stmt::Status => &self.status,
-            super::Stmt::Sweep => &self.sweep,
+            Stmt::Acquire => &self.acquire,
+            Stmt::Release => &self.release,
+            Stmt::Renew => &self.renew,
+            Stmt::Status => &self.status,
+            Stmt::Sweep => &self.sweep,
         }
     }
 
@@ -146,6 +159,154 @@ impl Statements {
                      SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
                      LIMIT 16 FOR UPDATE SKIP LOCKED)"
             ),
+        }
+    }
+}
+
+/// The statements a connection may prepare once and reuse.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stmt {
+    Acquire = 0,
+    Release = 1,
+    Renew = 2,
+    Status = 3,
+    Sweep = 4,
+}
+
+impl PostgresBackend {
+    /// Creates the namespace if needed; returns the fence durability the
+    /// server's settings give.
+    pub(super) async fn init(&self) -> Result<FenceDurability> {
+        let i = &self.inner;
+        let timeout = i.config.op_timeout;
+        let fut = async {
+            let c = i.pool.get(None).await?;
+            let row = c
+                .client
+                .query_typed_one(
+                    "SELECT to_regclass($2) IS NOT NULL AND EXISTS (
+                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
+                            current_setting('fsync'), current_setting('synchronous_commit')",
+                    &[(&i.sql.lease_regclass, Type::TEXT), (&i.sql.fence_regclass, Type::TEXT)],
+                )
+                .await
+                .map_err(map_err)?;
+            let exists: bool = row.try_get(0).map_err(map_err)?;
+            if !exists {
+                if !i.config.create {
+                    return Err(Error::backend(
+                        STORE,
+                        false,
+                        format!(
+                            "tables {} / {} do not exist and create=false; run the migration in the store docs",
+                            i.sql.lease_regclass, i.sql.fence_regclass
+                        ),
+                    ));
+                }
+                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+            }
+            let fsync: String = row.try_get(1).map_err(map_err)?;
+            let sync_commit: String = row.try_get(2).map_err(map_err)?;
+            Ok(match (fsync.as_str(), sync_commit.as_str()) {
+                (_, "off") => FenceDurability::Volatile,
+                ("on", _) => FenceDurability::Durable,
+                _ => FenceDurability::ProcessCrash,
+            })
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out("connecting and creating tables", timeout))?
+    }
+
+    /// Runs one statement on a pooled connection, within `op_timeout`.
+    /// `key` picks the connection (see [`Pool`](super::pool::Pool)); `None` for multi-key statements.
+    pub(super) async fn query(
+        &self,
+        what: &str,
+        key: Option<&str>,
+        stmt: Stmt,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        let timeout = self.inner.config.op_timeout;
+        let sql = self.inner.sql.get(stmt);
+        let fut = async {
+            let c = self.inner.pool.get(key).await?;
+            if self.inner.prepared.load(Ordering::Relaxed) {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let outcome =
+                    match c.prepared[stmt as usize].get_or_try_init(|| c.client.prepare_typed(sql, &types)).await {
+                        Ok(st) => {
+                            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                            c.client.query(st, &values).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                match outcome {
+                    Ok(rows) => return Ok(rows),
+                    Err(e) if statement_lost(&e) => {
+                        // Nothing ran; from now on use unnamed statements.
+                        tracing::warn!(error = %e, "prepared statements do not work here (a transaction pooler?); \
+                             using unnamed statements (set prepared=false to skip this)");
+                        self.inner.prepared.store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+            c.client.query_typed(sql, params).await.map_err(map_err)
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
+    }
+
+    /// One acquire statement. A waiting attempt (`waiting`) that finds the
+    /// key busy marks the row `wanted`, so its release will NOTIFY; if it
+    /// could not (the row changed since the statement's snapshot), it asks to
+    /// be retried at once rather than sleep through an unannounced release.
+    pub(super) async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let token = req.token.to_bytes().to_vec();
+        let ttl_ms = req.ttl.as_millis() as i64;
+        let register = waiting;
+        // Other waiters of this key in this client: the new row starts wanted.
+        let others_wait = self.inner.waiting.count(req.key.as_str()) > usize::from(waiting);
+        let rows = self
+            .query(
+                "acquire",
+                Some(req.key.as_str()),
+                Stmt::Acquire,
+                &[
+                    (&req.key.as_str(), Type::TEXT),
+                    (&token, Type::BYTEA),
+                    (&ttl_ms, Type::INT8),
+                    (&req.label, Type::TEXT),
+                    (&register, Type::BOOL),
+                    (&others_wait, Type::BOOL),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "acquire returned no row"))?;
+        let granted: Option<i64> = row.try_get(0).map_err(map_err)?;
+        let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
+        let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
+        let registered: bool = row.try_get(3).map_err(map_err)?;
+        let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
+        Ok(match granted.or(mine) {
+            Some(fence) => Attempt::Granted(Grant::new(fence as u64, started, req.ttl)),
+            None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
+            None => Attempt::Busy { expires_in: left },
+        })
+    }
+
+    /// At most once a minute per client: delete a few rows whose holders
+    /// vanished long ago and whose keys nobody took since.
+    pub(super) async fn maybe_sweep(&self) {
+        let i = &self.inner;
+        let now = i.epoch.elapsed().as_millis() as u64;
+        let last = i.last_sweep_ms.load(Ordering::Relaxed);
+        if (last != 0 && now.saturating_sub(last) < 60_000)
+            || i.last_sweep_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.query("sweep", None, Stmt::Sweep, &[]).await {
+            tracing::debug!(error = %e, "sweep of expired lease rows failed");
         }
     }
 }

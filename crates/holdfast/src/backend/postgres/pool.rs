@@ -1,0 +1,72 @@
+//! The statement connections: a few pipelined connections, one per key hash.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio_postgres::Client as PgClient;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::error::map_err;
+use crate::error::Result;
+
+/// A few statement connections. tokio-postgres pipelines concurrent
+/// statements on one connection and the server runs them in order; as every
+/// statement is a short autocommit one, no caller holds a connection while
+/// it waits for a key.
+///
+/// Statements about one key always use the same connection (chosen by a hash
+/// of the key), so the release that cleans up after a dropped acquire runs
+/// after that acquire on the server, never before it (on two connections the
+/// release could overtake the acquire and leave an orphan grant).
+pub(super) struct Pool {
+    /// Where and how to connect.
+    pub(super) pg: tokio_postgres::Config,
+    /// The TLS connector (also used by the listener).
+    pub(super) tls: MakeRustlsConnect,
+    /// One lazily (re)opened connection per slot.
+    pub(super) slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
+    /// Round-robin position for statements about no single key.
+    pub(super) next: AtomicUsize,
+}
+
+/// One statement connection and the statements prepared on it.
+pub(super) struct Conn {
+    /// The connection.
+    pub(super) client: PgClient,
+    /// The statements prepared on it, indexed by [`Stmt`](super::sql::Stmt).
+    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; 5],
+}
+
+/// Errors that mean a named prepared statement is not where it was prepared:
+/// a transaction-pooling PgBouncer moved us to another server connection.
+pub(super) fn statement_lost(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| matches!(c.code(), "26000" | "42P05" | "08P01"))
+}
+
+impl Pool {
+    /// The connection for statements about `key`, or any (round-robin) for `None`.
+    pub(super) async fn get(&self, key: Option<&str>) -> Result<Arc<Conn>> {
+        let i = match key {
+            Some(k) => (fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize,
+            None => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
+        };
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let (client, connection) = self.pg.connect(self.tls.clone()).await.map_err(map_err)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres connection ended");
+            }
+        });
+        let conn = Arc::new(Conn { client, prepared: Default::default() });
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
