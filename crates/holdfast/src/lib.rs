@@ -55,7 +55,6 @@
 //!  WHERE item = $item AND last_fence < $fence;   -- 0 rows: a newer holder wrote first
 //! ```
 
-pub mod audit;
 pub mod backend;
 mod capability;
 mod client;

@@ -12,7 +12,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use holdfast::audit::{Report, Witness};
+use holdfast_testkit::witness::{Report, Witness};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{DemoArgs, DemoWorkerArgs, ENV_BACKEND};

@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::witness::Witness;
 use holdfast::Client;
-use holdfast::audit::Witness;
 
 use super::Store;
 
