@@ -232,30 +232,37 @@ fn unreachable_busy(key: &str) -> Error {
 /// future dropped at any await point, even while this cleanup runs), the
 /// release runs on a task of its own and so cannot be cancelled half-way.
 struct Cleanup {
-    release: Option<Release>,
+    armed: Option<(Arc<dyn Backend>, LockKey, OwnerToken)>,
+    ttl: Duration,
+    session_bound: bool,
 }
 
 impl Cleanup {
     fn armed(backend: &Arc<dyn Backend>, req: &AcquireRequest, session_bound: bool) -> Self {
-        // Until when the store could hold what the attempt left: its TTL from
-        // now on a TTL store; on a session-bound store, until its release
-        // says the session that held it is gone.
-        let horizon = if session_bound {
-            Horizon::Unknown
-        } else {
-            Horizon::At(Instant::now() + req.ttl + 2 * drift_margin(req.ttl))
-        };
-        Cleanup { release: Some(Release { backend: backend.clone(), key: req.key.clone(), token: req.token, horizon }) }
+        Cleanup { armed: Some((backend.clone(), req.key.clone(), req.token)), ttl: req.ttl, session_bound }
     }
 
     fn disarm(&mut self) {
-        self.release = None;
+        self.armed = None;
+    }
+
+    fn take(&mut self) -> Option<Release> {
+        let (backend, key, token) = self.armed.take()?;
+        // Until when the store could hold what the attempt left: one TTL from
+        // now on a TTL store (a grant cannot be younger than this moment); on
+        // a session-bound store, until its release says the session is gone.
+        let horizon = if self.session_bound {
+            Horizon::Unknown
+        } else {
+            Horizon::At(Instant::now() + self.ttl + 2 * drift_margin(self.ttl))
+        };
+        Some(Release { backend, key, token, horizon })
     }
 
     /// Releases now and waits for the first attempt's outcome; dropping this
     /// future does not stop the release.
     async fn release_now(&mut self) {
-        if let Some(release) = self.release.take() {
+        if let Some(release) = self.take() {
             let key = release.key.clone();
             if let Err(e) = release.first_outcome().await {
                 tracing::warn!(key = %key, error = %e, "could not release an abandoned attempt yet; retrying in the background");
@@ -266,7 +273,7 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
+        if let Some(release) = self.take() {
             if release.spawn().is_none() {
                 tracing::debug!("no runtime to release an abandoned attempt in; its lease will expire");
             }
