@@ -49,9 +49,16 @@ impl SqliteBackend {
                     Error::backend(STORE, false, format!("cannot create directory {}: {e}", dir.display()))
                 })?;
             }
+            // Everything below waits for other processes' locks up to the busy timeout.
+            let deadline = Instant::now() + cfg.busy_timeout;
             let conn = Connection::open(&cfg.path).map_err(map_err)?;
             conn.busy_timeout(cfg.busy_timeout).map_err(map_err)?;
-            conn.pragma_update(None, "journal_mode", "WAL").map_err(map_err)?;
+            let mode = sql::switch_to_wal(&conn, deadline).map_err(map_err)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                // Still correct (every change is a BEGIN IMMEDIATE transaction),
+                // but readers and the writer now block each other.
+                tracing::warn!(path = %cfg.path.display(), mode, "SQLite could not switch this file to WAL mode");
+            }
             conn.pragma_update(None, "synchronous", if cfg.synchronous_full { "FULL" } else { "NORMAL" })
                 .map_err(map_err)?;
             conn.execute_batch(&format!("BEGIN IMMEDIATE; {} COMMIT;", sql::SCHEMA)).map_err(map_err)?;

@@ -6,9 +6,9 @@
 //! expiries and restarts, and lease rows can be deleted on release without
 //! losing the count.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use crate::key::OwnerToken;
 
@@ -28,6 +28,29 @@ CREATE TABLE IF NOT EXISTS holdfast_leases (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS holdfast_leases_expiry ON holdfast_leases (expires_at_ms);
 ";
+
+/// Switches the file to WAL mode (a no-op if it is already), retrying until
+/// `deadline` while other connections hold it; returns the journal mode the
+/// file is in afterwards.
+///
+/// The switch cannot rely on the busy timeout: SQLite makes it as a read
+/// transaction that then upgrades to a write (to set the WAL flag in the
+/// header), and a connection that already holds a read lock gets
+/// `SQLITE_BUSY` at once instead of waiting, since waiting there could
+/// deadlock with another reader doing the same. That is exactly what
+/// several clients opening a new file at the same moment do, so each backs
+/// off (its read lock is gone once the pragma fails) and tries again.
+pub(super) fn switch_to_wal(conn: &Connection, deadline: Instant) -> rusqlite::Result<String> {
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) && Instant::now() < deadline => {
+                // Jittered, so that two clients that collided do not collide again.
+                std::thread::sleep(Duration::from_micros(rand::random_range(200..3000)));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// Milliseconds since the Unix epoch on the host clock.
 pub(super) fn now_ms() -> i64 {

@@ -1,0 +1,126 @@
+//! Faults of the embedded SQLite store that the conformance suite does not
+//! reach: clients that meet at the same instant on a file nobody created yet.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use holdfast::backend::sqlite::SqliteBackend;
+use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::{LockKey, OwnerToken};
+
+/// Opens the store at `url` and makes one non-waiting acquire and, if
+/// granted, a release: what a cron job does first.
+async fn open_and_use(url: &str) -> holdfast::Result<()> {
+    let store = SqliteBackend::open_url(url).await?;
+    let req = AcquireRequest {
+        key: LockKey::new("nightly")?,
+        token: OwnerToken::random(),
+        ttl: Duration::from_secs(5),
+        label: "test".to_owned(),
+        wait: false,
+        fair: false,
+    };
+    if store.acquire(&req).await?.is_some() {
+        store.release(&req.key, req.token).await?;
+    }
+    Ok(())
+}
+
+/// Runs [`open_and_use`] on its own current-thread runtime, as a separate
+/// program would.
+fn open_and_use_blocking(url: &str) -> holdfast::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(open_and_use(url))
+}
+
+/// Many fresh files, each opened by several threads released by one barrier:
+/// not one open or first acquire may fail, however the first-use steps
+/// (creating the file, switching to WAL, creating the tables) interleave.
+#[test]
+fn concurrent_first_open_of_a_new_file_never_fails() {
+    const FILES: usize = 150;
+    const CLIENTS: usize = 4;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut failures = Vec::new();
+    for f in 0..FILES {
+        let url = format!("sqlite://{}/fresh-{f}.db", dir.path().display());
+        let barrier = Arc::new(Barrier::new(CLIENTS));
+        let threads: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let (url, barrier) = (url.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    open_and_use_blocking(&url)
+                })
+            })
+            .collect();
+        for t in threads {
+            if let Err(e) = t.join().expect("client thread panicked") {
+                failures.push(format!("file {f}: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} first opens failed: {failures:#?}", failures.len(), FILES * CLIENTS);
+}
+
+const CHILD_URL: &str = "HOLDFAST_SQLITE_CHILD_URL";
+const CHILD_START_NS: &str = "HOLDFAST_SQLITE_CHILD_START_NS";
+
+fn unix_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// The same across OS processes: each process (this test binary run again
+/// as a child) waits for a shared start instant on the wall clock, then opens
+/// the fresh file. A child reports failure through its exit status.
+#[test]
+fn concurrent_first_open_across_processes_never_fails() {
+    if let Ok(url) = std::env::var(CHILD_URL) {
+        let start: u128 = std::env::var(CHILD_START_NS).expect("start instant").parse().expect("start ns");
+        // Sleep most of the way, then spin, so the processes start together.
+        while unix_ns() + 2_000_000 < start {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        while unix_ns() < start {
+            std::hint::spin_loop();
+        }
+        if let Err(e) = open_and_use_blocking(&url) {
+            eprintln!("HOLDFAST_CHILD_ERROR {e}");
+            std::process::exit(3);
+        }
+        std::process::exit(0);
+    }
+    const FILES: usize = 40;
+    const CLIENTS: usize = 3;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut failures = Vec::new();
+    for f in 0..FILES {
+        let url = format!("sqlite://{}/fresh-{f}.db", dir.path().display());
+        // Far enough ahead for every child to have started and loaded.
+        let start = unix_ns() + 150_000_000;
+        let children: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                Command::new(&exe)
+                    .args(["--exact", "concurrent_first_open_across_processes_never_fails", "--nocapture"])
+                    .env(CHILD_URL, &url)
+                    .env(CHILD_START_NS, start.to_string())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn child")
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().expect("child output");
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                let line = err.lines().find(|l| l.contains("HOLDFAST_CHILD_ERROR")).unwrap_or(&err);
+                failures.push(format!("file {f}: {}: {line}", out.status));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} first opens failed: {failures:#?}", failures.len(), FILES * CLIENTS);
+}
