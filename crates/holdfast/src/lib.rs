@@ -63,7 +63,9 @@ mod error;
 mod key;
 mod lease;
 mod mutex;
+mod secret;
 mod url;
+mod url_options;
 pub mod wait;
 
 pub use backend::{HolderInfo, LockStatus};
@@ -73,7 +75,8 @@ pub use error::{BoxError, Error, Result};
 pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
 pub use mutex::{DEFAULT_TTL, LockOptions, Mutex, MutexGuard};
-pub use url::SCHEMES;
+pub use secret::Secret;
+pub use url::{SCHEMES, redact_url};
 
 /// The README's examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]
