@@ -146,7 +146,7 @@ impl BenchReport {
         leases: Vec<LeaseResult>,
     ) -> Self {
         let mut report = BenchReport {
-            url: redact(&opts.url),
+            url: holdfast::redact_url(&opts.url),
             store: store.to_owned(),
             floor,
             fair: opts.fair,
@@ -187,21 +187,6 @@ impl BenchReport {
             }
         }
         self.ratios = ratios;
-    }
-}
-
-/// Hides the password of a `scheme://user:password@host` URL.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let hidden = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
-            format!("{scheme}://{hidden}@{host}{tail}")
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -313,7 +298,7 @@ impl fmt::Display for BenchReport {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use holdfast::redact_url as redact;
 
     #[test]
     fn passwords_are_hidden() {

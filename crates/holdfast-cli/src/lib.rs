@@ -5,7 +5,6 @@ pub mod cli;
 pub mod commands;
 pub mod duration;
 pub mod exit;
-pub mod redact;
 
 use std::process::ExitCode;
 

@@ -65,7 +65,9 @@ mod lease;
 mod lock_options;
 mod mutex;
 mod release;
+mod secret;
 mod url;
+mod url_options;
 pub mod wait;
 
 pub use backend::{HolderInfo, LockStatus};
@@ -77,7 +79,8 @@ pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
 pub use lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
 pub use mutex::Mutex;
-pub use url::SCHEMES;
+pub use secret::Secret;
+pub use url::{SCHEMES, redact_url};
 
 /// The README's examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]

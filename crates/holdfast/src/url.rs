@@ -23,7 +23,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let Some((scheme, _)) = url.split_once("://") else {
         return Err(Error::invalid(
             "url",
-            format!("{url:?} has no scheme; expected for example sqlite:///path/to/locks.db"),
+            format!("{:?} has no scheme; expected for example sqlite:///path/to/locks.db", redact_url(url)),
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
@@ -53,9 +53,121 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
+/// The URL with every password replaced by `***`, for logs and messages.
+///
+/// Hides the password of `user:password@` (with or without a scheme; a
+/// password may contain unencoded `/`, `@` or `:`, everything up to the last
+/// `@` before the query counts), the value of a `password=` query option, and
+/// passwords inside query values that are URLs themselves (PostgreSQL's
+/// `listen_url`). Everything else is kept as written. Every error holdfast
+/// builds from a URL goes through this.
+///
+/// ```
+/// use holdfast::redact_url;
+/// assert_eq!(redact_url("redis://app:s3cret@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
+/// assert_eq!(redact_url("postgres://app@db/x?password=s3cret"), "postgres://app@db/x?password=***");
+/// assert_eq!(redact_url("sqlite:///tmp/a@b.db"), "sqlite:///tmp/a@b.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let (main, query) = match rest.split_once('?') {
+        Some((main, query)) => (main, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = scheme.map(|s| format!("{s}://")).unwrap_or_default();
+    match main.rsplit_once('@') {
+        // A path such as `/tmp/a@b.db` is not user info.
+        Some((userinfo, host)) if !userinfo.starts_with('/') => match userinfo.split_once(':') {
+            Some((user, _)) => out.push_str(&format!("{user}:***@{host}")),
+            None => out.push_str(main),
+        },
+        _ => out.push_str(main),
+    }
+    if let Some(query) = query {
+        let pieces: Vec<String> = query.split('&').map(redact_query_piece).collect();
+        out.push('?');
+        out.push_str(&pieces.join("&"));
+    }
+    out
+}
+
+/// What must be %-encoded inside a query value; `:`, `/` and `@` may stay,
+/// which keeps a redacted nested URL readable.
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'&')
+    .add(b'+')
+    .add(b'=')
+    .add(b'<')
+    .add(b'>');
+
+/// `password=x` -> `password=***`; a value holding a URL with a password gets
+/// that password hidden (and is re-encoded).
+fn redact_query_piece(piece: &str) -> String {
+    let Some((key, value)) = piece.split_once('=') else { return piece.to_owned() };
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    if decode(key).eq_ignore_ascii_case("password") {
+        return format!("{key}=***");
+    }
+    let inner = decode(value);
+    if inner.contains("://") {
+        let hidden = redact_url(&inner);
+        if hidden != inner {
+            let encoded = percent_encoding::utf8_percent_encode(&hidden, QUERY_VALUE);
+            return format!("{key}={encoded}");
+        }
+    }
+    piece.to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redact_url_hides_passwords_only() {
+        for (url, shown) in [
+            ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+            ("postgres://u:p@h/db?x=1", "postgres://u:***@h/db?x=1"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("etcd://u:p%40ss@h1:2379,h2:2379", "etcd://u:***@h1:2379,h2:2379"),
+            // Unencoded `/`, `@` and `:` in a password (base64 passwords have `/`).
+            ("redis://u:ab/c@d:e@h:1/0", "redis://u:***@h:1/0"),
+            ("u:s3cret@h:6379", "u:***@h:6379"),
+            ("postgres://u@h/db?sslmode=disable&password=s3cret", "postgres://u@h/db?sslmode=disable&password=***"),
+            (
+                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%3As3cret%40d%2Fdb",
+                "postgres://h/db?listen_url=postgres://u:***@d/db",
+            ),
+            (
+                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%40d%2Fdb",
+                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%40d%2Fdb",
+            ),
+            ("sqlite:///tmp/a@b.db", "sqlite:///tmp/a@b.db"),
+            ("sqlite:///tmp/a:b@c.db?poll_max_ms=5", "sqlite:///tmp/a:b@c.db?poll_max_ms=5"),
+            ("/var/lib/a:b@c.db", "/var/lib/a:b@c.db"),
+            ("nonsense", "nonsense"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("s3cret"), "{url}");
+        }
+    }
+
+    /// A URL without a scheme used to be echoed whole, password included.
+    #[tokio::test]
+    async fn errors_never_quote_a_password() {
+        for url in ["app:s3cret@127.0.0.1:6379", "gopher://app:s3cret@h", "app:s3cret@h/x?y=1"] {
+            let err = connect(url).await.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(err.contains("url") && !err.contains("s3cret"), "{url}: {err}");
+        }
+    }
 
     #[tokio::test]
     async fn bad_urls_are_typed_errors() {

@@ -13,15 +13,9 @@ use holdfast::{LockKey, OwnerToken};
 /// granted, a release: what a cron job does first.
 async fn open_and_use(url: &str) -> holdfast::Result<()> {
     let store = SqliteBackend::open_url(url).await?;
-    let req = AcquireRequest {
-        key: LockKey::new("nightly")?,
-        token: OwnerToken::random(),
-        ttl: Duration::from_secs(5),
-        label: "test".to_owned(),
-        wait: false,
-        fair: false,
-    };
-    if store.acquire(&req).await?.is_some() {
+    let req =
+        AcquireRequest::new(LockKey::new("nightly")?, OwnerToken::random(), Duration::from_secs(5)).with_label("test");
+    if store.try_acquire(&req).await?.is_some() {
         store.release(&req.key, req.token).await?;
     }
     Ok(())

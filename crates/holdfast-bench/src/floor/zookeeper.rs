@@ -64,7 +64,7 @@ impl ZkFloor {
         let cfg = ZkConfig::from_url(url)?;
         let mut connector = zk::Client::connector().with_session_timeout(cfg.session_timeout).with_fail_eagerly();
         if let Some((user, pass)) = &cfg.credentials {
-            connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
+            connector = connector.with_auth("digest", format!("{user}:{}", pass.expose()).as_bytes());
         }
         let client = timed(connector.connect(&cfg.connect_string())).await?;
         let acls = if cfg.credentials.is_some() { zk::Acls::creator_all() } else { zk::Acls::anyone_all() };

@@ -16,8 +16,8 @@ use holdfast_testkit::witness::{Report, Witness};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{DemoArgs, DemoWorkerArgs, ENV_BACKEND};
+use crate::duration;
 use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK, UNAVAILABLE};
-use crate::{duration, redact};
 
 /// The lease TTL workers take the lock with: a worker that dies holding it
 /// holds up the others this long at most.
@@ -51,7 +51,7 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         "holdfast demo: {} workers sell {} items {how} on {store} ({})",
         args.workers,
         args.stock,
-        redact::url(&url)
+        holdfast::redact_url(&url)
     );
     let bar = progress_bar(args.stock);
     let started = Instant::now();

@@ -130,7 +130,13 @@ fn default_backend_is_a_file_in_the_state_dir() {
 #[test]
 fn passwords_in_backend_urls_are_never_printed() {
     let env = Env::new();
-    for url in ["postgres://user:hunter2@127.0.0.1:1/db", "gopher://user:hunter2@127.0.0.1:1/"] {
+    for url in [
+        "postgres://user:hunter2@127.0.0.1:1/db",
+        "gopher://user:hunter2@127.0.0.1:1/",
+        // No scheme: this one used to be echoed whole.
+        "user:hunter2@127.0.0.1:6379",
+        "sqlite:///nonexistent-dir/x.db?password=hunter2",
+    ] {
         let out = env.cmd().args(["status", "--backend", url, "k"]).output().unwrap();
         assert_ne!(out.status.code(), Some(0));
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,13 +1,14 @@
 //! `etcd://` and `etcds://` URL parsing.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Secret;
 use crate::error::{Error, Result};
+use crate::url_options::{Opt, UrlOptions, percent_decode};
 
 /// Settings of the etcd store, from its URL.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
     /// The client endpoints as `http://host:port` (or `https://` with TLS).
     pub endpoints: Vec<String>,
@@ -19,72 +20,49 @@ pub struct EtcdConfig {
     pub client_cert: Option<(PathBuf, PathBuf)>,
     /// The user name for etcd's authentication, if any.
     pub user: Option<String>,
-    password: Option<String>,
-    /// The prefix of every key this store writes (`prefix`, default `holdfast/`).
+    password: Option<Secret>,
+    /// The prefix of every key this store writes (`namespace`, alias `prefix`,
+    /// default `holdfast/`).
     pub prefix: String,
     /// How long one operation may take, retries on other endpoints included
     /// (`timeout_ms`, default 5000).
     pub timeout: Duration,
     /// How long a TCP/TLS connect may take (`connect_timeout_ms`, default 1000).
     pub connect_timeout: Duration,
-    /// The shortest session lease, in whole seconds (`session_ttl`, default 1).
+    /// The shortest session lease, in whole seconds (`session_timeout_ms`
+    /// rounded up, or `session_ttl` in seconds; default 1).
     /// A lock's lease is `max(ceil(ttl), session_ttl)` seconds; the server may
     /// raise it to its own minimum.
     pub session_ttl_secs: i64,
-}
-
-impl fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("tls", &self.tls)
-            .field("ca_file", &self.ca_file)
-            .field("client_cert", &self.client_cert)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("session_ttl_secs", &self.session_ttl_secs)
-            .finish()
-    }
 }
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::invalid("url", reason)
 }
 
-/// Decodes `%XX` escapes (user names and passwords may contain `@`, `:`).
-fn percent_decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            let v = hex
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad("a bad %-escape in the etcd URL's user or password"))?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad("the etcd URL's user or password is not UTF-8"))
-}
+/// The options of `etcd://` URLs (see the "URL options" table in the store's docs).
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("namespace").or(&["prefix"]),
+    Opt::new("timeout_ms"),
+    Opt::new("connect_timeout_ms"),
+    Opt::new("session_timeout_ms").or_seconds(&["session_ttl"]),
+    Opt::new("ca_file"),
+    Opt::new("cert_file"),
+    Opt::new("key_file"),
+];
+
+/// Every duration option: 1 ms to a day.
+const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 
 impl EtcdConfig {
     /// The password, if any (never printed by `Debug`).
     pub fn password(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.password.as_ref().map(Secret::expose)
     }
 
     /// Parses `etcd://[user:pass@]host:port[,host:port...][/][?options]`
-    /// (`etcds://` for TLS). Options: `prefix`, `timeout_ms`,
-    /// `connect_timeout_ms`, `session_ttl` (seconds), `ca_file`, `cert_file`,
-    /// `key_file`. A host without a port gets 2379.
+    /// (`etcds://` for TLS). The options are in the "URL options" table of
+    /// the store's docs. A host without a port gets 2379.
     pub fn from_url(url: &str) -> Result<Self> {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("not an etcd:// or etcds:// URL"))?;
         let tls = match scheme.to_ascii_lowercase().as_str() {
@@ -108,7 +86,8 @@ impl EtcdConfig {
                 if name.is_empty() {
                     return Err(bad("the etcd URL names a password but no user"));
                 }
-                (Some(percent_decode(name)?), Some(percent_decode(pass)?))
+                let name = percent_decode(name, "the user of an etcd URL")?;
+                (Some(name), Some(Secret::new(percent_decode(pass, "the password of an etcd URL")?)))
             }
         };
         let mut endpoints = Vec::new();
@@ -131,50 +110,27 @@ impl EtcdConfig {
             let host = if has_port { host.to_owned() } else { format!("{host}:2379") };
             endpoints.push(format!("{}://{host}", if tls { "https" } else { "http" }));
         }
-        let mut config = EtcdConfig {
+        let opts = UrlOptions::parse("etcd", query, OPTIONS)?;
+        let client_cert = match (opts.path("cert_file")?, opts.path("key_file")?) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => return Err(bad("cert_file and key_file go together")),
+        };
+        let config = EtcdConfig {
             endpoints,
             tls,
-            ca_file: None,
-            client_cert: None,
+            ca_file: opts.path("ca_file")?,
+            client_cert,
             user,
             password,
-            prefix: "holdfast/".to_owned(),
-            timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(1),
-            session_ttl_secs: 1,
+            prefix: opts.str("namespace").unwrap_or("holdfast/").to_owned(),
+            timeout: opts.duration_ms("timeout_ms", MS)?.unwrap_or(Duration::from_secs(5)),
+            connect_timeout: opts.duration_ms("connect_timeout_ms", MS)?.unwrap_or(Duration::from_secs(1)),
+            // etcd leases are whole seconds.
+            session_ttl_secs: opts
+                .duration_ms("session_timeout_ms", MS)?
+                .map_or(1, |d| d.as_millis().div_ceil(1000) as i64),
         };
-        let (mut cert, mut key) = (None, None);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v)?;
-            let ms =
-                || {
-                    v.parse::<u64>().ok().filter(|&n| n > 0).map(Duration::from_millis).ok_or_else(|| {
-                        bad(format!("etcd option {k} needs a positive number of milliseconds, got {v:?}"))
-                    })
-                };
-            match k {
-                "prefix" | "namespace" => config.prefix = v,
-                "timeout_ms" => config.timeout = ms()?,
-                "connect_timeout_ms" => config.connect_timeout = ms()?,
-                "session_ttl" => {
-                    config.session_ttl_secs = v
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|n| (1..=86_400).contains(n))
-                        .ok_or_else(|| bad(format!("session_ttl needs 1..=86400 seconds, got {v:?}")))?
-                }
-                "ca_file" => config.ca_file = Some(PathBuf::from(v)),
-                "cert_file" => cert = Some(PathBuf::from(v)),
-                "key_file" => key = Some(PathBuf::from(v)),
-                _ => return Err(bad(format!("unknown etcd option {k:?}"))),
-            }
-        }
-        match (cert, key) {
-            (Some(c), Some(k)) => config.client_cert = Some((c, k)),
-            (None, None) => {}
-            _ => return Err(bad("cert_file and key_file go together")),
-        }
         if !tls && (config.ca_file.is_some() || config.client_cert.is_some()) {
             return Err(bad("ca_file, cert_file and key_file need etcds://"));
         }
@@ -200,7 +156,7 @@ mod tests {
         assert_eq!(c.ca_file, Some(PathBuf::from("/ca.pem")));
         assert_eq!((c.prefix.as_str(), c.timeout, c.session_ttl_secs), ("app/", Duration::from_millis(900), 5));
         let dbg = format!("{c:?}");
-        assert!(!dbg.contains("p@ss") && dbg.contains("redacted"), "{dbg}");
+        assert!(!dbg.contains("p@ss") && dbg.contains("***"), "{dbg}");
         for bad in [
             "etcd://",
             "etcd://h:1,",
@@ -217,5 +173,32 @@ mod tests {
         ] {
             assert!(matches!(EtcdConfig::from_url(bad), Err(Error::InvalidInput { what: "url", .. })), "{bad}");
         }
+    }
+
+    /// Every option under its common name and under each older name: both
+    /// spellings give the same config, and one that differs from the default.
+    #[test]
+    fn common_names_and_aliases() {
+        let base = EtcdConfig::from_url("etcds://h:1").unwrap();
+        for (old, common) in [
+            ("prefix=app/", "namespace=app%2F"),
+            ("timeout_ms=900", "timeout_ms=900"),
+            ("connect_timeout_ms=300", "connect_timeout_ms=300"),
+            ("session_ttl=5", "session_timeout_ms=5000"),
+            ("session_ttl=2", "session_timeout_ms=1001"),
+            ("ca_file=/ca.pem", "ca_file=/ca.pem"),
+            ("cert_file=/c.pem&key_file=/k.pem", "key_file=/k.pem&cert_file=/c.pem"),
+        ] {
+            let old = EtcdConfig::from_url(&format!("etcds://h:1?{old}")).unwrap();
+            assert_eq!(old, EtcdConfig::from_url(&format!("etcds://h:1?{common}")).unwrap(), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        let err = EtcdConfig::from_url("etcd://h:1?root=/x").unwrap_err().to_string();
+        assert!(err.contains("\"root\"") && err.contains("namespace (or prefix)"), "{err}");
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

@@ -1,14 +1,15 @@
 //! `mysql://user:password@host:port/database[?options]` parsing.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Secret;
 use crate::error::{Error, Result};
+use crate::url_options::{Opt, UrlOptions, percent_decode};
 use crate::wait::PollBounds;
 
-/// Whether and how the connection is encrypted (`ssl-mode=`, as in the
-/// `mysql` command-line client).
+/// Whether and how the connection is encrypted (`sslmode=`, or `ssl-mode=` as
+/// in the `mysql` command-line client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SslMode {
@@ -25,7 +26,7 @@ pub enum SslMode {
 }
 
 /// Settings of the MySQL/MariaDB store, from its URL.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MysqlConfig {
     /// Server host name or address.
     pub host: String,
@@ -34,67 +35,39 @@ pub struct MysqlConfig {
     /// User name.
     pub user: String,
     /// Password; never printed by `Debug`.
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<Secret>,
     /// The database holding the lock tables.
     pub database: String,
     /// Table name prefix: the tables are `<namespace>_leases` and
     /// `<namespace>_fence`. Letters, digits and `_`, at most 48 characters.
     pub namespace: String,
-    /// TLS mode.
+    /// TLS mode (`sslmode`, aliases `ssl-mode`, `ssl_mode`).
     pub ssl_mode: SslMode,
-    /// A PEM or DER CA certificate file for `verify_ca` / `verify_identity`.
+    /// A PEM or DER CA certificate file for `verify_ca` / `verify_identity`
+    /// (`ca_file`, aliases `ssl-ca`, `ssl_ca`, `sslrootcert`).
     pub ssl_ca: Option<PathBuf>,
-    /// Bound on every single store call (connect, statement, transaction).
+    /// Bound on every single store call (connect, statement, transaction) (`timeout_ms`).
     pub timeout: Duration,
-    /// Most connections the pool opens.
+    /// Most connections the pool opens (`pool_size`, alias `pool_max`).
     pub pool_max: usize,
     /// Fallback poll bounds of waiters.
     pub poll: PollBounds,
-}
-
-impl fmt::Debug for MysqlConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MysqlConfig")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("database", &self.database)
-            .field("namespace", &self.namespace)
-            .field("ssl_mode", &self.ssl_mode)
-            .field("ssl_ca", &self.ssl_ca)
-            .field("timeout", &self.timeout)
-            .field("pool_max", &self.pool_max)
-            .field("poll", &self.poll)
-            .finish()
-    }
 }
 
 fn bad(reason: impl Into<String>) -> Error {
     Error::invalid("url", reason)
 }
 
-/// Decodes `%XX` escapes; the result must be UTF-8.
-fn percent_decode(s: &str, what: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            let byte = hex.and_then(|h| u8::from_str_radix(h, 16).ok());
-            match byte {
-                Some(b) => out.push(b),
-                None => return Err(bad(format!("bad %-escape in the {what} of a mysql:// URL"))),
-            }
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad(format!("the {what} of a mysql:// URL is not UTF-8")))
-}
+/// The options of `mysql://` URLs (see the "URL options" table in the store's docs).
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("namespace"),
+    Opt::new("sslmode").or(&["ssl-mode", "ssl_mode"]),
+    Opt::new("ca_file").or(&["ssl-ca", "ssl_ca", "sslrootcert"]),
+    Opt::new("timeout_ms"),
+    Opt::new("pool_size").or(&["pool_max"]),
+    Opt::new("poll_min_ms"),
+    Opt::new("poll_max_ms"),
+];
 
 /// Checks a namespace: it becomes part of table names, the only text holdfast
 /// ever puts into SQL, so it is restricted to `[A-Za-z0-9_]`, starting with a
@@ -112,13 +85,8 @@ pub(super) fn check_namespace(ns: &str) -> Result<()> {
 }
 
 impl MysqlConfig {
-    /// Parses `mysql://user:password@host:port/database?options`.
-    ///
-    /// Options: `namespace` (default `holdfast`), `ssl-mode`
-    /// (`disabled`|`required`|`verify_ca`|`verify_identity`, default
-    /// `disabled`; `sslmode` is accepted too), `ssl-ca=/path/ca.pem`,
-    /// `timeout_ms` (default 5000), `pool_max` (default 16), `poll_min_ms` /
-    /// `poll_max_ms` (default 2 / 20).
+    /// Parses `mysql://user:password@host:port/database?options`. The options
+    /// are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url
             .get(..8)
@@ -134,8 +102,11 @@ impl MysqlConfig {
         };
         let (user, password) = match creds {
             Some(c) => match c.split_once(':') {
-                Some((u, p)) => (percent_decode(u, "user")?, Some(percent_decode(p, "password")?)),
-                None => (percent_decode(c, "user")?, None),
+                Some((u, p)) => (
+                    percent_decode(u, "the user of a mysql:// URL")?,
+                    Some(Secret::new(percent_decode(p, "the password of a mysql:// URL")?)),
+                ),
+                None => (percent_decode(c, "the user of a mysql:// URL")?, None),
             },
             None => ("root".to_owned(), None),
         };
@@ -155,70 +126,53 @@ impl MysqlConfig {
             None => 3306,
             Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| bad(format!("bad port {p:?}")))?,
         };
-        let database = percent_decode(path.trim_end_matches('/'), "database")?;
+        let database = percent_decode(path.trim_end_matches('/'), "the database of a mysql:// URL")?;
         if database.is_empty() || database.contains('/') {
             return Err(bad("a mysql:// URL needs a database, e.g. mysql://user:password@127.0.0.1:3306/app"));
         }
-        let mut config = MysqlConfig {
+        let opts = UrlOptions::parse("mysql", query, OPTIONS)?;
+        let namespace = opts.str("namespace").unwrap_or("holdfast").to_owned();
+        check_namespace(&namespace)?;
+        let ssl_ca = opts.path("ca_file")?;
+        let ssl_mode = opts.choice(
+            "sslmode",
+            &[
+                ("disabled", SslMode::Disabled),
+                ("disable", SslMode::Disabled),
+                ("required", SslMode::Required),
+                ("require", SslMode::Required),
+                ("verify_ca", SslMode::VerifyCa),
+                ("verify-ca", SslMode::VerifyCa),
+                ("verify_identity", SslMode::VerifyIdentity),
+                ("verify-identity", SslMode::VerifyIdentity),
+                ("verify_full", SslMode::VerifyIdentity),
+                ("verify-full", SslMode::VerifyIdentity),
+            ],
+        )?;
+        let poll = PollBounds {
+            min: opts.duration_ms("poll_min_ms", 1..=86_400_000)?.unwrap_or(Duration::from_millis(2)),
+            max: opts.duration_ms("poll_max_ms", 0..=86_400_000)?.unwrap_or(Duration::from_millis(20)),
+        };
+        if poll.max < poll.min {
+            return Err(bad("need 0 < poll_min_ms <= poll_max_ms"));
+        }
+        let config = MysqlConfig {
             host,
             port,
             user,
             password,
             database,
-            namespace: "holdfast".to_owned(),
-            ssl_mode: SslMode::Disabled,
-            ssl_ca: None,
-            timeout: Duration::from_secs(5),
-            pool_max: 16,
-            poll: PollBounds { min: Duration::from_millis(2), max: Duration::from_millis(20) },
+            namespace,
+            // A CA file with no mode (or `disabled`) means: check the certificate against it.
+            ssl_mode: match ssl_mode.unwrap_or(SslMode::Disabled) {
+                SslMode::Disabled if ssl_ca.is_some() => SslMode::VerifyCa,
+                mode => mode,
+            },
+            ssl_ca,
+            timeout: opts.duration_ms("timeout_ms", 10..=600_000)?.unwrap_or(Duration::from_secs(5)),
+            pool_max: opts.number("pool_size", 1..=1024)?.unwrap_or(16),
+            poll,
         };
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v, "options")?;
-            let num = || v.parse::<u64>().map_err(|_| bad(format!("mysql option {k} needs a number, got {v:?}")));
-            match k {
-                "namespace" => {
-                    check_namespace(&v)?;
-                    config.namespace = v;
-                }
-                "ssl-mode" | "ssl_mode" | "sslmode" => {
-                    config.ssl_mode = match v.to_ascii_lowercase().replace('-', "_").as_str() {
-                        "disabled" | "disable" => SslMode::Disabled,
-                        "required" | "require" => SslMode::Required,
-                        "verify_ca" => SslMode::VerifyCa,
-                        "verify_identity" | "verify_full" => SslMode::VerifyIdentity,
-                        _ => {
-                            return Err(bad(format!(
-                                "ssl-mode must be disabled, required, verify_ca or verify_identity, got {v:?}"
-                            )));
-                        }
-                    }
-                }
-                "ssl-ca" | "ssl_ca" | "sslrootcert" => {
-                    if v.is_empty() {
-                        return Err(bad("ssl-ca needs a file path"));
-                    }
-                    config.ssl_ca = Some(PathBuf::from(v));
-                }
-                "timeout_ms" => config.timeout = Duration::from_millis(num()?),
-                "pool_max" => config.pool_max = num()? as usize,
-                "poll_min_ms" => config.poll.min = Duration::from_millis(num()?),
-                "poll_max_ms" => config.poll.max = Duration::from_millis(num()?),
-                _ => return Err(bad(format!("unknown mysql option {k:?}"))),
-            }
-        }
-        if config.timeout < Duration::from_millis(10) || config.timeout > Duration::from_secs(600) {
-            return Err(bad("timeout_ms must be between 10 and 600000"));
-        }
-        if config.pool_max == 0 || config.pool_max > 1024 {
-            return Err(bad("pool_max must be between 1 and 1024"));
-        }
-        if config.poll.min.is_zero() || config.poll.max < config.poll.min {
-            return Err(bad("need 0 < poll_min_ms <= poll_max_ms"));
-        }
-        if config.ssl_ca.is_some() && config.ssl_mode == SslMode::Disabled {
-            config.ssl_mode = SslMode::VerifyCa;
-        }
         Ok(config)
     }
 
@@ -235,7 +189,7 @@ impl MysqlConfig {
     /// The password, for tools that open their own connection with the same
     /// settings (the raw-floor benchmark). Never shown by `Debug`.
     pub fn password(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.password.as_ref().map(Secret::expose)
     }
 }
 
@@ -281,5 +235,37 @@ mod tests {
         ] {
             assert!(matches!(MysqlConfig::from_url(bad), Err(Error::InvalidInput { what: "url", .. })), "{bad}");
         }
+    }
+
+    /// Every option under its common name and under each older or native
+    /// name: both spellings give the same config, and one that differs from
+    /// the default.
+    #[test]
+    fn common_names_and_aliases() {
+        let base = MysqlConfig::from_url("mysql://h/db").unwrap();
+        for (old, common) in [
+            ("namespace=jobs", "namespace=jobs"),
+            ("ssl-mode=REQUIRED", "sslmode=required"),
+            ("ssl_mode=verify-identity", "sslmode=verify_identity"),
+            ("sslmode=require", "sslmode=required"),
+            ("ssl-ca=/ca.pem", "ca_file=/ca.pem"),
+            ("ssl_ca=/ca.pem", "ca_file=%2Fca.pem"),
+            ("sslrootcert=/ca.pem&ssl-mode=verify_ca", "ca_file=/ca.pem"),
+            ("timeout_ms=700", "timeout_ms=700"),
+            ("pool_max=4", "pool_size=4"),
+            ("poll_min_ms=5", "poll_min_ms=5"),
+            ("poll_max_ms=50", "poll_max_ms=50"),
+        ] {
+            let old = MysqlConfig::from_url(&format!("mysql://h/db?{old}")).unwrap();
+            assert_eq!(old, MysqlConfig::from_url(&format!("mysql://h/db?{common}")).unwrap(), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        let err = MysqlConfig::from_url("mysql://h/db?prefix=x").unwrap_err().to_string();
+        assert!(err.contains("\"prefix\"") && err.contains("pool_size (or pool_max)"), "{err}");
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

@@ -1,5 +1,5 @@
 //! `postgres://` / `postgresql://` URL parsing: the connection settings go to
-//! tokio-postgres, holdfast's own options (`schema`, `table`, `sslrootcert`,
+//! tokio-postgres, holdfast's own options (`namespace`, `table`, `ca_file`,
 //! `listen_url`, ...) are taken out first.
 
 use std::fmt;
@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
 
 /// How the connection is encrypted and the server checked, as in libpq's `sslmode`.
@@ -17,11 +18,11 @@ pub enum SslMode {
     Disable,
     /// TLS if the server offers it, plain otherwise; the certificate is not checked (libpq's default).
     Prefer,
-    /// TLS or fail; the certificate is not checked unless `sslrootcert` is given (then as `VerifyCa`).
+    /// TLS or fail; the certificate is not checked unless `ca_file` is given (then as `VerifyCa`).
     Require,
-    /// TLS, and the server certificate must chain to `sslrootcert`; the host name is not checked.
+    /// TLS, and the server certificate must chain to `ca_file`; the host name is not checked.
     VerifyCa,
-    /// TLS, the certificate must chain to `sslrootcert` and name the host connected to.
+    /// TLS, the certificate must chain to `ca_file` and name the host connected to.
     VerifyFull,
 }
 
@@ -34,16 +35,17 @@ pub struct PostgresConfig {
     pub(crate) listen: Option<tokio_postgres::Config>,
     /// TLS mode.
     pub ssl_mode: SslMode,
-    /// PEM file of the CA certificate(s) to trust (`sslrootcert`).
+    /// PEM file of the CA certificate(s) to trust (`ca_file`, alias `sslrootcert`).
     pub ssl_root_cert: Option<PathBuf>,
-    /// Schema holding the tables (`schema`, default `public`).
+    /// Schema holding the tables (`namespace`, alias `schema`; default `public`).
     pub schema: String,
     /// Lease table name (`table`, default `holdfast_leases`); the fence
     /// counter is `<table>_fence`. Schema + table form one namespace.
     pub table: String,
     /// Statement connections (`pool_size`, default 4).
     pub pool_size: usize,
-    /// Time limit of each statement, including a reconnect (`op_timeout_ms`, default 5000).
+    /// Time limit of each statement, including a reconnect (`timeout_ms`, alias
+    /// `op_timeout_ms`; default 5000).
     pub op_timeout: Duration,
     /// Fallback poll bounds of waiters (`poll_min_ms` / `poll_max_ms`).
     pub poll: PollBounds,
@@ -101,11 +103,49 @@ pub(crate) fn check_ident(what: &str, name: &str, max: usize) -> Result<()> {
     Ok(())
 }
 
-fn decode(piece: &str) -> (String, String) {
-    url::form_urlencoded::parse(piece.as_bytes())
-        .next()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .unwrap_or_default()
+/// The options of `postgres://` URLs (see the "URL options" table in the
+/// store's docs); libpq's own options pass through to tokio-postgres.
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("sslmode"),
+    Opt::new("ca_file").or(&["sslrootcert"]),
+    Opt::new("namespace").or(&["schema"]),
+    Opt::new("table"),
+    Opt::new("timeout_ms").or(&["op_timeout_ms"]),
+    Opt::new("connect_timeout_ms"),
+    Opt::new("pool_size"),
+    Opt::new("poll_min_ms"),
+    Opt::new("poll_max_ms"),
+    Opt::new("listen"),
+    Opt::new("listen_url"),
+    Opt::new("create"),
+    Opt::new("prepared"),
+    // What tokio-postgres 0.7 reads from a URL, other than `sslmode`.
+    Opt::pass_through("user"),
+    Opt::pass_through("password"),
+    Opt::pass_through("dbname"),
+    Opt::pass_through("options"),
+    Opt::pass_through("application_name"),
+    Opt::pass_through("sslnegotiation"),
+    Opt::pass_through("host"),
+    Opt::pass_through("hostaddr"),
+    Opt::pass_through("port"),
+    Opt::pass_through("connect_timeout"),
+    Opt::pass_through("tcp_user_timeout"),
+    Opt::pass_through("keepalives"),
+    Opt::pass_through("keepalives_idle"),
+    Opt::pass_through("keepalives_interval"),
+    Opt::pass_through("keepalives_retries"),
+    Opt::pass_through("target_session_attrs"),
+    Opt::pass_through("channel_binding"),
+    Opt::pass_through("load_balance_hosts"),
+];
+
+/// Every duration option: 1 ms to a day.
+const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
+
+fn is_postgres_url(url: &str) -> bool {
+    let lower = url.get(..13).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
 fn parse_pg(url: &str, app: &str) -> Result<tokio_postgres::Config> {
@@ -124,111 +164,86 @@ fn parse_pg(url: &str, app: &str) -> Result<tokio_postgres::Config> {
 }
 
 impl PostgresConfig {
-    /// Parses `postgres://user:pass@host:port/db?sslmode=verify-full&sslrootcert=/ca.pem&schema=locks`.
+    /// Parses `postgres://user:pass@host:port/db?sslmode=verify-full&ca_file=/ca.pem&namespace=locks`.
     ///
-    /// Options holdfast reads (all others go to tokio-postgres, which rejects
-    /// unknown ones): `sslmode` (`disable`, `prefer` (default), `require`,
-    /// `verify-ca`, `verify-full`), `sslrootcert`, `schema`, `table`,
-    /// `listen_url` (a percent-encoded direct URL for LISTEN), `listen=off`,
-    /// `pool_size`, `op_timeout_ms`, `poll_min_ms`, `poll_max_ms`, `create`, `prepared`.
+    /// holdfast's options are in the "URL options" table of the store's docs;
+    /// libpq's options that tokio-postgres knows (`application_name`,
+    /// `connect_timeout`, `target_session_attrs`, ...) pass through to it.
     pub fn from_url(url: &str) -> Result<Self> {
-        let lower = url.get(..13).unwrap_or(url).to_ascii_lowercase();
-        if !(lower.starts_with("postgres://") || lower.starts_with("postgresql://")) {
+        if !is_postgres_url(url) {
             return Err(Error::invalid("url", "expected a postgres:// or postgresql:// URL"));
         }
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut kept: Vec<&str> = Vec::new();
-        let mut ssl_mode = SslMode::Prefer;
-        let mut ssl_root_cert = None;
-        let mut schema = "public".to_owned();
-        let mut table = "holdfast_leases".to_owned();
-        let mut listen_url: Option<String> = None;
-        let mut listen = true;
-        let mut pool_size = 4usize;
-        let mut op_timeout = Duration::from_secs(5);
-        let (mut poll_min, mut poll_max) = (None, None);
-        let mut create = true;
-        let mut prepared = true;
-        for piece in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = decode(piece);
-            let ms = || {
-                v.parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| Error::invalid("url", format!("postgres option {k} needs milliseconds, got {v:?}")))
-            };
-            let flag = || match v.as_str() {
-                "true" | "on" | "1" => Ok(true),
-                "false" | "off" | "0" => Ok(false),
-                _ => Err(Error::invalid("url", format!("postgres option {k} needs true or false, got {v:?}"))),
-            };
-            match k.as_str() {
-                "sslmode" => {
-                    ssl_mode = match v.as_str() {
-                        "disable" => SslMode::Disable,
-                        "prefer" | "allow" => SslMode::Prefer,
-                        "require" => SslMode::Require,
-                        "verify-ca" => SslMode::VerifyCa,
-                        "verify-full" => SslMode::VerifyFull,
-                        _ => return Err(Error::invalid("url", format!("unknown sslmode {v:?}"))),
-                    }
-                }
-                "sslrootcert" => ssl_root_cert = Some(PathBuf::from(v)),
-                "schema" => schema = v,
-                "table" => table = v,
-                "listen_url" => listen_url = Some(v),
-                "listen" => listen = flag()?,
-                "create" => create = flag()?,
-                "prepared" => prepared = flag()?,
-                "pool_size" => {
-                    pool_size = v
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=64).contains(n))
-                        .ok_or_else(|| Error::invalid("url", format!("pool_size must be 1..=64, got {v:?}")))?
-                }
-                "op_timeout_ms" => op_timeout = ms()?,
-                "poll_min_ms" => poll_min = Some(ms()?),
-                "poll_max_ms" => poll_max = Some(ms()?),
-                _ => kept.push(piece),
-            }
-        }
-        check_ident("schema", &schema, 63)?;
+        let opts = UrlOptions::parse("postgres", query, OPTIONS)?;
+        let schema = opts.str("namespace").unwrap_or("public").to_owned();
+        let table = opts.str("table").unwrap_or("holdfast_leases").to_owned();
+        check_ident(opts.given_as("namespace").unwrap_or("namespace"), &schema, 63)?;
         // The fence table appends "_fence" and must stay within 63 bytes.
         check_ident("table", &table, 57)?;
-        if op_timeout.is_zero() {
-            return Err(Error::invalid("url", "op_timeout_ms must be > 0"));
-        }
+        let ssl_root_cert = opts.path("ca_file")?;
+        let mut ssl_mode = opts
+            .choice(
+                "sslmode",
+                &[
+                    ("disable", SslMode::Disable),
+                    ("prefer", SslMode::Prefer),
+                    ("allow", SslMode::Prefer),
+                    ("require", SslMode::Require),
+                    ("verify-ca", SslMode::VerifyCa),
+                    ("verify-full", SslMode::VerifyFull),
+                ],
+            )?
+            .unwrap_or(SslMode::Prefer);
         if ssl_mode == SslMode::Require && ssl_root_cert.is_some() {
             ssl_mode = SslMode::VerifyCa;
         }
         if matches!(ssl_mode, SslMode::VerifyCa | SslMode::VerifyFull) && ssl_root_cert.is_none() {
-            return Err(Error::invalid("url", "sslmode=verify-ca/verify-full needs sslrootcert=/path/to/ca.pem"));
+            return Err(Error::invalid(
+                "url",
+                "sslmode=verify-ca/verify-full needs ca_file=/path/to/ca.pem (alias sslrootcert)",
+            ));
         }
+        let op_timeout = opts.duration_ms("timeout_ms", MS)?.unwrap_or(Duration::from_secs(5));
+        let connect_timeout = opts.duration_ms("connect_timeout_ms", MS)?;
+        let pool_size = opts.number("pool_size", 1..=64)?.unwrap_or(4);
+        let create = opts.flag("create")?.unwrap_or(true);
+        let prepared = opts.flag("prepared")?.unwrap_or(true);
+        let kept = opts.pass_through();
         let pg_url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
-        let pg = parse_pg(&pg_url, "holdfast")?;
-        let listen = match (listen, listen_url) {
+        let mut pg = parse_pg(&pg_url, "holdfast")?;
+        if let Some(t) = connect_timeout {
+            pg.connect_timeout(t);
+        }
+        let listener_name = format!("{}-listener", pg.get_application_name().unwrap_or("holdfast"));
+        let listen = match (opts.flag("listen")?.unwrap_or(true), opts.str("listen_url")) {
             (false, _) => None,
             (true, None) => {
                 let mut l = pg.clone();
-                l.application_name(format!("{}-listener", pg.get_application_name().unwrap_or("holdfast")));
+                l.application_name(listener_name);
                 Some(l)
             }
             (true, Some(u)) => {
-                let (b, q) = u.split_once('?').unwrap_or((&u, ""));
-                let lower = b.get(..13).unwrap_or(b).to_ascii_lowercase();
-                if !(lower.starts_with("postgres://") || lower.starts_with("postgresql://")) {
+                if !is_postgres_url(u) {
                     return Err(Error::invalid("url", "listen_url must be a postgres:// URL"));
                 }
+                let (b, q) = u.split_once('?').unwrap_or((u, ""));
                 // Only connection settings belong in listen_url; TLS follows the main URL.
-                let q: Vec<&str> = q.split('&').filter(|p| !p.is_empty() && decode(p).0 != "sslmode").collect();
+                let not_sslmode = |p: &&str| !p.is_empty() && p.split('=').next() != Some("sslmode");
+                let q: Vec<&str> = q.split('&').filter(not_sslmode).collect();
                 let u = if q.is_empty() { b.to_owned() } else { format!("{b}?{}", q.join("&")) };
-                let app = format!("{}-listener", pg.get_application_name().unwrap_or("holdfast"));
-                Some(parse_pg(&u, &app)?)
+                let mut l = parse_pg(&u, &listener_name)?;
+                if let Some(t) = connect_timeout {
+                    l.connect_timeout(t);
+                }
+                Some(l)
             }
         };
         let default_poll = if listen.is_some() { POLL_LISTENING } else { POLL_ONLY };
-        let poll = PollBounds { min: poll_min.unwrap_or(default_poll.min), max: poll_max.unwrap_or(default_poll.max) };
-        if poll.min.is_zero() || poll.max < poll.min {
+        let poll = PollBounds {
+            min: opts.duration_ms("poll_min_ms", MS)?.unwrap_or(default_poll.min),
+            max: opts.duration_ms("poll_max_ms", MS)?.unwrap_or(default_poll.max),
+        };
+        if poll.max < poll.min {
             return Err(Error::invalid("url", "need 0 < poll_min_ms <= poll_max_ms"));
         }
         Ok(PostgresConfig {
@@ -321,5 +336,54 @@ mod tests {
             }
         }
         assert!(check_ident("t", &"t".repeat(57), 57).is_ok());
+        let err = PostgresConfig::from_url("postgres://h/db?nope=1").unwrap_err().to_string();
+        assert!(err.contains("\"nope\"") && err.contains("namespace (or schema)"), "{err}");
+        assert!(err.contains("application_name"), "{err}");
+    }
+
+    /// Every option under its common name and under each older or libpq
+    /// name: both spellings give the same config, and one that differs from
+    /// the default. (tokio_postgres::Config compares by value.)
+    #[test]
+    fn common_names_and_aliases() {
+        let parse = |q: &str| PostgresConfig::from_url(&format!("postgres://u:pw@h/db?{q}")).unwrap();
+        let key = |c: &PostgresConfig| {
+            (
+                format!("{:?} {:?}", c.pg, c.listen),
+                (c.ssl_mode, c.ssl_root_cert.clone(), c.schema.clone(), c.table.clone(), c.pool_size),
+                (c.op_timeout, c.poll, c.create, c.prepared),
+            )
+        };
+        let base = key(&parse(""));
+        for (old, common) in [
+            ("sslmode=require", "sslmode=REQUIRE"),
+            ("sslrootcert=/ca.pem", "ca_file=/ca.pem"),
+            ("sslmode=verify-full&sslrootcert=/ca.pem", "sslmode=verify-full&ca_file=%2Fca.pem"),
+            ("schema=jobs", "namespace=jobs"),
+            ("table=leases", "table=leases"),
+            ("op_timeout_ms=700", "timeout_ms=700"),
+            ("connect_timeout=2", "connect_timeout_ms=2000"),
+            ("pool_size=2", "pool_size=2"),
+            ("poll_min_ms=7", "poll_min_ms=7"),
+            ("poll_max_ms=900", "poll_max_ms=900"),
+            ("listen=off", "listen=false"),
+            ("listen_url=postgres%3A%2F%2Fu%40direct%2Fdb", "listen_url=postgres://u@direct/db"),
+            ("create=false", "create=off"),
+            ("prepared=0", "prepared=false"),
+            ("application_name=app", "application_name=app"),
+        ] {
+            let old = key(&parse(old));
+            assert_eq!(old, key(&parse(common)), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        // The millisecond option wins over libpq's seconds, whatever the order.
+        let c = parse("connect_timeout_ms=1500&connect_timeout=9");
+        assert_eq!(c.pg.get_connect_timeout(), Some(&Duration::from_millis(1500)));
+        assert_eq!(c.listen.as_ref().and_then(|l| l.get_connect_timeout()), Some(&Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

@@ -4,7 +4,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::Secret;
 use crate::error::{Error, Result};
+use crate::url::redact_url;
+use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
 
 /// Settings of the Redis store, from its URL.
@@ -13,7 +16,8 @@ use crate::wait::PollBounds;
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// The server URL without holdfast's options: scheme, user, password, host, port, db.
-    pub(super) server_url: String,
+    /// A [`Secret`] as a whole, since it holds the password.
+    pub(super) server_url: Secret,
     /// TLS (`rediss://`).
     pub tls: bool,
     /// A PEM file of CA certificates to trust for TLS instead of the system store (`ca_file=`).
@@ -25,7 +29,8 @@ pub struct RedisConfig {
     /// Every lock is fair, asked or not (`fair=default`; `fair=opt-in`, the default, makes
     /// only locks built with `.fair(true)` fair).
     pub fair_default: bool,
-    /// Prefix of every Redis key and channel holdfast uses (`prefix=`, default `holdfast`).
+    /// Prefix of every Redis key and channel holdfast uses (`namespace`, alias `prefix`,
+    /// default `holdfast`).
     pub prefix: String,
     /// How long a fair waiter's queue entry lives without a refresh (`queue_ttl_ms`, default
     /// 2000). A waiter refreshes it every quarter of this; a dead waiter's entry is gone
@@ -43,7 +48,7 @@ pub struct RedisConfig {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("server", &redacted(&self.server_url))
+            .field("server", &redact_url(self.server_url.expose()))
             .field("tls", &self.tls)
             .field("ca_file", &self.ca_file)
             .field("timeout", &self.timeout)
@@ -58,28 +63,29 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// The URL with any password replaced by `***`.
-pub(super) fn redacted(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.set_query(None);
-            u.to_string()
-        }
-        Err(_) => "<unparsable url>".to_owned(),
-    }
-}
+/// The options of `redis://` URLs (see the "URL options" table in the store's docs).
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("timeout_ms"),
+    Opt::new("connect_timeout_ms"),
+    Opt::new("ca_file"),
+    Opt::new("fair"),
+    Opt::new("namespace").or(&["prefix"]),
+    Opt::new("queue_ttl_ms"),
+    Opt::new("fence_keep_ms"),
+    Opt::new("poll_min_ms"),
+    Opt::new("poll_max_ms"),
+    Opt::new("renew_batch"),
+];
+
+/// Every duration option: 1 ms to a day.
+const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 
 impl RedisConfig {
     /// Parses `redis://[user:pass@]host[:port][/db][?options]` or `rediss://...`.
-    ///
-    /// Options: `timeout_ms`, `connect_timeout_ms`, `ca_file`, `fair=default|opt-in`,
-    /// `prefix`, `queue_ttl_ms`, `fence_keep_ms`, `poll_min_ms`, `poll_max_ms`, `renew_batch`.
+    /// The options are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::invalid("url", reason);
-        let mut parsed = url::Url::parse(url).map_err(|e| bad(format!("{}: {e}", redacted(url))))?;
+        let mut parsed = url::Url::parse(url).map_err(|e| bad(format!("{}: {e}", redact_url(url))))?;
         let tls = match parsed.scheme() {
             "redis" => false,
             "rediss" => true,
@@ -92,70 +98,44 @@ impl RedisConfig {
         if !path.is_empty() && path.parse::<u32>().is_err() {
             return Err(bad(format!("the path of a redis URL is the database number, got {path:?}")));
         }
-        let mut config = RedisConfig {
-            server_url: String::new(),
-            tls,
-            ca_file: None,
-            timeout: Duration::from_secs(5),
-            connect_timeout: Duration::ZERO,
-            fair_default: false,
-            prefix: "holdfast".to_owned(),
-            queue_ttl: Duration::from_millis(2000),
-            fence_keep: Duration::from_secs(600),
-            poll: PollBounds { min: Duration::from_millis(50), max: Duration::from_millis(100) },
-            renew_batch: 1000,
-        };
-        let mut connect_timeout = None;
-        for (k, v) in parsed.query_pairs() {
-            let ms = || {
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms > 0 && *ms <= 86_400_000)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| bad(format!("redis option {k} needs milliseconds (1..86400000), got {v:?}")))
-            };
-            match k.as_ref() {
-                "timeout_ms" => config.timeout = ms()?,
-                "connect_timeout_ms" => connect_timeout = Some(ms()?),
-                "ca_file" => config.ca_file = Some(PathBuf::from(v.as_ref())),
-                "fair" => {
-                    config.fair_default = match v.as_ref() {
-                        "default" => true,
-                        "opt-in" => false,
-                        _ => return Err(bad(format!("fair must be default or opt-in, got {v:?}"))),
-                    }
-                }
-                "prefix" => {
-                    if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control() || "{}".contains(c)) {
-                        return Err(bad(format!("prefix must be 1..64 chars without braces, got {v:?}")));
-                    }
-                    config.prefix = v.into_owned();
-                }
-                "queue_ttl_ms" => config.queue_ttl = ms()?.max(Duration::from_millis(100)),
-                "fence_keep_ms" => config.fence_keep = ms()?,
-                "poll_min_ms" => config.poll.min = ms()?,
-                "poll_max_ms" => config.poll.max = ms()?,
-                "renew_batch" => {
-                    config.renew_batch = v
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=100_000).contains(n))
-                        .ok_or_else(|| bad(format!("renew_batch must be 1..100000, got {v:?}")))?
-                }
-                _ => return Err(bad(format!("unknown redis option {k:?}"))),
-            }
-        }
-        if config.poll.max < config.poll.min {
-            return Err(bad("need poll_min_ms <= poll_max_ms".into()));
-        }
-        if config.ca_file.is_some() && !tls {
-            return Err(bad("ca_file needs a rediss:// URL".into()));
-        }
-        config.connect_timeout = connect_timeout.unwrap_or(config.timeout);
+        let opts = UrlOptions::parse("redis", parsed.query().unwrap_or(""), OPTIONS)?;
         parsed.set_query(None);
         parsed.set_fragment(None);
-        config.server_url = parsed.to_string();
-        Ok(config)
+        let prefix = match opts.str("namespace") {
+            None => "holdfast".to_owned(),
+            Some(v) if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control() || "{}".contains(c)) => {
+                let given = opts.given_as("namespace").unwrap_or("namespace");
+                return Err(bad(format!("{given} must be 1..64 chars without braces, got {v:?}")));
+            }
+            Some(v) => v.to_owned(),
+        };
+        let timeout = opts.duration_ms("timeout_ms", MS)?.unwrap_or(Duration::from_secs(5));
+        let poll = PollBounds {
+            min: opts.duration_ms("poll_min_ms", MS)?.unwrap_or(Duration::from_millis(50)),
+            max: opts.duration_ms("poll_max_ms", MS)?.unwrap_or(Duration::from_millis(100)),
+        };
+        if poll.max < poll.min {
+            return Err(bad("need poll_min_ms <= poll_max_ms".into()));
+        }
+        let ca_file = opts.path("ca_file")?;
+        if ca_file.is_some() && !tls {
+            return Err(bad("ca_file needs a rediss:// URL".into()));
+        }
+        Ok(RedisConfig {
+            server_url: Secret::new(parsed.to_string()),
+            tls,
+            ca_file,
+            timeout,
+            connect_timeout: opts.duration_ms("connect_timeout_ms", MS)?.unwrap_or(timeout),
+            fair_default: opts.choice("fair", &[("default", true), ("opt-in", false)])?.unwrap_or(false),
+            prefix,
+            queue_ttl: opts
+                .duration_ms("queue_ttl_ms", MS)?
+                .map_or(Duration::from_millis(2000), |d| d.max(Duration::from_millis(100))),
+            fence_keep: opts.duration_ms("fence_keep_ms", MS)?.unwrap_or(Duration::from_secs(600)),
+            poll,
+            renew_batch: opts.number("renew_batch", 1..=100_000)?.unwrap_or(1000),
+        })
     }
 }
 
@@ -167,7 +147,7 @@ mod tests {
     fn parses_urls_and_options() {
         let c =
             RedisConfig::from_url("redis://u:secret@127.0.0.1:6380/2?timeout_ms=700&fair=default&prefix=app").unwrap();
-        assert_eq!(c.server_url, "redis://u:secret@127.0.0.1:6380/2");
+        assert_eq!(c.server_url.expose(), "redis://u:secret@127.0.0.1:6380/2");
         assert_eq!(c.timeout, Duration::from_millis(700));
         assert_eq!(c.connect_timeout, Duration::from_millis(700));
         assert!(c.fair_default && !c.tls);
@@ -192,5 +172,35 @@ mod tests {
         }
         let err = RedisConfig::from_url("redis://u:topsecret@h/x").unwrap_err().to_string();
         assert!(!err.contains("topsecret"), "{err}");
+    }
+
+    /// Every option under its common name and under each older name: both
+    /// spellings give the same config, and one that differs from the default.
+    #[test]
+    fn common_names_and_aliases() {
+        let base = RedisConfig::from_url("rediss://h").unwrap();
+        for (old, common) in [
+            ("timeout_ms=700", "timeout_ms=700"),
+            ("connect_timeout_ms=300", "connect_timeout_ms=300"),
+            ("ca_file=/ca.pem", "ca_file=%2Fca.pem"),
+            ("fair=default", "fair=default"),
+            ("prefix=app", "namespace=app"),
+            ("queue_ttl_ms=900", "queue_ttl_ms=900"),
+            ("fence_keep_ms=1000", "fence_keep_ms=1000"),
+            ("poll_min_ms=20", "poll_min_ms=20"),
+            ("poll_max_ms=200", "poll_max_ms=200"),
+            ("renew_batch=10", "renew_batch=10"),
+        ] {
+            let old = RedisConfig::from_url(&format!("rediss://h?{old}")).unwrap();
+            assert_eq!(old, RedisConfig::from_url(&format!("rediss://h?{common}")).unwrap(), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        let err = RedisConfig::from_url("redis://h?root=/x").unwrap_err().to_string();
+        assert!(err.contains("\"root\"") && err.contains("namespace (or prefix)"), "{err}");
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

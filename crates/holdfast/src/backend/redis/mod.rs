@@ -121,11 +121,10 @@ impl RedisBackend {
     /// Connects: one multiplexed connection for commands, one for pub/sub,
     /// both reconnecting on their own.
     pub async fn open(config: RedisConfig) -> Result<Self> {
-        let info = config
-            .server_url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::invalid("url", format!("{}: {e}", config::redacted(&config.server_url))))?;
+        let info =
+            config.server_url.expose().into_connection_info().map_err(|e| {
+                Error::invalid("url", format!("{}: {e}", crate::redact_url(config.server_url.expose())))
+            })?;
         let push_settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
         let push_info = info.clone().set_redis_settings(push_settings);
         let make_client = |info: redis::ConnectionInfo| -> Result<redis::Client> {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
 
 /// Settings of the SQLite store, from its URL.
@@ -14,59 +15,48 @@ pub struct SqliteConfig {
     /// `synchronous=full`: fsync every commit, so fences also survive an OS
     /// crash or power loss. Default `normal` (survives process crashes).
     pub synchronous_full: bool,
-    /// How long a transaction waits for another process's write lock.
+    /// How long a transaction waits for another process's write lock
+    /// (`timeout_ms`, alias `busy_timeout_ms`).
     pub busy_timeout: Duration,
     /// Fallback poll bounds for waiters in other processes.
     pub poll: PollBounds,
 }
 
+/// The options of `sqlite://` URLs (see the "URL options" table in the store's docs).
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("synchronous"),
+    Opt::new("timeout_ms").or(&["busy_timeout_ms"]),
+    Opt::new("poll_min_ms"),
+    Opt::new("poll_max_ms"),
+];
+
 impl SqliteConfig {
-    /// Parses `sqlite://PATH?synchronous=full&busy_timeout_ms=5000&poll_max_ms=10`.
+    /// Parses `sqlite://PATH?synchronous=full&timeout_ms=5000&poll_max_ms=10`.
     /// `sqlite:///abs/path.db` is absolute, `sqlite://rel/path.db` relative.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("sqlite://")
-            .ok_or_else(|| Error::invalid("url", format!("{url:?} is not a sqlite:// URL")))?;
+        let rest = url.strip_prefix("sqlite://").ok_or_else(|| {
+            Error::invalid("url", format!("{:?} is not a sqlite:// URL", crate::url::redact_url(url)))
+        })?;
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
             return Err(Error::invalid("url", "sqlite:// needs a file path, e.g. sqlite:///var/lib/app/locks.db"));
         }
-        let mut config = SqliteConfig {
-            path: PathBuf::from(path),
-            synchronous_full: false,
-            busy_timeout: Duration::from_secs(5),
-            poll: PollBounds { min: Duration::from_millis(1), max: Duration::from_millis(10) },
+        let opts = UrlOptions::parse("sqlite", query, OPTIONS)?;
+        // SQLite takes its busy timeout as a C int of milliseconds.
+        const ANY_MS: std::ops::RangeInclusive<u64> = 0..=i32::MAX as u64;
+        let poll = PollBounds {
+            min: opts.duration_ms("poll_min_ms", ANY_MS)?.unwrap_or(Duration::from_millis(1)),
+            max: opts.duration_ms("poll_max_ms", ANY_MS)?.unwrap_or(Duration::from_millis(10)),
         };
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let ms = || {
-                v.parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| Error::invalid("url", format!("sqlite option {k} needs milliseconds, got {v:?}")))
-            };
-            match k {
-                "synchronous" => {
-                    config.synchronous_full = match v {
-                        "full" => true,
-                        "normal" => false,
-                        _ => {
-                            return Err(Error::invalid(
-                                "url",
-                                format!("synchronous must be full or normal, got {v:?}"),
-                            ));
-                        }
-                    }
-                }
-                "busy_timeout_ms" => config.busy_timeout = ms()?,
-                "poll_min_ms" => config.poll.min = ms()?,
-                "poll_max_ms" => config.poll.max = ms()?,
-                _ => return Err(Error::invalid("url", format!("unknown sqlite option {k:?}"))),
-            }
-        }
-        if config.poll.min.is_zero() || config.poll.max < config.poll.min {
+        if poll.min.is_zero() || poll.max < poll.min {
             return Err(Error::invalid("url", "need 0 < poll_min_ms <= poll_max_ms"));
         }
-        Ok(config)
+        Ok(SqliteConfig {
+            path: PathBuf::from(path),
+            synchronous_full: opts.choice("synchronous", &[("full", true), ("normal", false)])?.unwrap_or(false),
+            busy_timeout: opts.duration_ms("timeout_ms", ANY_MS)?.unwrap_or(Duration::from_secs(5)),
+            poll,
+        })
     }
 }
 
@@ -84,5 +74,29 @@ mod tests {
         for bad in ["sqlite://", "sqlite:///x?nope=1", "sqlite:///x?synchronous=off", "sqlite:///x?poll_min_ms=0"] {
             assert!(matches!(SqliteConfig::from_url(bad), Err(Error::InvalidInput { .. })), "{bad}");
         }
+    }
+
+    /// Every option under its common name and under each older name: both
+    /// spellings give the same config, and one that differs from the default.
+    #[test]
+    fn common_names_and_aliases() {
+        let base = SqliteConfig::from_url("sqlite:///x.db").unwrap();
+        for (old, common) in [
+            ("busy_timeout_ms=700", "timeout_ms=700"),
+            ("synchronous=full", "synchronous=FULL"),
+            ("poll_min_ms=2", "poll_min_ms=2"),
+            ("poll_max_ms=30", "poll_max_ms=30"),
+        ] {
+            let old = SqliteConfig::from_url(&format!("sqlite:///x.db?{old}")).unwrap();
+            assert_eq!(old, SqliteConfig::from_url(&format!("sqlite:///x.db?{common}")).unwrap(), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        let err = SqliteConfig::from_url("sqlite:///x.db?prefix=a").unwrap_err().to_string();
+        assert!(err.contains("\"prefix\"") && err.contains("timeout_ms (or busy_timeout_ms)"), "{err}");
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

@@ -1,65 +1,45 @@
 //! `zk://[user:pass@]host:port[,host:port...][/chroot][?options]` parsing.
 
-use std::fmt;
 use std::time::Duration;
 
+use crate::Secret;
 use crate::error::{Error, Result};
+use crate::url_options::{Opt, UrlOptions, percent_decode};
 
 /// Settings of the ZooKeeper store, from its URL.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZkConfig {
     /// `host:port` of every ensemble member, in URL order.
     pub hosts: Vec<String>,
     /// Digest credentials `(user, password)`; `None` connects unauthenticated.
-    pub credentials: Option<(String, String)>,
+    pub credentials: Option<(String, Secret)>,
     /// The path prefix under which all lock nodes live (the URL's chroot plus
-    /// `/holdfast/locks`, or `root=` to replace the `/holdfast/locks` part).
+    /// `/holdfast/locks`, or `namespace=` (alias `root=`) to replace the
+    /// `/holdfast/locks` part).
     pub root: String,
-    /// The session timeout asked of the ensemble (`session_timeout`, ms;
-    /// default 10 000). The server clamps it to `[2, 20] x tickTime`.
+    /// The session timeout asked of the ensemble (`session_timeout_ms`, alias
+    /// `session_timeout`; default 10 000). The server clamps it to
+    /// `[2, 20] x tickTime`.
     pub session_timeout: Duration,
-    /// Time limit of every single request and of connecting (`timeout`, ms;
-    /// default 5 000).
+    /// Time limit of every single request and of connecting (`timeout_ms`,
+    /// alias `timeout`; default 5 000).
     pub timeout: Duration,
     /// A waiter re-checks the queue this often even if no watch fired
-    /// (`poll_ms`; default 2 000). Watches are the wake-up; this only bounds
-    /// the cost of a watch that was never delivered.
+    /// (`poll_max_ms`, alias `poll_ms`; default 2 000). Watches are the
+    /// wake-up; this only bounds the cost of a watch that was never delivered.
     pub poll: Duration,
 }
 
-impl fmt::Debug for ZkConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkConfig")
-            .field("hosts", &self.hosts)
-            .field("user", &self.credentials.as_ref().map(|(u, _)| u))
-            .field("password", &self.credentials.as_ref().map(|_| "<redacted>"))
-            .field("root", &self.root)
-            .field("session_timeout", &self.session_timeout)
-            .field("timeout", &self.timeout)
-            .field("poll", &self.poll)
-            .finish()
-    }
-}
+/// The options of `zk://` URLs (see the "URL options" table in the store's docs).
+pub(crate) const OPTIONS: &[Opt] = &[
+    Opt::new("timeout_ms").or(&["timeout"]),
+    Opt::new("session_timeout_ms").or(&["session_timeout"]),
+    Opt::new("poll_max_ms").or(&["poll_ms"]),
+    Opt::new("namespace").or(&["root"]),
+];
 
-fn percent_decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
-            let Some(b) = hex else {
-                return Err(Error::invalid("url", "bad percent-encoding in zk:// credentials"));
-            };
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::invalid("url", "zk:// credentials are not UTF-8"))
-}
+/// Every duration option: 1 ms to an hour.
+const MS: std::ops::RangeInclusive<u64> = 1..=3_600_000;
 
 fn check_path(what: &str, p: &str) -> Result<()> {
     let ok = p.starts_with('/')
@@ -70,7 +50,8 @@ fn check_path(what: &str, p: &str) -> Result<()> {
 }
 
 impl ZkConfig {
-    /// Parses `zk://user:pass@h1:2181,h2:2181/chroot?session_timeout=10000&timeout=5000`.
+    /// Parses `zk://user:pass@h1:2181,h2:2181/chroot?session_timeout_ms=10000&timeout_ms=5000`.
+    /// The options are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url.strip_prefix("zk://").ok_or_else(|| {
             Error::invalid("url", "not a zk:// URL (expected zk://host:port[,host:port...][/chroot])")
@@ -85,7 +66,8 @@ impl ZkConfig {
                 let (user, pass) = userinfo
                     .split_once(':')
                     .ok_or_else(|| Error::invalid("url", "zk:// credentials must be user:password@"))?;
-                let (user, pass) = (percent_decode(user)?, percent_decode(pass)?);
+                let user = percent_decode(user, "the user of a zk:// URL")?;
+                let pass = Secret::new(percent_decode(pass, "the password of a zk:// URL")?);
                 if user.is_empty() {
                     return Err(Error::invalid("url", "zk:// user must not be empty"));
                 }
@@ -106,32 +88,22 @@ impl ZkConfig {
         if !chroot.is_empty() {
             check_path("chroot", chroot)?;
         }
-        let mut config = ZkConfig {
+        let opts = UrlOptions::parse("zk", query, OPTIONS)?;
+        let root = match opts.str("namespace") {
+            Some(ns) => {
+                check_path(opts.given_as("namespace").unwrap_or("namespace"), ns)?;
+                format!("{chroot}{ns}")
+            }
+            None => format!("{chroot}/holdfast/locks"),
+        };
+        let config = ZkConfig {
             hosts: host_list,
             credentials,
-            root: format!("{chroot}/holdfast/locks"),
-            session_timeout: Duration::from_secs(10),
-            timeout: Duration::from_secs(5),
-            poll: Duration::from_secs(2),
+            root,
+            session_timeout: opts.duration_ms("session_timeout_ms", MS)?.unwrap_or(Duration::from_secs(10)),
+            timeout: opts.duration_ms("timeout_ms", MS)?.unwrap_or(Duration::from_secs(5)),
+            poll: opts.duration_ms("poll_max_ms", MS)?.unwrap_or(Duration::from_secs(2)),
         };
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let ms = || {
-                v.parse::<u64>().ok().filter(|ms| (1..=3_600_000).contains(ms)).map(Duration::from_millis).ok_or_else(
-                    || Error::invalid("url", format!("zk option {k} needs 1..3600000 milliseconds, got {v:?}")),
-                )
-            };
-            match k {
-                "session_timeout" | "session_timeout_ms" => config.session_timeout = ms()?,
-                "timeout" | "timeout_ms" => config.timeout = ms()?,
-                "poll_ms" => config.poll = ms()?,
-                "root" => {
-                    check_path("root", v)?;
-                    config.root = format!("{chroot}{v}");
-                }
-                _ => return Err(Error::invalid("url", format!("unknown zk option {k:?}"))),
-            }
-        }
         Ok(config)
     }
 
@@ -151,7 +123,7 @@ mod tests {
             ZkConfig::from_url("zk://app:s%40cret@127.0.0.1:2181,h2:2182/tenant/a?session_timeout=4000&timeout=900")
                 .unwrap();
         assert_eq!(c.hosts, vec!["127.0.0.1:2181", "h2:2182"]);
-        assert_eq!(c.credentials, Some(("app".into(), "s@cret".into())));
+        assert_eq!(c.credentials, Some(("app".into(), Secret::new("s@cret"))));
         assert_eq!(c.root, "/tenant/a/holdfast/locks");
         assert_eq!(c.session_timeout, Duration::from_secs(4));
         assert_eq!(c.timeout, Duration::from_millis(900));
@@ -178,5 +150,30 @@ mod tests {
         ] {
             assert!(matches!(ZkConfig::from_url(bad), Err(Error::InvalidInput { what: "url", .. })), "{bad}");
         }
+    }
+
+    /// Every option under its common name and under each older name: both
+    /// spellings give the same config, and one that differs from the default.
+    #[test]
+    fn common_names_and_aliases() {
+        let base = ZkConfig::from_url("zk://h:1/app").unwrap();
+        for (old, common) in [
+            ("timeout=900", "timeout_ms=900"),
+            ("session_timeout=4000", "session_timeout_ms=4000"),
+            ("poll_ms=500", "poll_max_ms=500"),
+            ("root=/locks", "namespace=%2Flocks"),
+        ] {
+            let old = ZkConfig::from_url(&format!("zk://h:1/app?{old}")).unwrap();
+            assert_eq!(old, ZkConfig::from_url(&format!("zk://h:1/app?{common}")).unwrap(), "{common}");
+            assert_ne!(old, base, "{common} changed nothing");
+        }
+        assert_eq!(ZkConfig::from_url("zk://h:1/app?root=/locks").unwrap().root, "/app/locks");
+        let err = ZkConfig::from_url("zk://h:1?prefix=x").unwrap_err().to_string();
+        assert!(err.contains("\"prefix\"") && err.contains("namespace (or root)"), "{err}");
+    }
+
+    #[test]
+    fn docs_list_every_option() {
+        crate::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
     }
 }

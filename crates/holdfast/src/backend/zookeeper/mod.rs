@@ -198,7 +198,7 @@ impl ZkBackend {
         let cfg = self.cfg();
         let mut connector = zk::Client::connector().with_session_timeout(cfg.session_timeout).with_fail_eagerly();
         if let Some((user, pass)) = &cfg.credentials {
-            connector = connector.with_auth("digest", format!("{user}:{pass}").as_bytes());
+            connector = connector.with_auth("digest", format!("{user}:{}", pass.expose()).as_bytes());
         }
         let hosts = cfg.connect_string();
         let client = self.op("connect", connector.connect(&hosts)).await?.map_err(map_err)?;
