@@ -2,7 +2,7 @@
 //! by a plain `mysql_async` client), and the two ways of waiting measured.
 //!
 //! ```text
-//! cargo run --release -p holdfast --features mysql --example mysql_floor [-- mysql://user:pw@host:port/db]
+//! cargo run --release -p holdfast-bench --features mysql --example mysql_floor [-- mysql://user:pw@host:port/db]
 //! ```
 //!
 //! Without a URL it starts a throwaway MariaDB with the testkit. Prints:
@@ -26,8 +26,7 @@ const RUN: Duration = Duration::from_secs(9);
 
 fn raw_pool(url: &str) -> Pool {
     let c = holdfast::backend::mysql::MysqlConfig::from_url(url).expect("url");
-    let pass = url.split_once("://").and_then(|(_, r)| r.rsplit_once('@')).and_then(|(c, _)| c.split_once(':'));
-    let pass = pass.map(|(_, p)| percent_decode(p));
+    let pass = c.password().map(str::to_owned);
     Pool::new(
         OptsBuilder::default()
             .ip_or_hostname(c.host.clone())
@@ -44,24 +43,6 @@ fn raw_pool(url: &str) -> Pool {
                     .with_inactive_connection_ttl(Duration::from_secs(60)),
             ),
     )
-}
-
-fn percent_decode(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 1 {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8(out).expect("utf8")
 }
 
 const FENCE: &str = "UPDATE `holdfast_fence` SET value = LAST_INSERT_ID(value + 1) WHERE id = 0";

@@ -3,16 +3,10 @@
 //! put-if-absent transaction on a kept-alive lease, then a delete).
 //!
 //! ```text
-//! cargo run --release -p holdfast --features etcd --example etcd_floor [-- etcd://127.0.0.1:2379 [seconds]]
+//! cargo run --release -p holdfast-bench --features etcd --example etcd_floor [-- etcd://127.0.0.1:2379 [seconds]]
 //! ```
 //! Without a URL it starts a single etcd node on loopback (testkit).
 
-#[cfg(not(feature = "etcd"))]
-fn main() {
-    eprintln!("build with --features etcd");
-}
-
-#[cfg(feature = "etcd")]
 fn main() {
     use std::time::{Duration, Instant};
 

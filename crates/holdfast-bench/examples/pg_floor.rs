@@ -2,7 +2,7 @@
 //! issued by a plain tokio-postgres client.
 //!
 //! ```text
-//! cargo run --release -p holdfast --features postgres --example pg_floor -- [URL] [SECONDS]
+//! cargo run --release -p holdfast-bench --features postgres --example pg_floor -- [URL] [SECONDS]
 //! ```
 //!
 //! Without a URL it starts its own server (holdfast-testkit, fsync=off).
