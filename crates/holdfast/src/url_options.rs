@@ -21,6 +21,20 @@
 //!
 //! Each store's older or native names stay accepted as aliases.
 
+// Which getters a build uses depends on the stores compiled in; with all of
+// them, everything here is used.
+#![cfg_attr(
+    not(all(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+
 use std::borrow::Cow;
 use std::fmt::Display;
 use std::ops::RangeInclusive;
