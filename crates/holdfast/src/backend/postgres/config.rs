@@ -25,6 +25,22 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// When the statement connections use named prepared statements (planned
+/// once per connection) instead of the unnamed statement (planned per call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    /// On each connection that reaches a PostgreSQL backend of its own, and
+    /// not on one through a pooler (`prepared=auto`, the default); see
+    /// the store docs on PgBouncer for how a pooler is recognised.
+    Auto,
+    /// On every connection (`prepared=true`): for a pooler that supports
+    /// them (PgBouncer 1.21+ with `max_prepared_statements > 0`, or session
+    /// pooling).
+    Always,
+    /// On none (`prepared=false`).
+    Never,
+}
+
 /// Settings of the PostgreSQL store, from its URL.
 #[derive(Clone)]
 pub struct PostgresConfig {
@@ -49,10 +65,9 @@ pub struct PostgresConfig {
     pub poll: PollBounds,
     /// Create the schema and tables if missing (`create=true|false`, default true).
     pub create: bool,
-    /// Prepare each statement once per connection (`prepared=true|false`,
-    /// default true). Set `false` behind a transaction-pooling PgBouncer
-    /// older than 1.21 or with `max_prepared_statements = 0`.
-    pub prepared: bool,
+    /// Named prepared statements (`prepared=auto|true|false`, default `auto`:
+    /// only on connections that reach PostgreSQL directly).
+    pub prepared: Prepared,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -148,7 +163,7 @@ impl PostgresConfig {
         let mut op_timeout = Duration::from_secs(5);
         let (mut poll_min, mut poll_max) = (None, None);
         let mut create = true;
-        let mut prepared = true;
+        let mut prepared = Prepared::Auto;
         for piece in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = decode(piece);
             let ms = || {
@@ -178,7 +193,13 @@ impl PostgresConfig {
                 "listen_url" => listen_url = Some(v),
                 "listen" => listen = flag()?,
                 "create" => create = flag()?,
-                "prepared" => prepared = flag()?,
+                "prepared" => {
+                    prepared = match v.as_str() {
+                        "auto" => Prepared::Auto,
+                        _ if flag()? => Prepared::Always,
+                        _ => Prepared::Never,
+                    }
+                }
                 "pool_size" => {
                     pool_size = v
                         .parse()
@@ -297,6 +318,10 @@ mod tests {
         assert!(d.listen.is_none());
         assert_eq!(d.schema, "public");
         assert_eq!(d.poll, POLL_ONLY);
+        assert_eq!(d.prepared, Prepared::Auto);
+        for (v, want) in [("auto", Prepared::Auto), ("true", Prepared::Always), ("off", Prepared::Never)] {
+            assert_eq!(PostgresConfig::from_url(&format!("postgres://h/db?prepared={v}")).unwrap().prepared, want);
+        }
     }
 
     #[test]
@@ -311,6 +336,7 @@ mod tests {
             "postgres://h/db?sslmode=bogus",
             "postgres://h/db?nope=1",
             "postgres://h/db?pool_size=0",
+            "postgres://h/db?prepared=sometimes",
             "postgres://h/db?poll_min_ms=0",
             "postgres://h/db?listen_url=redis%3A%2F%2Fx",
             "postgres://h:notaport/db",
