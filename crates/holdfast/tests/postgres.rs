@@ -388,10 +388,7 @@ async fn behind_transaction_pooling_pgbouncer() {
     let server = PostgresServer::start();
     let bouncer = PgBouncer::start(&server);
     let direct: String = url::form_urlencoded::byte_serialize(server.url().as_bytes()).collect();
-    let url = format!(
-        "{}&schema=pooled&prepared=false&poll_min_ms=20000&poll_max_ms=30000&listen_url={direct}",
-        bouncer.url()
-    );
+    let url = format!("{}&schema=pooled&poll_min_ms=20000&poll_max_ms=30000&listen_url={direct}", bouncer.url());
     // Concurrent first use through the pooler.
     let mut joins = Vec::new();
     for i in 0..4 {

@@ -26,6 +26,22 @@ pub enum SslMode {
     VerifyFull,
 }
 
+/// When the statement connections use named prepared statements (planned
+/// once per connection) instead of the unnamed statement (planned per call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    /// On each connection that reaches a PostgreSQL backend of its own, and
+    /// not on one through a pooler (`prepared=auto`, the default); see
+    /// the store docs on PgBouncer for how a pooler is recognised.
+    Auto,
+    /// On every connection (`prepared=true`): for a pooler that supports
+    /// them (PgBouncer 1.21+ with `max_prepared_statements > 0`, or session
+    /// pooling).
+    Always,
+    /// On none (`prepared=false`).
+    Never,
+}
+
 /// Settings of the PostgreSQL store, from its URL.
 #[derive(Clone)]
 pub struct PostgresConfig {
@@ -51,10 +67,9 @@ pub struct PostgresConfig {
     pub poll: PollBounds,
     /// Create the schema and tables if missing (`create=true|false`, default true).
     pub create: bool,
-    /// Prepare each statement once per connection (`prepared=true|false`,
-    /// default true). Set `false` behind a transaction-pooling PgBouncer
-    /// older than 1.21 or with `max_prepared_statements = 0`.
-    pub prepared: bool,
+    /// Named prepared statements (`prepared=auto|true|false`, default `auto`:
+    /// only on connections that reach PostgreSQL directly).
+    pub prepared: Prepared,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -207,7 +222,20 @@ impl PostgresConfig {
         let connect_timeout = opts.duration_ms("connect_timeout_ms", MS)?;
         let pool_size = opts.number("pool_size", 1..=64)?.unwrap_or(4);
         let create = opts.flag("create")?.unwrap_or(true);
-        let prepared = opts.flag("prepared")?.unwrap_or(true);
+        let prepared = opts
+            .choice(
+                "prepared",
+                &[
+                    ("auto", Prepared::Auto),
+                    ("true", Prepared::Always),
+                    ("on", Prepared::Always),
+                    ("1", Prepared::Always),
+                    ("false", Prepared::Never),
+                    ("off", Prepared::Never),
+                    ("0", Prepared::Never),
+                ],
+            )?
+            .unwrap_or(Prepared::Auto);
         let kept = opts.pass_through();
         let pg_url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
         let mut pg = parse_pg(&pg_url, "holdfast")?;
@@ -312,6 +340,10 @@ mod tests {
         assert!(d.listen.is_none());
         assert_eq!(d.schema, "public");
         assert_eq!(d.poll, POLL_ONLY);
+        assert_eq!(d.prepared, Prepared::Auto);
+        for (v, want) in [("auto", Prepared::Auto), ("true", Prepared::Always), ("off", Prepared::Never)] {
+            assert_eq!(PostgresConfig::from_url(&format!("postgres://h/db?prepared={v}")).unwrap().prepared, want);
+        }
     }
 
     #[test]
@@ -326,6 +358,7 @@ mod tests {
             "postgres://h/db?sslmode=bogus",
             "postgres://h/db?nope=1",
             "postgres://h/db?pool_size=0",
+            "postgres://h/db?prepared=sometimes",
             "postgres://h/db?poll_min_ms=0",
             "postgres://h/db?listen_url=redis%3A%2F%2Fx",
             "postgres://h:notaport/db",

@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod listener;
 mod pool;
+mod pooler;
 mod sql;
 mod tls;
 
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio_postgres::types::Type;
 
-pub use config::{PostgresConfig, SslMode};
+pub use config::{PostgresConfig, Prepared, SslMode};
 pub use error::PgError;
 
 use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
@@ -40,7 +41,7 @@ struct Inner {
     waiting: Arc<WaitingKeys>,
     listener: OnceLock<Listener>,
     durability: OnceLock<FenceDurability>,
-    /// Use named prepared statements (cleared if a pooler breaks them).
+    /// Named prepared statements still allowed (cleared if a pooler breaks them).
     prepared: std::sync::atomic::AtomicBool,
     /// Last sweep of long-expired rows, in ms since `epoch`.
     last_sweep_ms: AtomicU64,
@@ -80,7 +81,6 @@ impl PostgresBackend {
         let mut pg = config.pg.clone();
         pg.ssl_mode(mode);
         let mut config = config;
-        let prepared = config.prepared;
         if let Some(l) = config.listen.as_mut() {
             l.ssl_mode(mode);
         }
@@ -89,6 +89,7 @@ impl PostgresBackend {
             tls,
             slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
+            prepared: config.prepared,
         };
         let inner = Inner {
             sql: sql::Statements::new(&config),
@@ -99,7 +100,7 @@ impl PostgresBackend {
             waiting: Arc::default(),
             listener: OnceLock::new(),
             durability: OnceLock::new(),
-            prepared: std::sync::atomic::AtomicBool::new(prepared),
+            prepared: std::sync::atomic::AtomicBool::new(true),
             last_sweep_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         };

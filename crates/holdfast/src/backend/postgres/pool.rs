@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_postgres::Client as PgClient;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::config::Prepared;
 use super::error::map_err;
+use super::pooler;
 use crate::error::Result;
 
 /// A few statement connections. tokio-postgres pipelines concurrent
@@ -27,18 +29,23 @@ pub(super) struct Pool {
     pub(super) slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     /// Round-robin position for statements about no single key.
     pub(super) next: AtomicUsize,
+    /// Where named prepared statements may be used.
+    pub(super) prepared: Prepared,
 }
 
 /// One statement connection and the statements prepared on it.
 pub(super) struct Conn {
     /// The connection.
     pub(super) client: PgClient,
+    /// Whether named prepared statements may be used on it.
+    pub(super) named: bool,
     /// The statements prepared on it, indexed by [`Stmt`](super::sql::Stmt).
     pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; 5],
 }
 
-/// Errors that mean a named prepared statement is not where it was prepared:
-/// a transaction-pooling PgBouncer moved us to another server connection.
+/// Errors that mean a named prepared statement is not where it was prepared
+/// (with `prepared=true` behind a pooler that moved us to another server
+/// connection): nothing ran.
 pub(super) fn statement_lost(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|c| matches!(c.code(), "26000" | "42P05" | "08P01"))
 }
@@ -61,7 +68,18 @@ impl Pool {
                 tracing::debug!(error = %e, "postgres connection ended");
             }
         });
-        let conn = Arc::new(Conn { client, prepared: Default::default() });
+        let named = match self.prepared {
+            Prepared::Always => true,
+            Prepared::Never => false,
+            Prepared::Auto => {
+                let direct = pooler::is_direct(&client).await.map_err(map_err)?;
+                if !direct {
+                    tracing::debug!("postgres connection goes through a pooler: unnamed statements only");
+                }
+                direct
+            }
+        };
+        let conn = Arc::new(Conn { client, named, prepared: Default::default() });
         *slot = Some(conn.clone());
         Ok(conn)
     }

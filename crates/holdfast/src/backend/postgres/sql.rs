@@ -229,7 +229,7 @@ impl PostgresBackend {
         let sql = self.inner.sql.get(stmt);
         let fut = async {
             let c = self.inner.pool.get(key).await?;
-            if self.inner.prepared.load(Ordering::Relaxed) {
+            if c.named && self.inner.prepared.load(Ordering::Relaxed) {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let outcome =
                     match c.prepared[stmt as usize].get_or_try_init(|| c.client.prepare_typed(sql, &types)).await {
@@ -243,8 +243,8 @@ impl PostgresBackend {
                     Ok(rows) => return Ok(rows),
                     Err(e) if statement_lost(&e) => {
                         // Nothing ran; from now on use unnamed statements.
-                        tracing::warn!(error = %e, "prepared statements do not work here (a transaction pooler?); \
-                             using unnamed statements (set prepared=false to skip this)");
+                        tracing::warn!(error = %e, "prepared statements do not work here (a pooler without support \
+                             for them?); using unnamed statements (prepared=auto or false skips this)");
                         self.inner.prepared.store(false, Ordering::Relaxed);
                     }
                     Err(e) => return Err(map_err(e)),

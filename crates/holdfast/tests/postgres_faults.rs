@@ -1,0 +1,144 @@
+//! PostgreSQL faults beyond the conformance suite. Behind a
+//! transaction-pooling PgBouncer without prepared statement support (1.18,
+//! as the testkit runs it), with the default URL: named prepared statements
+//! are session state, and a pooler that moves a client between server
+//! sessions can make it run a statement that another session prepared under
+//! the same name. Also the cost of each statement mode.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::{LockKey, OwnerToken};
+use holdfast_testkit::servers::postgres::{PgBouncer, PostgresServer};
+use tokio::task::block_in_place;
+use tokio_postgres::NoTls;
+
+/// Statement names tokio-postgres gives the statements it prepares ("s0",
+/// "s1", ... from a counter per process) that a foreign session claims: far
+/// more than this test binary prepares.
+const FOREIGN_NAMES: usize = 2000;
+
+fn request(key: &str) -> AcquireRequest {
+    AcquireRequest::new(LockKey::new(key).expect("key"), OwnerToken::random(), Duration::from_secs(30))
+        .with_label("pooled")
+}
+
+fn psql(server: &PostgresServer, sql: &str) -> String {
+    block_in_place(|| server.psql(sql))
+}
+
+/// A plain session through the pooler, to pin one of its two server
+/// connections inside an open transaction.
+async fn session(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect through the pooler");
+    tokio::spawn(connection);
+    client
+}
+
+/// Another application's session on the pooler's first server connection
+/// has prepared statements under the names tokio-postgres uses, with the
+/// parameter types of holdfast's acquire. The holdfast client (default URL)
+/// first runs while that connection is pinned, so it prepares its acquire
+/// on the second one; then the second is pinned and the first is free, so
+/// its next acquire lands where the name means the other application's
+/// statement. With named statements it runs that statement (here: an insert
+/// into another table); the default must never send a named statement
+/// through a pooler it cannot trust with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_url_never_runs_another_sessions_statement_behind_a_pooler() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start(&server);
+    psql(&server, "CREATE TABLE foreign_writes (key text)");
+    let plain = bouncer.url();
+    let first = session(&plain).await;
+    let mut plant = String::from("BEGIN;");
+    for n in 0..FOREIGN_NAMES {
+        plant.push_str(&format!(
+            "PREPARE s{n}(text, bytea, int8, text, bool, bool) AS INSERT INTO foreign_writes VALUES ($1);"
+        ));
+    }
+    first.batch_execute(&plant).await.expect("prepare the other application's statements");
+    // The first server connection stays pinned by the open transaction.
+    let store = holdfast::backend::connect(&format!("{}&schema=pooled", bouncer.url())).await.expect("open");
+    let req = request("pooled/k");
+    let grant = store.try_acquire(&req).await.expect("acquire on the second server connection");
+    assert!(grant.is_some());
+    assert!(store.release(&req.key, req.token).await.expect("release"));
+    // Pin the second server connection, free the first.
+    let second = session(&plain).await;
+    second.batch_execute("BEGIN; SELECT 1").await.expect("pin the second server connection");
+    first.batch_execute("COMMIT").await.expect("commit");
+    let req = request("pooled/k");
+    let outcome = store.try_acquire(&req).await;
+    second.batch_execute("COMMIT").await.expect("commit");
+    let foreign: i64 = psql(&server, "SELECT count(*) FROM foreign_writes").parse().expect("count");
+    assert_eq!(foreign, 0, "holdfast ran another session's prepared statement ({foreign} rows written)");
+    assert!(outcome.expect("acquire on the first server connection").is_some(), "the key was free");
+    assert!(store.release(&req.key, req.token).await.expect("release"));
+}
+
+/// Acquires and releases `key` `cycles` times, one attempt each (the key is
+/// always free); returns the mean time of one cycle.
+async fn cycles(store: &dyn Backend, key: &str, cycles: u32) -> Duration {
+    let started = Instant::now();
+    for _ in 0..cycles {
+        let req = request(key);
+        assert!(store.try_acquire(&req).await.expect("acquire").is_some(), "{key} was busy");
+        assert!(store.release(&req.key, req.token).await.expect("release"));
+    }
+    started.elapsed() / cycles
+}
+
+/// The default keeps the fast path where it is safe: on a direct connection
+/// the server log shows holdfast's acquire executed as a named statement;
+/// through the pooler only as the unnamed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_url_names_statements_only_on_direct_connections() {
+    let server = PostgresServer::start_with_settings(&[("log_statement", "all")]);
+    let bouncer = PgBouncer::start(&server);
+    for (url, schema) in [(server.url(), "direct"), (bouncer.url(), "pooled")] {
+        let store = holdfast::backend::connect(&format!("{url}&schema={schema}")).await.expect("open");
+        cycles(store.as_ref(), "named/k", 5).await;
+    }
+    let log = std::fs::read_to_string(server.dir().join(format!("pg-{}.log", std::process::id()))).expect("log");
+    // One entry per logged statement; an acquire names its table on its second line.
+    let acquires = |schema: &str, named: bool| {
+        let prefix = if named { "execute s" } else { "execute <unnamed>" };
+        log.split("LOG:  ")
+            .filter(|e| {
+                e.starts_with(prefix) && e.split_once(": ").is_some_and(|(_, sql)| sql.starts_with("WITH cur AS"))
+            })
+            .filter(|e| e.contains(&format!("FROM \"{schema}\".\"holdfast_leases\"")))
+            .count()
+    };
+    assert_eq!(acquires("direct", true), 5, "direct acquires by name");
+    assert_eq!(acquires("direct", false), 0, "direct acquires unnamed");
+    assert_eq!(acquires("pooled", true), 0, "named acquires through the pooler");
+    assert_eq!(acquires("pooled", false), 5, "unnamed acquires through the pooler");
+}
+
+/// The cost of each statement mode: an uncontended one-attempt acquire and
+/// its release, 2000 cycles, on a direct connection and through the pooler,
+/// with the default (named statements direct, the unnamed statement through
+/// the pooler) and with the mode forced. Prints the figures; run with
+/// `--nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_cycle_time_by_statement_mode() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start(&server);
+    let mut figures = Vec::new();
+    for (mode, url) in [
+        ("direct, default", server.url()),
+        ("direct, prepared=false", format!("{}&prepared=false", server.url())),
+        ("pooler, default", bouncer.url()),
+        ("pooler, prepared=true", format!("{}&prepared=true", bouncer.url())),
+    ] {
+        let store = holdfast::backend::connect(&url).await.expect("open");
+        cycles(store.as_ref(), "cycle/k", 200).await; // warm-up
+        figures.push((mode, cycles(store.as_ref(), "cycle/k", 2000).await));
+    }
+    for (mode, per) in &figures {
+        eprintln!("try_acquire+release, {mode}: {:.0} µs per cycle", per.as_secs_f64() * 1e6);
+    }
+}
