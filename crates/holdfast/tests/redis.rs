@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use holdfast::{Client, ClientOptions, Error, FenceDurability};
 use holdfast_testkit::servers::redis::RedisServer;
 
+#[path = "redis/faults.rs"]
+mod faults;
+
 async fn client(url: &str, label: &str) -> Client {
     Client::connect_with(url, ClientOptions::default().with_label(label)).await.expect("connect")
 }

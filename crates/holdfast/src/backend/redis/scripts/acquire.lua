@@ -5,7 +5,9 @@ local token = ARGV[1]
 local cur = redis.call('HMGET', h, 'o', 'f')
 if cur[1] then
   if cur[1] == token then
-    -- A retry of an attempt that already succeeded: the same grant.
+    -- A retry of an attempt that already succeeded (its reply was lost): the
+    -- same grant, with the lease counted from now, as the client counts it.
+    redis.call('PEXPIRE', h, ARGV[2])
     return {1, tonumber(cur[2])}
   end
   return {0, redis.call('PTTL', h)}
