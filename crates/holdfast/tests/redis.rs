@@ -384,7 +384,7 @@ fn acl_user_with_minimal_permissions() {
     rt().block_on(async {
         let mut conn = raw(&server).await;
         let rules = "on >s3cret-pw ~{holdfast:* &holdfast:* +evalsha +eval +script|load +subscribe +unsubscribe \
-                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pttl +time +exists +llen \
+                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pexpireat +time +exists \
                      +lindex +lpop +rpush +lrem +publish";
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg("locker");
