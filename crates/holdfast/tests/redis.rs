@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use holdfast::{Client, ClientOptions, Error, FenceDurability};
 use holdfast_testkit::servers::redis::RedisServer;
 
+#[path = "redis/faults.rs"]
+mod faults;
+
 async fn client(url: &str, label: &str) -> Client {
     Client::connect_with(url, ClientOptions::default().with_label(label)).await.expect("connect")
 }
@@ -381,7 +384,7 @@ fn acl_user_with_minimal_permissions() {
     rt().block_on(async {
         let mut conn = raw(&server).await;
         let rules = "on >s3cret-pw ~{holdfast:* &holdfast:* +evalsha +eval +script|load +subscribe +unsubscribe \
-                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pttl +time +exists +llen \
+                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pexpireat +time +exists \
                      +lindex +lpop +rpush +lrem +publish";
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg("locker");

@@ -36,7 +36,9 @@ pub struct RedisConfig {
     /// 2000). A waiter refreshes it every quarter of this; a dead waiter's entry is gone
     /// after at most this long.
     pub queue_ttl: Duration,
-    /// How long a lock's last fence is kept after release (`fence_keep_ms`, default 600000).
+    /// How long a lock's last fence is kept after its last lease ended, released or expired
+    /// (`fence_keep_ms`, default 600000): within it, fences of the lock stay strictly
+    /// increasing whatever the server clock does.
     pub fence_keep: Duration,
     /// Fallback poll of non-fair waiters, backing up pub/sub (`poll_min_ms` / `poll_max_ms`,
     /// default 50 / 100).

@@ -178,7 +178,8 @@ impl RedisBackend {
 
     /// Runs a script within the operation timeout. Every holdfast script is
     /// idempotent for its token (a repeated acquire returns the same grant, a
-    /// repeated renew or release changes nothing more), so a call that failed
+    /// repeated renew extends the same lease, a repeated release answers
+    /// "released" again and changes nothing more), so a call that failed
     /// on a dead connection (a server restart, a failover) is sent once more
     /// on the connection the manager re-establishes.
     async fn invoke<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
@@ -208,6 +209,7 @@ impl RedisBackend {
         if fair {
             inv.arg(ms(self.inner.config.queue_ttl)).arg(&self.inner.client_id);
         }
+        inv.arg(ms(self.inner.config.fence_keep));
         let started = Instant::now();
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
         Ok(if granted == 1 {
@@ -326,6 +328,7 @@ impl Backend for RedisBackend {
         let prefix = &self.inner.config.prefix;
         let calls = leases.chunks(self.inner.config.renew_batch).map(|chunk| async move {
             let mut inv = self.inner.scripts.renew.prepare_invoke();
+            inv.arg(ms(self.inner.config.fence_keep));
             for lease in chunk {
                 let [h, _, _] = lock_keys(prefix, &lease.key);
                 inv.key(h).arg(lease.token.to_hex()).arg(ms(lease.ttl));
@@ -345,13 +348,13 @@ impl Backend for RedisBackend {
         let [h, q, e] = lock_keys(&self.inner.config.prefix, key);
         let mut inv = self.inner.scripts.status.key(h);
         inv.key(q).key(e);
-        let (label, fence, pttl, waiters): (Option<String>, i64, i64, i64) = self.invoke(&inv).await?;
+        let (label, fence, ms_left, waiters): (Option<String>, i64, i64, i64) = self.invoke(&inv).await?;
         Ok(LockStatus {
             key: key.to_string(),
             holder: label.map(|label| HolderInfo {
                 label,
                 fence: fence.max(0) as u64,
-                ttl_left: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                ttl_left: (ms_left >= 0).then(|| Duration::from_millis(ms_left as u64)),
             }),
             waiters: Some(waiters.max(0) as u64),
         })

@@ -1,23 +1,22 @@
--- Non-fair acquire. KEYS: H, Q, E. ARGV: token, ttl_ms, label.
--- Returns {1, fence} when granted, {0, pttl_ms} when busy (-1: wait on the fair queue).
+-- Non-fair acquire. KEYS: H, Q, E. ARGV: token, ttl_ms, label, fence_keep_ms.
+-- Returns {1, fence} when granted, {0, ms_left} when busy (-1: wait on the fair queue).
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
-local token = ARGV[1]
-local cur = redis.call('HMGET', h, 'o', 'f')
-if cur[1] then
-  if cur[1] == token then
-    -- A retry of an attempt that already succeeded: the same grant.
-    return {1, tonumber(cur[2])}
-  end
-  return {0, redis.call('PTTL', h)}
-end
+local token, ttl, label, keep = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local s = read_lock(h)
 local us = now_us()
-if redis.call('EXISTS', q) == 1 and purge(q, e, math.floor(us / 1000)) then
+local now = math.floor(us / 1000)
+local o = holder(s, now)
+if o == token then
+  -- A retry of an attempt that already succeeded (its reply was lost): the
+  -- same grant, with the lease counted from now, as the client counts it.
+  write(h, s, now + ttl, keep, 'x', int(now + ttl))
+  return {1, s.f}
+end
+if o then return {0, s.x - now} end
+if redis.call('EXISTS', q) == 1 and purge(q, e, now) then
   -- Fair waiters are queued: they go first.
   return {0, -1}
 end
-local f = us
-local last = tonumber(cur[2] or '0') or 0
-if last >= us then f = last + 1 end
-redis.call('HSET', h, 'o', token, 'f', string.format('%d', f), 'l', ARGV[3])
-redis.call('PEXPIRE', h, ARGV[2])
+local f = next_fence(s, us)
+write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
 return {1, f}

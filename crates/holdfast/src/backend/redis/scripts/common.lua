@@ -1,30 +1,58 @@
 -- Shared helpers, prepended to every holdfast script.
 -- Lock layout (all keys share the hash tag {PREFIX:KEY}, one Cluster slot):
---   H = {PREFIX:KEY}    hash: o = owner token, f = last fence, l = holder label; PEXPIRE = the lease
+--   H = {PREFIX:KEY}    hash, the lock:
+--         o = owner token of the last grant, f = its fence (the lock's last
+--         fence), l = its holder's label,
+--         x = end of its lease in server ms (TIME), 0 once released: o holds
+--             the lock while x is later than now,
+--         r = token of the last release (a re-sent release is told "released"),
+--         e = when H itself expires, server ms (PEXPIREAT).
+--       H outlives every lease by at least the fence keep period, so the last
+--       fence survives a lease that expired as well as one that was released.
 --   Q = {PREFIX:KEY}:q  list of queued fair waiters' tokens, in request order
 --   E = {PREFIX:KEY}:e  hash: token -> "expiry_ms ttl_ms client_id label" of each queued waiter
--- Time comes only from the server (TIME, PEXPIRE), never from a client.
+-- Time comes only from the server (TIME), never from a client.
 
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- The lock's state, in one read.
+local function read_lock(h)
+  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l')
+  return { o = v[1], f = tonumber(v[2] or '0') or 0, x = tonumber(v[3] or '0') or 0,
+           e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6] }
+end
+
+-- The token holding the lock at server time now_ms, or nil.
+local function holder(s, now_ms)
+  if s.o and s.x > now_ms then return s.o end
+  return nil
+end
+
 -- The next fence of a lock: the server clock in microseconds, or one above the
--- last fence kept in H if that is higher. Strictly increasing per lock while H
--- exists; after H expired, increasing as long as the server clock has not
--- stepped back past the last fence.
-local function next_fence(h, us)
-  local last = tonumber(redis.call('HGET', h, 'f') or '0') or 0
-  if last >= us then return last + 1 end
+-- lock's last fence if that is higher. Strictly increasing while H exists,
+-- whatever the clock does; after H expired, increasing as long as the server
+-- clock has not stepped back past the last fence.
+local function next_fence(s, us)
+  if s.f >= us then return s.f + 1 end
   return us
 end
 
-local function grant(h, token, ttl_ms, label, us)
-  local f = next_fence(h, us)
-  redis.call('HSET', h, 'o', token, 'f', string.format('%d', f), 'l', label)
-  redis.call('PEXPIRE', h, ttl_ms)
-  return f
+-- Writes the field/value pairs into H and keeps H alive until at least keep_ms
+-- past lease_end, so the lock's fence outlives the lease. The expiry moves in
+-- steps of half a keep period beyond that, so most renewals need no PEXPIREAT.
+local function write(h, s, lease_end, keep_ms, ...)
+  local at = s.e
+  local move = at < lease_end + keep_ms
+  if move then at = lease_end + keep_ms + math.floor(keep_ms / 2) end
+  redis.call('HSET', h, 'e', int(at), ...)
+  if move then redis.call('PEXPIREAT', h, int(at)) end
 end
 
 local function parse_entry(v)

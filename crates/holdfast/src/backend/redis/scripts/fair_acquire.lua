@@ -1,32 +1,37 @@
 -- Fair acquire, also the waiter's periodic refresh. KEYS: H, Q, E.
--- ARGV: token, ttl_ms, label, queue_entry_ttl_ms, client_id.
+-- ARGV: token, ttl_ms, label, queue_entry_ttl_ms, client_id, fence_keep_ms.
 -- Returns {1, fence} when granted (directly, or handed off by a release), else
--- {0, pttl_ms} after queueing the waiter (or refreshing its entry).
+-- {0, ms_left} after queueing the waiter (or refreshing its entry; -1: the
+-- lock is free but others are ahead).
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
-local token, ttl, label, qttl, client = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local o = redis.call('HGET', h, 'o')
+local token, ttl, label, qttl, client = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local keep = tonumber(ARGV[6])
+local s = read_lock(h)
+local us = now_us()
+local now = math.floor(us / 1000)
+local o = holder(s, now)
 if o == token then
   -- Handed off by a release (with a short claim window), or a retry: take the full lease now.
-  redis.call('PEXPIRE', h, ttl)
-  return {1, tonumber(redis.call('HGET', h, 'f'))}
+  write(h, s, now + ttl, keep, 'x', int(now + ttl))
+  return {1, s.f}
 end
-local us = now_us()
-local now_ms = math.floor(us / 1000)
-local head = purge(q, e, now_ms)
+local head = purge(q, e, now)
 if not o then
   if not head or head == token then
     if head then
       redis.call('LPOP', q)
       redis.call('HDEL', e, token)
     end
-    return {1, grant(h, token, ttl, label, us)}
+    local f = next_fence(s, us)
+    write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
+    return {1, f}
   end
 end
-local entry = string.format('%d', now_ms + qttl) .. ' ' .. ttl .. ' ' .. client .. ' ' .. label
+local entry = int(now + qttl) .. ' ' .. int(ttl) .. ' ' .. client .. ' ' .. label
 if redis.call('HSET', e, token, entry) == 1 then
   redis.call('RPUSH', q, token)
 end
 redis.call('PEXPIRE', q, qttl * 2)
 redis.call('PEXPIRE', e, qttl * 2)
-if o then return {0, redis.call('PTTL', h)} end
+if o then return {0, s.x - now} end
 return {0, -1}

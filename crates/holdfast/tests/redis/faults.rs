@@ -1,0 +1,263 @@
+//! Lost replies and clock trouble, through the raw store calls
+//! (`holdfast::backend::connect`): a retried acquire, a re-sent release, a
+//! fence kept past a lease that expired, and what one uncontended
+//! acquisition costs the server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use holdfast::backend::{AcquireRequest, Backend, Grant, RenewRequest};
+use holdfast::{LockKey, OwnerToken};
+use holdfast_testkit::servers::redis::RedisServer;
+
+use super::{client, raw, rt};
+
+/// A request, and whether it is made by a waiting acquire or one try.
+#[derive(Clone)]
+struct Request {
+    req: AcquireRequest,
+    wait: bool,
+}
+
+impl std::ops::Deref for Request {
+    type Target = AcquireRequest;
+    fn deref(&self) -> &AcquireRequest {
+        &self.req
+    }
+}
+
+fn request(key: &str, token: OwnerToken, ttl: Duration, wait: bool, fair: bool) -> Request {
+    let req = AcquireRequest::new(LockKey::new(key).expect("key"), token, ttl).with_label("faults").with_fair(fair);
+    Request { req, wait }
+}
+
+/// Makes the request's attempt: a try, or a waiting acquire.
+async fn attempt(backend: &dyn Backend, r: &Request) -> holdfast::Result<Option<Grant>> {
+    if r.wait { backend.acquire(&r.req).await.map(Some) } else { backend.try_acquire(&r.req).await }
+}
+
+/// The lease time the server has left for lock `key`, by its own clock: the
+/// lease's end (field `x` of the lock's hash, server ms) minus `TIME`. The
+/// hash itself outlives the lease, to keep the lock's fence.
+async fn lease_left(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Duration {
+    let end: Option<i64> =
+        redis::cmd("HGET").arg(format!("{{holdfast:{key}}}")).arg("x").query_async(conn).await.expect("hget x");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.expect("time");
+    let now_ms = secs * 1000 + micros / 1000;
+    Duration::from_millis((end.unwrap_or(0) - now_ms).max(0) as u64)
+}
+
+/// The hash of lock `key` carries fence `f`: overwrite it, as if the server's
+/// clock had stepped back below the last fence.
+async fn set_last_fence(conn: &mut redis::aio::MultiplexedConnection, key: &str, fence: u64) {
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{holdfast:{key}}}"))
+        .arg("f")
+        .arg(fence.to_string())
+        .query_async(conn)
+        .await
+        .expect("hset f");
+}
+
+/// An acquire whose reply was lost is sent again with the same token. The
+/// retry gets the same grant and a lease of its TTL from the retry on, since
+/// the client counts its lease from the retry: otherwise the client believes
+/// ~1 s remains while the server frees the key ~0.4 s later (two holders).
+/// Every path: a try, a waiting acquire, and both in fair mode.
+#[test]
+fn retried_acquire_extends_the_lease_to_its_ttl() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let ttl = Duration::from_millis(1000);
+        let conn = raw(&server).await;
+        let runs = [(false, false), (true, false), (false, true), (true, true)].map(|(wait, fair)| {
+            let (backend, mut conn) = (backend.clone(), conn.clone());
+            async move {
+                let key = format!("retry/wait={wait}/fair={fair}");
+                let req = request(&key, OwnerToken::random(), ttl, wait, fair);
+                let first = attempt(&*backend, &req).await.expect("acquire").expect("a free key is granted");
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                let again = attempt(&*backend, &req).await.expect("retry").expect("the retry gets the grant");
+                assert_eq!(again.fence, first.fence, "{key}: a retry must return the same fence");
+                let left = lease_left(&mut conn, &key).await;
+                assert!(left > Duration::from_millis(900), "{key}: {left:?} left on the server after the retry");
+                let status = backend.status(&req.key).await.expect("status");
+                let store_left = status.holder.and_then(|h| h.ttl_left).expect("held, with a ttl");
+                assert!(store_left > Duration::from_millis(900), "{key}: status says {store_left:?} left");
+                assert!(backend.release(&req.key, req.token).await.expect("release"));
+            }
+        });
+        futures::future::join_all(runs).await;
+    });
+}
+
+/// A release whose reply was lost is sent again: the second copy finds the
+/// lock already released by this very token and says "released" again,
+/// instead of the spurious "not held" that turns into `Error::Lost`. Also
+/// when the first copy handed the lock to a fair waiter. A token that never
+/// held the lock, or whose lease ran out unreleased, still gets false.
+#[test]
+fn released_twice_by_the_same_token_is_released_both_times() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let ttl = Duration::from_secs(10);
+
+        let req = request("release/twice", OwnerToken::random(), ttl, false, false);
+        attempt(&*backend, &req).await.expect("acquire").expect("granted");
+        assert!(backend.release(&req.key, req.token).await.expect("release"));
+        assert!(backend.release(&req.key, req.token).await.expect("resent release"), "a resent release said not held");
+        assert!(!backend.release(&req.key, OwnerToken::random()).await.expect("forged"), "a stranger released");
+
+        // Fair: the first copy hands the lock to the queued waiter.
+        let holder = request("release/handoff", OwnerToken::random(), ttl, true, true);
+        attempt(&*backend, &holder).await.expect("acquire").expect("granted");
+        let waiter = request("release/handoff", OwnerToken::random(), ttl, true, true);
+        let waiting = {
+            let (backend, waiter) = (backend.clone(), waiter.clone());
+            tokio::spawn(async move { attempt(&*backend, &waiter).await })
+        };
+        wait_for_waiters(&*backend, &holder.key, 1).await;
+        assert!(backend.release(&holder.key, holder.token).await.expect("release"));
+        let handed = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("waiter stuck");
+        handed.expect("task").expect("acquire").expect("handed off");
+        assert!(backend.release(&holder.key, holder.token).await.expect("resent release"), "resent after a hand-off");
+        assert!(backend.release(&waiter.key, waiter.token).await.expect("release"));
+
+        // A lease that ran out unreleased, then someone else took the key.
+        let stale = request("release/stale", OwnerToken::random(), Duration::from_millis(200), false, false);
+        attempt(&*backend, &stale).await.expect("acquire").expect("granted");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!backend.release(&stale.key, stale.token).await.expect("expired"), "an expired lease was released");
+        let next = request("release/stale", OwnerToken::random(), ttl, false, false);
+        attempt(&*backend, &next).await.expect("acquire").expect("granted after the expiry");
+        assert!(!backend.release(&stale.key, stale.token).await.expect("stale"), "a stale token released");
+        assert!(backend.status(&next.key).await.expect("status").holder.is_some(), "the stale release freed the key");
+    });
+}
+
+async fn wait_for_waiters(backend: &dyn Backend, key: &LockKey, n: u64) {
+    for _ in 0..100 {
+        if backend.status(key).await.expect("status").waiters == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{key}: never saw {n} queued waiters");
+}
+
+/// A lease that expires (no release) must not take the lock's last fence
+/// with it: the next grant's fence is above it even when the server clock
+/// is below it (a clock stepped back). Here the last fence is set far above
+/// the clock while the lease is held, as such a step would leave it.
+#[test]
+fn fence_outlives_an_expired_lease() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let mut conn = raw(&server).await;
+        let ttl = Duration::from_millis(300);
+        let key = "fence/expired";
+        let first = request(key, OwnerToken::random(), ttl, false, false);
+        let fence = attempt(&*backend, &first).await.expect("acquire").expect("granted").fence;
+        let high = fence + 1_000_000_000_000; // ~11.6 days of microseconds ahead of the clock
+        set_last_fence(&mut conn, key, high).await;
+        tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+        let next = request(key, OwnerToken::random(), ttl, false, false);
+        let next_fence = attempt(&*backend, &next).await.expect("acquire").expect("expired, so free").fence;
+        assert!(next_fence > high, "fence {next_fence} after an expired lease whose fence was {high}");
+    });
+}
+
+/// The same after a lease was renewed for far longer than the fence is
+/// kept (`fence_keep_ms`): each renewal must keep the lock's hash alive to
+/// the lease's end plus the keep period.
+#[test]
+fn fence_outlives_a_long_renewed_lease() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = format!("{}?fence_keep_ms=1000", server.url());
+        let backend = holdfast::backend::connect(&url).await.expect("connect");
+        let mut conn = raw(&server).await;
+        let ttl = Duration::from_millis(300);
+        let key = "fence/renewed";
+        let req = request(key, OwnerToken::random(), ttl, false, false);
+        let fence = attempt(&*backend, &req).await.expect("acquire").expect("granted").fence;
+        let renew = [RenewRequest { key: req.key.clone(), token: req.token, ttl }];
+        for _ in 0..25 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(backend.renew(&renew).await.expect("renew"), vec![true]);
+        }
+        let high = fence + 1_000_000_000_000;
+        set_last_fence(&mut conn, key, high).await;
+        tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+        assert_eq!(backend.renew(&renew).await.expect("renew"), vec![false], "an expired lease was renewed");
+        let next = request(key, OwnerToken::random(), ttl, false, false);
+        let next_fence = attempt(&*backend, &next).await.expect("acquire").expect("expired, so free").fence;
+        assert!(next_fence > high, "fence {next_fence} after an expired lease whose fence was {high}");
+    });
+}
+
+/// Commands the server ran, by name (INFO commandstats), without INFO itself.
+async fn command_stats(conn: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.expect("info");
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(":calls=")?;
+            Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info")
+        .collect()
+}
+
+/// What one uncontended acquire + release costs the server: commands sent by
+/// the client (EVALSHA) and run inside the scripts, per iteration of a loop on
+/// one key (its hash exists from the last iteration) and on a new key each
+/// time. Before the fence outlived the lease: 12 and 12 (see docs.md).
+#[test]
+fn uncontended_acquire_and_release_command_count() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let a = client(&server.url(), "count").await;
+        let mut conn = raw(&server).await;
+        // Warm up: the scripts are loaded.
+        a.mutex("count").acquire().await.expect("acquire").release().await.expect("release");
+        let n = 200;
+        for (what, same_key, bound) in [("one key", true, 11.0), ("a new key each time", false, 12.0)] {
+            let before = command_stats(&mut conn).await;
+            for i in 0..n {
+                let key = if same_key { "count".to_owned() } else { format!("count/{i}") };
+                a.mutex(key).acquire().await.expect("acquire").release().await.expect("release");
+            }
+            let after = command_stats(&mut conn).await;
+            let per: BTreeMap<&str, f64> = after
+                .iter()
+                .map(|(k, v)| (k.as_str(), (v - before.get(k).copied().unwrap_or(0)) as f64 / n as f64))
+                .filter(|(_, v)| *v > 0.0)
+                .collect();
+            let total: f64 = per.values().sum();
+            println!("{what}: {total} server commands per uncontended acquire+release: {per:?}");
+            assert_eq!(per.get("evalsha").copied(), Some(2.0), "{what}: one round trip each: {per:?}");
+            assert!(total <= bound, "{what}: {total} server commands per acquire+release: {per:?}");
+        }
+        // Renewal: one script call per batch, two commands per lease inside
+        // it (before: the same two), plus one TIME per batch.
+        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let ttl = Duration::from_secs(30);
+        let mut leases = Vec::new();
+        for i in 0..100 {
+            let req = request(&format!("count/renew/{i}"), OwnerToken::random(), ttl, false, false);
+            attempt(&*backend, &req).await.expect("acquire").expect("granted");
+            leases.push(RenewRequest { key: req.key.clone(), token: req.token, ttl });
+        }
+        backend.renew(&leases[..1]).await.expect("renew"); // loads the script
+        let before = command_stats(&mut conn).await;
+        assert!(backend.renew(&leases).await.expect("renew").iter().all(|held| *held));
+        let after = command_stats(&mut conn).await;
+        let total: u64 = after.iter().map(|(k, v)| v - before.get(k).copied().unwrap_or(0)).sum();
+        println!("renewing 100 leases in one batch: {total} server commands");
+        assert!(total <= 2 * 100 + 2, "{total} server commands to renew 100 leases");
+    });
+}
