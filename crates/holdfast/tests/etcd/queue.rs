@@ -176,9 +176,11 @@ async fn requests_per_handoff(url: &str, member: &holdfast_testkit::servers::etc
     (requests() - before) / n as f64
 }
 
-/// No herd: each hand-off costs the same few requests (the releaser's
-/// delete, the next waiter's position read) with 4 or 24 waiters queued;
-/// a herd would cost a read per queued waiter. Counted by etcd's metrics.
+/// No herd: each hand-off costs the same few requests with 4 or 24 waiters
+/// queued: the releaser's delete and the cancel of its key's watcher, the
+/// next waiter's position read (and here, where every waiter is a client of
+/// its own that ends after its release, that client's lease revoke); a herd
+/// would cost a read per queued waiter. Counted by etcd's metrics.
 #[test]
 fn herd_free_handoffs() {
     let server = EtcdCluster::start();
@@ -187,6 +189,6 @@ fn herd_free_handoffs() {
         let few = requests_per_handoff(&url, &server.members[0], 4).await;
         let many = requests_per_handoff(&url, &server.members[0], 24).await;
         eprintln!("etcd requests per hand-off: {few:.2} with 4 waiters, {many:.2} with 24");
-        assert!(many <= 4.0 && many <= few * 1.3 + 0.5, "hand-off cost grows with the queue: {few} -> {many}");
+        assert!(many <= 5.0 && many <= few * 1.3 + 0.5, "hand-off cost grows with the queue: {few} -> {many}");
     });
 }
