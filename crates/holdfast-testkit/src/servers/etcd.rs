@@ -47,6 +47,23 @@ impl EtcdMember {
             .sum()
     }
 
+    /// Stops the member's process (SIGSTOP): its connections stay open but
+    /// nothing is answered, as with a hung server or a silent network.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a paused member run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.process.pid().to_string();
+        let status = Command::new("kill").args(["-s", signal, &pid]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -s {signal} {pid} failed");
+    }
+
     /// `(member id, leader id)` from the member's status, as decimal strings.
     pub fn status(&self) -> Option<(String, String)> {
         let body = http(self.client_port, "POST", "/v3/maintenance/status", "{}")?;

@@ -1,4 +1,5 @@
-//! The etcd requests of the lock recipe: key layout and the transactions.
+//! The etcd requests of the lock recipe: the connection with its retries,
+//! the key layout, the transactions, and the status read.
 //!
 //! Layout: a lock `K` owns the prefix `{prefix}{enc(K)}/` and each waiter or
 //! holder one key under it, `{prefix}{enc(K)}/{token hex}`, attached to the
@@ -7,11 +8,132 @@
 //! The key with the lowest create revision holds the lock; its create
 //! revision is the fence (etcd's revision is global and never reused).
 
+use std::future::Future;
+use std::time::Duration;
+
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
+use super::STORE;
+use crate::backend::{HolderInfo, LockStatus};
+use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+
+fn is_retryable(e: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match e {
+        E::TransportError(_) | E::IoError(_) | E::WatchError(_) | E::LeaseKeepAliveError(_) => true,
+        // gRPC codes: 1 Cancelled, 2 Unknown, 4 DeadlineExceeded, 10 Aborted, 14 Unavailable.
+        E::GRpcStatus(s) => matches!(s.code() as i32, 1 | 2 | 4 | 10 | 14) || s.message().contains("leader"),
+        _ => false,
+    }
+}
+
+pub(super) fn map_err(e: etcd_client::Error) -> Error {
+    Error::backend(STORE, is_retryable(&e), e)
+}
+
+/// Whether etcd refused a request because the lease it names is gone
+/// (revoked, or expired while this client could not tell).
+pub(super) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.message().contains("requested lease not found"),
+        etcd_client::Error::LeaseKeepAliveError(m) => m.contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// The etcd client and the per-operation time budget, with retries on the
+/// other endpoints: etcd-client keeps sending some requests to a dead
+/// endpoint after a member dies, so a transport error or `Unavailable` is
+/// retried (each request here is idempotent) until the budget is spent.
+#[derive(Clone)]
+pub(super) struct Conn {
+    pub(super) client: etcd_client::Client,
+    pub(super) timeout: Duration,
+}
+
+/// The outcome of a call that gave up: the last error from etcd, or none
+/// if every try timed out.
+pub(super) enum Failed {
+    Etcd(etcd_client::Error),
+    TimedOut,
+}
+
+impl Conn {
+    /// Calls `f` until it succeeds, fails for good, or the budget is spent.
+    pub(super) async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnMut(etcd_client::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        self.call_raw(what, f).await.map_err(|failed| match failed {
+            Failed::Etcd(e) => map_err(e),
+            Failed::TimedOut => Error::backend(STORE, true, format!("etcd {what} timed out after {:?}", self.timeout)),
+        })
+    }
+
+    /// As [`call`](Self::call), keeping etcd's own error for the caller to inspect.
+    pub(super) async fn call_raw<T, F, Fut>(&self, what: &str, mut f: F) -> std::result::Result<T, Failed>
+    where
+        F: FnMut(etcd_client::Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let per_try = left.min((self.timeout / 2).max(Duration::from_millis(500)));
+            match tokio::time::timeout(per_try, f(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if is_retryable(&e) && tokio::time::Instant::now() + backoff < deadline => {
+                    tracing::debug!(what, error = %e, "etcd request failed; retrying");
+                }
+                Ok(Err(e)) => return Err(Failed::Etcd(e)),
+                Err(_) if tokio::time::Instant::now() + backoff < deadline => {
+                    tracing::debug!(what, "etcd request timed out; retrying");
+                }
+                Err(_) => return Err(Failed::TimedOut),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    pub(super) async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
+        self.call(what, |mut c| {
+            let t = txn.clone();
+            async move { c.txn(t).await }
+        })
+        .await
+    }
+
+    /// Deletes `key`; the number of keys deleted, and whether an earlier try
+    /// of this call may have been applied (its reply was lost).
+    pub(super) async fn delete(&self, key: &[u8]) -> Result<(i64, bool)> {
+        let mut tries = 0u32;
+        let resp = self
+            .call("release", |mut c| {
+                tries += 1;
+                let k = key.to_vec();
+                async move { c.delete(k, None).await }
+            })
+            .await?;
+        Ok((resp.deleted(), tries > 1))
+    }
+
+    /// Whether `key` exists, and the revision of the read.
+    pub(super) async fn exists(&self, key: &[u8]) -> Result<(bool, i64)> {
+        let resp = self
+            .call("get", |mut c| {
+                let k = key.to_vec();
+                async move { c.get(k, Some(GetOptions::new().with_count_only())).await }
+            })
+            .await?;
+        Ok((resp.count() > 0, resp.header().map_or(0, |h| h.revision())))
+    }
+}
 
 /// The prefix under which the waiters of `key` live.
 pub(super) fn lock_prefix(namespace: &str, key: &LockKey) -> Vec<u8> {
@@ -48,16 +170,16 @@ pub(super) fn try_acquire(prefix: &[u8], own: &[u8], label: &str, lease: i64) ->
         .or_else([TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_limit(1)))])
 }
 
-/// Joins the queue: put our key unless it exists (a retried request), and
-/// read the two newest keys, which are ours and our predecessor's.
+/// Joins the queue: put our key and read the two newest keys, which are ours
+/// and our predecessor's. If our key exists already (a retried request, or
+/// an attempt made again after its session was lost while the key lived
+/// on), it is put again on `lease`, keeping its place, and read back.
 pub(super) fn enqueue(prefix: &[u8], own: &[u8], label: &str, lease: i64) -> Txn {
+    let put = || TxnOp::put(own.to_vec(), label, Some(PutOptions::new().with_lease(lease)));
     Txn::new()
         .when([Compare::create_revision(own.to_vec(), CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put(own.to_vec(), label, Some(PutOptions::new().with_lease(lease))),
-            TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Descend).with_limit(2))),
-        ])
-        .or_else([TxnOp::get(own.to_vec(), None)])
+        .and_then([put(), TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Descend).with_limit(2)))])
+        .or_else([put(), TxnOp::get(own.to_vec(), None)])
 }
 
 /// Our key (does it still exist?) and our predecessor: the newest key
@@ -83,6 +205,37 @@ pub(super) fn kvs(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
         Some(TxnOpResponse::Get(mut g)) => g.take_kvs(),
         _ => Vec::new(),
     }
+}
+
+/// The holder of the lock under `prefix` (its label, fence and session
+/// lease's time left) and the number of waiters.
+pub(super) async fn status(conn: &Conn, key: &LockKey, prefix: &[u8]) -> Result<LockStatus> {
+    let opts = by_create(SortOrder::Ascend).with_limit(1);
+    let resp = conn
+        .call("status", |mut c| {
+            let (p, o) = (prefix.to_vec(), opts.clone());
+            async move { c.get(p, Some(o)).await }
+        })
+        .await?;
+    let count = resp.count().max(0) as u64;
+    let holder = match resp.kvs().first() {
+        None => None,
+        Some(kv) => {
+            let lease = kv.lease();
+            let ttl = if lease == 0 {
+                None
+            } else {
+                let r = conn.call("lease ttl", |mut c| async move { c.lease_time_to_live(lease, None).await }).await?;
+                (r.ttl() >= 0).then(|| Duration::from_secs(r.ttl() as u64))
+            };
+            Some(HolderInfo {
+                label: String::from_utf8_lossy(kv.value()).into_owned(),
+                fence: kv.create_revision().max(0) as u64,
+                ttl_left: ttl,
+            })
+        }
+    };
+    Ok(LockStatus { key: key.to_string(), holder, waiters: Some(count.saturating_sub(1)) })
 }
 
 #[cfg(test)]

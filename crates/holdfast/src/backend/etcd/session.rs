@@ -1,15 +1,18 @@
 //! Session leases: one etcd lease per lease TTL in use, kept alive by one
 //! keep-alive stream, whose loss cancels the session's token.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Conn;
+use super::STORE;
+use super::ops::{Conn, is_lease_not_found};
 use crate::error::{Error, Result};
+use crate::lease::drift_margin;
 
 type Confirm = oneshot::Sender<Result<()>>;
 
@@ -22,26 +25,35 @@ pub(super) struct Session {
     /// Cancelled when the lease may have expired on the server: the server
     /// said it is gone, or no keep-alive was confirmed within its TTL.
     pub(super) lost: CancellationToken,
+    /// Until when the server is known to keep the lease (client clock, less
+    /// the drift margin).
+    confirmed_until: Arc<Mutex<Instant>>,
     confirm_tx: mpsc::Sender<Confirm>,
 }
 
 impl Session {
     /// Grants a lease of `ttl_secs` and starts its keep-alive task, which
     /// ends (revoking the lease) when `shutdown` is cancelled.
-    pub(super) async fn start(conn: &Conn, ttl_secs: i64, shutdown: CancellationToken) -> Result<Arc<Session>> {
+    async fn start(conn: &Conn, ttl_secs: i64, shutdown: CancellationToken) -> Result<Arc<Session>> {
         let sent = Instant::now();
         let granted = conn.call("lease grant", |mut c| async move { c.lease_grant(ttl_secs, None).await }).await?;
         if granted.ttl() <= 0 || !granted.error().is_empty() {
-            return Err(Error::backend(super::STORE, true, format!("lease grant refused: {}", granted.error())));
+            return Err(Error::backend(STORE, true, format!("lease grant refused: {}", granted.error())));
         }
         let ttl = Duration::from_secs(granted.ttl() as u64);
         let (confirm_tx, confirm_rx) = mpsc::channel(64);
-        let session = Arc::new(Session { lease: granted.id(), lost: CancellationToken::new(), confirm_tx });
+        let confirmed_until = Arc::new(Mutex::new(sent + ttl - drift_margin(ttl)));
+        let session = Arc::new(Session {
+            lease: granted.id(),
+            lost: CancellationToken::new(),
+            confirmed_until: confirmed_until.clone(),
+            confirm_tx,
+        });
         let task = KeepAlive {
             conn: conn.clone(),
             lease: granted.id(),
             ttl,
-            confirmed_until: sent + ttl - margin(ttl),
+            confirmed_until,
             lost: session.lost.clone(),
             shutdown,
             rx: confirm_rx,
@@ -52,6 +64,7 @@ impl Session {
 
     /// Sends one keep-alive now and waits for the server's answer: `Ok` means
     /// the lease was extended to its full TTL from a moment after this call.
+    /// If the server says the lease is gone, the session is lost.
     pub(super) async fn confirm(&self) -> Result<()> {
         if self.lost.is_cancelled() {
             return Err(session_lost());
@@ -60,27 +73,65 @@ impl Session {
         self.confirm_tx.send(tx).await.map_err(|_| session_lost())?;
         rx.await.map_err(|_| session_lost())?
     }
+
+    /// Until when the server keeps the lease, and so every key on it, if no
+    /// further keep-alive gets through.
+    pub(super) fn confirmed_until(&self) -> Instant {
+        *self.confirmed_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The error of an operation whose session lease is gone.
 pub(super) fn session_lost() -> Error {
-    Error::backend(super::STORE, true, "the etcd session lease expired or was revoked")
+    Error::backend(STORE, true, "the etcd session lease expired or was revoked")
 }
 
-/// The client's view of a lease ends this much before the server's (clock-rate drift).
-fn margin(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(1)
+/// The client's session leases, one per lease TTL in use.
+pub(super) struct Sessions {
+    /// The shortest session lease, in seconds.
+    min_secs: i64,
+    /// Held while a session is started: one opener at a time.
+    by_ttl: tokio::sync::Mutex<HashMap<i64, Arc<Session>>>,
+}
+
+impl Sessions {
+    pub(super) fn new(min_secs: i64) -> Self {
+        Sessions { min_secs, by_ttl: tokio::sync::Mutex::default() }
+    }
+
+    /// The live session for a lock TTL (`max(ceil(ttl), min)` seconds),
+    /// started if there is none or the last one was lost.
+    pub(super) async fn for_ttl(
+        &self,
+        conn: &Conn,
+        ttl: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<Arc<Session>> {
+        let secs = (ttl.as_millis().div_ceil(1000) as i64).max(self.min_secs);
+        let mut sessions = self.by_ttl.lock().await;
+        if let Some(s) = sessions.get(&secs).filter(|s| !s.lost.is_cancelled()) {
+            return Ok(s.clone());
+        }
+        let s = Session::start(conn, secs, shutdown.clone()).await?;
+        sessions.insert(secs, s.clone());
+        Ok(s)
+    }
 }
 
 struct KeepAlive {
     conn: Conn,
     lease: i64,
     ttl: Duration,
-    /// Until when the server is known to keep the lease (client clock).
-    confirmed_until: Instant,
+    confirmed_until: Arc<Mutex<Instant>>,
     lost: CancellationToken,
     shutdown: CancellationToken,
     rx: mpsc::Receiver<Confirm>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    Lost,
+    Shutdown,
 }
 
 impl KeepAlive {
@@ -102,6 +153,10 @@ impl KeepAlive {
         }
     }
 
+    fn confirmed_until(&self) -> Instant {
+        *self.confirmed_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn keep_alive(&mut self) -> Ended {
         let interval = (self.ttl / 3).max(Duration::from_millis(100));
         // A keep-alive answers in milliseconds; one sent on a connection to a
@@ -109,7 +164,7 @@ impl KeepAlive {
         // runs out, so there is time to reopen it on another endpoint.
         let per_try = (self.ttl / 4).clamp(Duration::from_millis(250), self.conn.timeout);
         loop {
-            let left = self.confirmed_until.saturating_duration_since(Instant::now());
+            let left = self.confirmed_until().saturating_duration_since(Instant::now());
             if left.is_zero() {
                 tracing::warn!(lease = self.lease, "etcd session lease not confirmed within its TTL: session lost");
                 return Ended::Lost;
@@ -121,6 +176,13 @@ impl KeepAlive {
             };
             let (mut keeper, mut stream) = match opened {
                 Ok(Ok(pair)) => pair,
+                // Opening a stream sends a first keep-alive; etcd-client turns
+                // its "no such lease" answer into this error. Retrying it until
+                // the lease's deadline would leave lost() that much late.
+                Ok(Err(e)) if is_lease_not_found(&e) => {
+                    tracing::warn!(lease = self.lease, "etcd session lease revoked or expired: session lost");
+                    return Ended::Lost;
+                }
                 other => {
                     tracing::debug!(lease = self.lease, ?other, "etcd keep-alive stream failed to open; retrying");
                     tokio::select! {
@@ -142,7 +204,7 @@ impl KeepAlive {
                     waiting.push(tx);
                 }
                 let sent = Instant::now();
-                let left = self.confirmed_until.saturating_duration_since(sent);
+                let left = self.confirmed_until().saturating_duration_since(sent);
                 let answer = tokio::time::timeout(left.min(per_try), async {
                     keeper.keep_alive().await?;
                     stream.message().await
@@ -151,7 +213,8 @@ impl KeepAlive {
                 match answer {
                     Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
                         let ttl = Duration::from_secs(resp.ttl() as u64);
-                        self.confirmed_until = sent + ttl - margin(ttl);
+                        *self.confirmed_until.lock().unwrap_or_else(|p| p.into_inner()) =
+                            sent + ttl - drift_margin(ttl);
                         next = sent + interval;
                         for tx in waiting {
                             let _ = tx.send(Ok(()));
@@ -167,7 +230,7 @@ impl KeepAlive {
                     other => {
                         tracing::debug!(lease = self.lease, ?other, "etcd keep-alive failed; reopening the stream");
                         for tx in waiting {
-                            let _ = tx.send(Err(Error::backend(super::STORE, true, "etcd keep-alive failed")));
+                            let _ = tx.send(Err(Error::backend(STORE, true, "etcd keep-alive failed")));
                         }
                         break;
                     }
@@ -175,10 +238,4 @@ impl KeepAlive {
             }
         }
     }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Ended {
-    Lost,
-    Shutdown,
 }

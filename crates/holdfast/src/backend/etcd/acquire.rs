@@ -1,0 +1,245 @@
+//! Acquiring: one attempt, or a place in the lock's queue and the wait for
+//! the keys before it to go.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::EventType;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::grants::Entry;
+use super::ops::{self, Failed, is_lease_not_found, map_err};
+use super::session::{Session, session_lost};
+use super::{STORE, Shared};
+use crate::backend::{AcquireRequest, Grant};
+use crate::error::{Error, Result};
+use crate::key::OwnerToken;
+
+/// How long a waiter trusts its watch before it re-reads its position anyway.
+const RECHECK: Duration = Duration::from_secs(10);
+
+/// The error of an attempt whose key was deleted while it waited.
+fn key_deleted() -> Error {
+    Error::backend(
+        STORE,
+        true,
+        "this attempt's etcd key was deleted (its session lease revoked or expired, or by hand)",
+    )
+}
+
+impl Shared {
+    /// One attempt: put our key if the lock is free.
+    pub(super) async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        let started = Instant::now();
+        let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
+        let prefix = self.prefix(&req.key);
+        let own = ops::own_key(&prefix, req.token);
+        let entry = Entry::new(own.clone(), session.clone());
+        let gone = entry.gone.clone();
+        self.grants.track(&self.watch, &req.key, req.token, entry);
+        let txn = ops::try_acquire(&prefix, &own, &req.label, session.lease);
+        let resp = self.first_write(req.token, &session, "try acquire", txn).await?;
+        let read_at = ops::revision(&resp);
+        let fence = if resp.succeeded() {
+            read_at
+        } else {
+            match ops::kvs(&resp, 0).first() {
+                // A retried request whose first try had landed.
+                Some(kv) if kv.key() == own.as_slice() => kv.create_revision(),
+                _ => {
+                    // The put was not made: nothing to release.
+                    self.grants.forget(&self.watch, &req.key, req.token);
+                    return Ok(None);
+                }
+            }
+        };
+        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        self.granted(req, &session, &gone, fence, started).map(Some)
+    }
+
+    /// Joins the lock's queue and waits until no key older than ours is left.
+    pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        let started = Instant::now();
+        let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
+        let prefix = self.prefix(&req.key);
+        let own = ops::own_key(&prefix, req.token);
+        // A new attempt of the same token (after its session was lost while
+        // it waited) replaces the old one, whose key, if it still exists, the
+        // enqueue puts on the new session.
+        let entry = Entry::new(own.clone(), session.clone());
+        let gone = entry.gone.clone();
+        self.grants.track(&self.watch, &req.key, req.token, entry);
+        let txn = ops::enqueue(&prefix, &own, &req.label, session.lease);
+        let resp = self.first_write(req.token, &session, "enqueue", txn).await?;
+        let read_at = ops::revision(&resp);
+        // From now on, a deletion of our key (the session revoked, or the key
+        // deleted by hand) cancels `gone` within milliseconds.
+        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        let read = ops::kvs(&resp, 1);
+        let (my_rev, pred) = if resp.succeeded() {
+            // Our put is the newest key: the two newest are ours and our predecessor's.
+            (read_at, read.get(1).map(|kv| (kv.key().to_vec(), read_at)))
+        } else {
+            // Our key existed: find our place again.
+            let kv = read.first().ok_or_else(key_deleted)?;
+            (kv.create_revision(), None)
+        };
+        let started = if pred.is_some() || !resp.succeeded() {
+            self.wait_turn(&prefix, &own, my_rev, &session, &gone, pred).await?
+        } else {
+            started
+        };
+        self.granted(req, &session, &gone, my_rev, started)
+    }
+
+    /// Runs the first request of an attempt (the one that writes our key) on
+    /// its own task, registered as in flight until it is answered. A request
+    /// refused because the session lease is gone loses the session, so that
+    /// the next attempt starts a new one.
+    async fn first_write(
+        &self,
+        token: OwnerToken,
+        session: &Session,
+        what: &'static str,
+        txn: etcd_client::Txn,
+    ) -> Result<etcd_client::TxnResponse> {
+        let (done_tx, done_rx) = watch::channel(false);
+        self.grants.in_flight(token, done_rx);
+        let (conn, grants) = (self.conn.clone(), Arc::clone(&self.grants));
+        let task = tokio::spawn(async move {
+            let r = conn
+                .call_raw(what, |mut c| {
+                    let t = txn.clone();
+                    async move { c.txn(t).await }
+                })
+                .await;
+            grants.landed(token);
+            let _ = done_tx.send(true);
+            r
+        });
+        match task.await.map_err(|e| Error::backend(STORE, false, e))? {
+            Ok(resp) => Ok(resp),
+            Err(Failed::Etcd(e)) if is_lease_not_found(&e) => {
+                tracing::warn!(lease = session.lease, "etcd refused the session lease: session lost");
+                session.lost.cancel();
+                Err(session_lost())
+            }
+            Err(Failed::Etcd(e)) => Err(map_err(e)),
+            Err(Failed::TimedOut) => {
+                Err(Error::backend(STORE, true, format!("etcd {what} timed out after {:?}", self.conn.timeout)))
+            }
+        }
+    }
+
+    /// The grant of an attempt whose key holds the lock, believed only while
+    /// the key and its session are there. The store keeps it `req.ttl` from
+    /// `started`, or less if the session lease runs out sooner (it was last
+    /// confirmed a while ago, and nothing renews it in between).
+    fn granted(
+        &self,
+        req: &AcquireRequest,
+        session: &Session,
+        gone: &CancellationToken,
+        fence: i64,
+        started: Instant,
+    ) -> Result<Grant> {
+        if gone.is_cancelled() || self.grants.grant(&req.key, req.token).is_none() {
+            return Err(key_deleted());
+        }
+        let session_left = session.confirmed_until().into_std().saturating_duration_since(started);
+        Ok(Grant {
+            fence: fence as u64,
+            attempt_started: started,
+            valid_for: req.ttl.min(session_left),
+            session_lost: Some(gone.clone()),
+        })
+    }
+
+    /// Waits until no key older than ours remains under the prefix; returns
+    /// when the read that found us first in line was sent. The lock's TTL
+    /// runs from then: until that read, the session lease alone kept our key.
+    async fn wait_turn(
+        &self,
+        prefix: &[u8],
+        own: &[u8],
+        my_rev: i64,
+        session: &Session,
+        gone: &CancellationToken,
+        mut pred: Option<(Vec<u8>, i64)>,
+    ) -> Result<Instant> {
+        loop {
+            if let Some((pred_key, read_at)) = pred.take() {
+                match self.wait_deleted(pred_key, read_at, gone).await {
+                    Err(e) if gone.is_cancelled() => return Err(self.key_gone(session, e).await),
+                    other => other?,
+                }
+            }
+            let sent = Instant::now();
+            let resp = self.conn.txn("queue position", ops::position(prefix, own, my_rev)).await?;
+            if ops::kvs(&resp, 0).is_empty() {
+                return Err(self.key_gone(session, key_deleted()).await);
+            }
+            match ops::kvs(&resp, 1).into_iter().next() {
+                None => return Ok(sent),
+                Some(kv) => pred = Some((kv.key().to_vec(), ops::revision(&resp))),
+            }
+        }
+    }
+
+    /// Our key is gone while we waited. If it went with the session lease
+    /// (revoked, or expired while this process was paused), make sure the
+    /// session knows before the client's next attempt picks one: ask etcd
+    /// now rather than at the next keep-alive.
+    async fn key_gone(&self, session: &Session, e: Error) -> Error {
+        if !session.lost.is_cancelled() {
+            let _ = tokio::time::timeout(self.conn.timeout, session.confirm()).await;
+        }
+        e
+    }
+
+    /// Resolves when `key`, seen at revision `read_at`, is deleted, when the
+    /// watch fails, or after [`RECHECK`]; errors if our own key is gone.
+    ///
+    /// The watch starts at the current revision rather than at `read_at + 1`:
+    /// etcd delivers events to a watch that starts in the past only from its
+    /// 100 ms catch-up loop, which would add up to 100 ms to hand-offs. If the
+    /// store moved on between our read and the watch, one read of the key
+    /// closes the gap.
+    async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
+        let watching = self.conn.call("watch", |mut c| {
+            let k = key.clone();
+            async move { c.watch(k, None).await }
+        });
+        let mut stream = tokio::select! {
+            _ = gone.cancelled() => return Err(key_deleted()),
+            s = watching => s?,
+        };
+        let recheck = tokio::time::sleep(RECHECK);
+        tokio::pin!(recheck);
+        loop {
+            tokio::select! {
+                _ = gone.cancelled() => return Err(key_deleted()),
+                _ = &mut recheck => return Ok(()),
+                msg = stream.message() => match msg {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() || resp.compact_revision() > 0
+                            || resp.events().iter().any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return Ok(());
+                        }
+                        let watched_from = resp.header().map_or(i64::MAX, |h| h.revision());
+                        if resp.created() && watched_from > read_at && !self.conn.exists(&key).await?.0 {
+                            return Ok(());
+                        }
+                    }
+                    other => {
+                        tracing::debug!(?other, "etcd watch ended; re-reading the queue");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        return Ok(());
+                    }
+                },
+            }
+        }
+    }
+}
