@@ -4,16 +4,15 @@ use std::fmt;
 
 /// A password or other credential taken from a store URL.
 ///
-/// `Debug` and `Display` both print `***`, so a config, an error or a log line
-/// that formats one cannot leak it. The value is reachable only through
-/// [`expose`](Secret::expose), which is the one place to look for when
-/// auditing where credentials go. Because `Display` prints `***` too,
-/// `format!("{user}:{secret}")` builds the wrong credential: always call
-/// `expose()` where the real value is needed.
+/// `Debug` prints `***`, so a config, an error or a log line that formats
+/// one cannot leak it. There is no `Display`: `format!("{user}:{secret}")`
+/// does not compile, rather than silently building a wrong credential. The
+/// value is reachable only through [`expose`](Secret::expose), which is the
+/// one place to look for when auditing where credentials go.
 ///
 /// ```
 /// let password = holdfast::Secret::new("hunter2");
-/// assert_eq!(format!("{password} {password:?}"), "*** ***");
+/// assert_eq!(format!("{password:?}"), "***");
 /// assert_eq!(password.expose(), "hunter2");
 /// ```
 #[derive(Clone, PartialEq, Eq)]
@@ -37,12 +36,6 @@ impl fmt::Debug for Secret {
     }
 }
 
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
 impl From<String> for Secret {
     fn from(value: String) -> Self {
         Secret(value)
@@ -58,7 +51,7 @@ mod tests {
     #[test]
     fn secret_prints_stars_only() {
         let s = Secret::new(PASSWORD);
-        for shown in [format!("{s}"), format!("{s:?}"), format!("{s:#?}"), format!("{:?}", Some(s.clone()))] {
+        for shown in [format!("{s:?}"), format!("{s:#?}"), format!("{:?}", Some(s.clone()))] {
             assert!(!shown.contains(PASSWORD) && shown.contains("***"), "{shown}");
         }
         assert_eq!(s.expose(), PASSWORD);

@@ -1,6 +1,8 @@
 //! ZooKeeper 3.5+ on loopback: one standalone server or an ensemble, each
 //! member a JVM started directly (not zkServer.sh), in a temp dir, killed on drop.
 
+mod txnlog;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -28,6 +30,8 @@ struct Member {
     config: PathBuf,
     log: PathBuf,
     process: Option<ServerProcess>,
+    /// Replay a transaction log without a snapshot (a seeded server).
+    trust_empty_snapshot: bool,
 }
 
 /// A running standalone ZooKeeper or ensemble.
@@ -39,7 +43,7 @@ pub struct ZkServer {
 }
 
 /// A four-letter word's answer from 127.0.0.1:`port` (whitelisted: `srvr`,
-/// `ruok`, `stat`, `mntr`, `wchp`), if any.
+/// `ruok`, `stat`, `mntr`, `wchp`, `cons`), if any.
 pub fn four_letter(port: u16, word: &str) -> Option<String> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(1000))).ok()?;
@@ -75,15 +79,25 @@ pub fn mode(port: u16) -> Option<String> {
 impl ZkServer {
     /// A standalone server.
     pub fn start() -> Self {
-        Self::start_members(1)
+        Self::start_members(1, None)
     }
 
     /// An ensemble of `n` members (3 for failover tests), every member serving.
     pub fn start_ensemble(n: usize) -> Self {
-        Self::start_members(n)
+        Self::start_members(n, None)
     }
 
-    fn start_members(n: usize) -> Self {
+    /// A standalone server on which the node `path` (created persistent, with
+    /// its ancestors, open to anyone) starts empty with child version
+    /// `cversion` (positive): its next sequential children are numbered
+    /// `cversion`, `cversion + 1`, ..., past `2147483647` on to
+    /// `-2147483648`, as on a server that has created that many children
+    /// under it. See `txnlog.rs` for how.
+    pub fn start_with_child_version(path: &str, cversion: i32) -> Self {
+        Self::start_members(1, Some((path, cversion)))
+    }
+
+    fn start_members(n: usize, seed: Option<(&str, i32)>) -> Self {
         let java = require_binary("java", &[], "zookeeper");
         for jar in JARS {
             if !Path::new(jar).is_file() {
@@ -100,7 +114,7 @@ impl ZkServer {
             std::fs::write(data.join("myid"), format!("{id}\n")).expect("myid");
             let mut cfg = format!(
                 "tickTime={TICK_MS}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client}\n\
-                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr,wchp\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr,wchp,cons\n\
                  maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n",
                 data.display()
             );
@@ -113,7 +127,11 @@ impl ZkServer {
             let config = data.join("zoo.cfg");
             std::fs::write(&config, cfg).expect("zoo.cfg");
             let log = data.join("zk.log");
-            members.push(Member { id, client_port: *client, config, log, process: None });
+            if let Some((path, cversion)) = seed {
+                txnlog::write_child_version_log(&data, path, cversion).expect("seed transaction log");
+            }
+            let trust_empty_snapshot = seed.is_some();
+            members.push(Member { id, client_port: *client, config, log, process: None, trust_empty_snapshot });
         }
         let mut server = ZkServer { members, java, _dir: dir };
         for i in 0..n {
@@ -128,6 +146,9 @@ impl ZkServer {
     fn spawn(&mut self, i: usize) {
         let m = &mut self.members[i];
         let mut cmd = Command::new(&self.java);
+        if m.trust_empty_snapshot {
+            cmd.arg("-Dzookeeper.snapshot.trust.empty=true");
+        }
         cmd.args([
             "-Xmx256m",
             "-XX:+UseSerialGC",
@@ -196,6 +217,15 @@ impl ZkServer {
             let sig = if pause { "STOP" } else { "CONT" };
             let _ = Command::new("kill").arg("-s").arg(sig).arg(p.pid().to_string()).status();
         }
+    }
+
+    /// The member whose connection carries ZooKeeper session `session_id`
+    /// (by the `cons` four-letter word), if any.
+    pub fn member_serving(&self, session_id: i64) -> Option<usize> {
+        let sid = format!("sid=0x{session_id:x},");
+        self.members
+            .iter()
+            .position(|m| m.process.is_some() && four_letter(m.client_port, "cons").is_some_and(|c| c.contains(&sid)))
     }
 
     /// The log of member `i`.

@@ -4,6 +4,10 @@
 //! {root}/{enc(key)}                    CONTAINER node, one per key (deleted by the server once empty)
 //! {root}/{enc(key)}/lk-{token}-{seq}   EPHEMERAL_SEQUENTIAL node, one per holder or waiter
 //! ```
+//!
+//! The queue is in sequence order while the sequences are unique, and in
+//! creation order (`czxid`) past the wrap of the parent's child version (see
+//! [`by_sequence`] and `docs.md`).
 
 use zookeeper_client as zk;
 
@@ -54,21 +58,52 @@ pub fn label_of(data: &[u8]) -> String {
     text.split_once('\n').map(|(_, l)| l.to_owned()).unwrap_or_default()
 }
 
-/// The sequence number of a queue node name, `None` for foreign children.
+/// The sequence number ZooKeeper appended to a queue node's name, `None`
+/// for foreign children. ZooKeeper formats its signed 32-bit counter with
+/// `%010d`: `0000000042`, and past the wrap `-2147483648` or `-000000042`.
 pub fn sequence_of(name: &str) -> Option<i64> {
     let rest = name.strip_prefix(PREFIX)?;
-    let (_, seq) = rest.rsplit_once('-')?;
-    if seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    seq.parse().ok()
+    let (token, seq) = rest.split_at_checked(32)?;
+    let seq = seq.strip_prefix('-')?;
+    let digits = seq.strip_prefix('-').unwrap_or(seq);
+    let ok = token.bytes().all(|b| b.is_ascii_hexdigit())
+        && seq.len() >= 10
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit());
+    if ok { seq.parse().ok() } else { None }
 }
 
-/// Queue node names in queue order (lowest sequence first); foreign names dropped.
-pub fn queue(children: Vec<String>) -> Vec<String> {
+/// The queue nodes among a parent's children (foreign names dropped), unordered.
+pub fn queue_nodes(children: Vec<String>) -> Vec<String> {
+    children.into_iter().filter(|c| sequence_of(c).is_some()).collect()
+}
+
+/// The last sequence number that ZooKeeper hands out only once. A parent's
+/// child version is a signed 32-bit counter; ZooKeeper (3.5.5 and later)
+/// never lets the committed counter decrease, so once it reaches
+/// `2147483647` every later child is numbered `2147483647` again, or, for
+/// creates prepared before the previous one committed, the wrapped negative
+/// numbers. Below this bound sequences are unique and follow creation order.
+const LAST_ORDERED_SEQUENCE: i64 = i32::MAX as i64 - 1;
+
+/// The queue nodes among `children` in grant order by their sequence
+/// numbers, when the names alone tell it (every sequence in
+/// `0..=2147483646`); otherwise `Err` with the queue nodes, to be ordered
+/// by creation ([`by_creation`]).
+pub fn by_sequence(children: Vec<String>) -> Result<Vec<String>, Vec<String>> {
     let mut q: Vec<(i64, String)> = children.into_iter().filter_map(|c| sequence_of(&c).map(|s| (s, c))).collect();
+    if q.iter().any(|(s, _)| !(0..=LAST_ORDERED_SEQUENCE).contains(s)) {
+        return Err(q.into_iter().map(|(_, c)| c).collect());
+    }
     q.sort();
-    q.into_iter().map(|(_, c)| c).collect()
+    Ok(q.into_iter().map(|(_, c)| c).collect())
+}
+
+/// Queue nodes in grant order by creation: their `czxid`, which increases
+/// with every write of the ensemble, wrap or not.
+pub fn by_creation(mut nodes: Vec<(i64, String)>) -> Vec<String> {
+    nodes.sort();
+    nodes.into_iter().map(|(_, c)| c).collect()
 }
 
 /// ACLs of nodes holdfast creates. With credentials: the creating identity
@@ -101,8 +136,40 @@ mod tests {
         let t = OwnerToken::random();
         let a = format!("{}0000000010", node_name_prefix(t));
         let b = format!("{}0000000002", node_name_prefix(OwnerToken::random()));
-        assert_eq!(queue(vec![a.clone(), "foreign".into(), b.clone(), "lk-x".into()]), vec![b, a.clone()]);
+        let q = by_sequence(vec![a.clone(), "foreign".into(), b.clone(), "lk-x".into(), "lk-".into()]);
+        assert_eq!(q, Ok(vec![b, a.clone()]));
         assert_eq!(sequence_of(&a), Some(10));
         assert_eq!(label_of(&node_data(t, "host:1")), "host:1");
+    }
+
+    /// The names ZooKeeper writes at and past the wrap of a parent's child
+    /// version (`%010d` of a signed 32-bit counter) are recognised, and none
+    /// of them is ordered by its number: a new node named `2147483647` or
+    /// `-2147483645` must not sort ahead of the holder.
+    #[test]
+    fn names_past_the_wrap_are_ordered_by_creation() {
+        let name = |seq: &str| format!("{}{seq}", node_name_prefix(OwnerToken::random()));
+        let holder = name("2147483646");
+        assert_eq!(sequence_of(&holder), Some(2_147_483_646));
+        for (seq, n) in [
+            ("2147483647", 2_147_483_647),
+            ("-2147483648", -2_147_483_648),
+            ("-2147483645", -2_147_483_645),
+            ("-000000042", -42),
+            ("0000000000", 0),
+        ] {
+            assert_eq!(sequence_of(&name(seq)), Some(n), "{seq}");
+        }
+        for bad in ["-", "--1", "000000001", "-00000001x", "0000000001-"] {
+            assert_eq!(sequence_of(&name(bad)), None, "{bad}");
+        }
+        for past in ["2147483647", "-2147483648", "-2147483645"] {
+            let late = name(past);
+            let children = vec![late.clone(), holder.clone()];
+            assert_eq!(by_sequence(children), Err(vec![late.clone(), holder.clone()]), "{past}");
+            // By creation (czxid) the holder comes first, whatever the names say.
+            assert_eq!(by_creation(vec![(9, late.clone()), (7, holder.clone())]), vec![holder.clone(), late]);
+        }
+        assert!(by_sequence(vec![holder, name("0000000003")]).is_ok());
     }
 }

@@ -1,0 +1,89 @@
+//! ZooKeeper-specific tests against real servers: fairness across clients
+//! and across the sequence wrap, ACLs and container cleanup, and faults
+//! (session loss, leader failover, a dead ensemble, a rolling restart, a
+//! stalled runtime).
+#![cfg(feature = "zookeeper")]
+
+mod faults;
+mod order;
+
+use std::time::{Duration, Instant};
+
+use holdfast::{Client, ClientOptions, Error};
+use holdfast_testkit::servers::zookeeper::ZkServer;
+use zookeeper_client as zk;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime")
+}
+
+async fn client(url: &str, label: &str) -> Client {
+    Client::connect_with(url, ClientOptions::default().with_label(label))
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+async fn raw(server: &ZkServer, auth: Option<&str>) -> zk::Client {
+    let hosts: Vec<String> = (0..server.len()).map(|i| format!("127.0.0.1:{}", server.client_port(i))).collect();
+    let mut c = zk::Client::connector().with_session_timeout(Duration::from_secs(4));
+    if let Some(a) = auth {
+        c = c.with_auth("digest", a.as_bytes());
+    }
+    c.connect(&hosts.join(",")).await.expect("raw zookeeper client")
+}
+
+/// With credentials, lock nodes carry `auth:cdrwa, world:r`: another
+/// identity (or no identity) can read but cannot delete or change them, nor
+/// lock under the same root. An empty lock parent (a container) is removed
+/// by the server after release.
+#[test]
+fn acl_protects_lock_nodes_and_containers_are_cleaned() {
+    let server = ZkServer::start();
+    let hosts = server.url().trim_start_matches("zk://").to_owned();
+    let alice_url = format!("zk://alice:secret@{hosts}");
+    runtime().block_on(async {
+        let alice = client(&alice_url, "alice").await;
+        let key = "acl test/1";
+        let parent = "/holdfast/locks/acl%20test%2F1";
+        assert!(!format!("{alice:?}").contains("secret"), "password in Debug output");
+        let g = alice.mutex(key).acquire().await.expect("acquire");
+        for (who, auth) in [("mallory", Some("mallory:guess")), ("anonymous", None)] {
+            let other = raw(&server, auth).await;
+            let children = other.list_children(parent).await.expect("anyone may list");
+            assert_eq!(children.len(), 1, "{children:?}");
+            let node = format!("{parent}/{}", children[0]);
+            let (data, _) = other.get_data(&node).await.expect("anyone may read");
+            assert!(String::from_utf8_lossy(&data).ends_with("\nalice"));
+            assert!(matches!(other.delete(&node, None).await, Err(zk::Error::NoAuth)), "{who} deleted a lock node");
+            assert!(matches!(other.set_data(&node, b"x", None).await, Err(zk::Error::NoAuth)), "{who} changed it");
+            assert!(matches!(other.delete(parent, None).await, Err(zk::Error::NoAuth | zk::Error::NotEmpty)));
+            let queue_jump = other
+                .create(
+                    &format!("{parent}/lk-"),
+                    b"",
+                    &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()),
+                )
+                .await;
+            assert!(matches!(queue_jump, Err(zk::Error::NoAuth)), "{who} joined the queue: {queue_jump:?}");
+        }
+        // Another identity's holdfast client gets a typed, non-retryable error.
+        let bob = client(&format!("zk://bob:pw@{hosts}"), "bob").await;
+        match bob.mutex("acl other").try_acquire().await {
+            Err(e @ Error::Backend { .. }) => assert!(!e.is_retryable(), "{e}"),
+            other => panic!("bob locked under alice's root: {other:?}"),
+        }
+        assert!(alice.mutex(key).try_acquire().await.expect("try").is_none(), "the lock was freed");
+        g.release().await.expect("owner release");
+
+        // The container parent goes once empty (checkIntervalMs=500 in the testkit).
+        let observer = raw(&server, None).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while observer.check_stat(parent).await.expect("stat").is_some() {
+            assert!(Instant::now() < deadline, "empty lock parent {parent} never removed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // And locking the key again recreates it; the fence still increases.
+        let g2 = alice.mutex(key).acquire().await.expect("acquire after cleanup");
+        g2.release().await.expect("release");
+    });
+}

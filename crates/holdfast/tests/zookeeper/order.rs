@@ -1,0 +1,179 @@
+//! Grants in request order: across clients, and across the wrap of the
+//! lock parent's sequence counter.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use holdfast::backend::zookeeper::ZkBackend;
+use holdfast_testkit::servers::zookeeper::{ZkServer, watches_by_path};
+
+use crate::{client, raw, runtime};
+
+/// Grants follow request order across several clients (each its own
+/// session); `status` counts the waiters; fences strictly increase; nothing
+/// is left in the queue afterwards.
+#[test]
+fn fair_order_across_clients() {
+    let server = ZkServer::start();
+    let url = server.url();
+    runtime().block_on(async {
+        let holder = client(&url, "holder").await;
+        let key = "fair/orders";
+        let g = holder.mutex(key).acquire().await.expect("acquire");
+        let first_fence = g.fence();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..6 {
+            let c = client(&url, &format!("w{i}")).await;
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex(key).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
+                order.lock().expect("order").push((i, g.fence()));
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                g.release().await.expect("waiter release");
+            }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let status = holder.status(key).await.expect("status");
+        assert_eq!(status.holder.as_ref().map(|h| (h.label.as_str(), h.fence)), Some(("holder", first_fence)));
+        assert_eq!(status.waiters, Some(6), "{status:?}");
+        // No herd: each waiter watches only the node just before its own, so
+        // six distinct queue nodes are watched, by one session each, and
+        // nobody watches the lock's children.
+        let watches = watches_by_path(server.client_port(0));
+        assert_eq!(watches.len(), 6, "{watches:?}");
+        assert!(
+            watches.iter().all(|(p, n)| *n == 1 && p.starts_with("/holdfast/locks/fair%2Forders/lk-")),
+            "{watches:?}"
+        );
+        g.release().await.expect("release");
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
+        }
+        let order = order.lock().expect("order").clone();
+        assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5], "{order:?}");
+        let mut last = first_fence;
+        for (_, f) in &order {
+            assert!(*f > last, "fences not increasing: {order:?}");
+            last = *f;
+        }
+        let status = holder.status(key).await.expect("status");
+        assert!(status.holder.is_none() && status.waiters == Some(0), "{status:?}");
+    });
+}
+
+/// The sequence part of a queue node name as the server wrote it
+/// (`lk-{32 hex token}-{%010d}`).
+fn sequence_suffix(name: &str) -> &str {
+    name.get("lk-".len() + 32 + 1..).unwrap_or(name)
+}
+
+/// ZooKeeper numbers sequential children from the parent's child version, a
+/// signed 32-bit counter (a never-idle lock reaches 2^31 in about 12 days at
+/// 1,000 grants/s). A real server never lets the committed counter go back,
+/// so past `2147483647` every child is numbered `2147483647` again. The
+/// server here starts with the lock parent at child version 2^31 - 2 (see
+/// the testkit), so the holder's node is `...-2147483646` and the next five
+/// are all `...-2147483647`, as the server writes them. Exactly one holds at
+/// a time, and the waiters are granted in request order all the same.
+#[test]
+fn queue_order_survives_the_sequence_wrap() {
+    let key = "wrap/key";
+    let parent = "/holdfast/locks/wrap%2Fkey";
+    let server = ZkServer::start_with_child_version(parent, i32::MAX - 1);
+    let url = server.url();
+    runtime().block_on(async {
+        let holder = client(&url, "holder").await;
+        let g = holder.mutex(key).ttl(Duration::from_secs(60)).acquire().await.expect("acquire");
+        let inside = Arc::new(std::sync::atomic::AtomicU32::new(1));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..5 {
+            let c = client(&url, &format!("w{i}")).await;
+            let (inside, order) = (inside.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex(key).ttl(Duration::from_secs(60)).acquire_timeout(Duration::from_secs(60)).await;
+                let g = g.expect("waiter");
+                let others = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                order.lock().expect("order").push((i, g.fence(), others));
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                g.release().await.expect("waiter release");
+            }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        // The server really numbered the nodes past the wrap.
+        let observer = raw(&server, None).await;
+        let names = observer.list_children(parent).await.expect("list");
+        let mut seqs: Vec<&str> = names.iter().map(|n| sequence_suffix(n)).collect();
+        seqs.sort();
+        assert_eq!(seqs, ["2147483646", "2147483647", "2147483647", "2147483647", "2147483647", "2147483647"]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(order.lock().expect("order").is_empty(), "granted while the holder held: {order:?}");
+        let status = holder.status(key).await.expect("status");
+        assert_eq!(status.holder.as_ref().map(|h| (h.label.as_str(), h.fence)), Some(("holder", g.fence())));
+        assert_eq!(status.waiters, Some(5), "{status:?}");
+        let holder_fence = g.fence();
+        inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        g.release().await.expect("release");
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
+        }
+        let order = order.lock().expect("order").clone();
+        assert_eq!(order.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4], "{order:?}");
+        assert!(order.iter().all(|(_, _, others)| *others == 0), "two holders at once: {order:?}");
+        assert!(order.windows(2).all(|w| w[0].1 < w[1].1) && order[0].1 > holder_fence, "fences: {order:?}");
+    });
+}
+
+/// Past the wrap, a newcomer's node shares the holder's number (or, for
+/// creates the server prepared together, gets a wrapped negative one), and
+/// its token may sort first: it must still not be granted. Tokens are chosen
+/// here so that ordering by name would put every newcomer ahead.
+#[test]
+fn newcomer_past_the_wrap_does_not_jump_the_holder() {
+    use holdfast::backend::{AcquireRequest, Backend};
+    let key = "wrap/jump";
+    let parent = "/holdfast/locks/wrap%2Fjump";
+    let server = ZkServer::start_with_child_version(parent, i32::MAX);
+    let url = server.url();
+    runtime().block_on(async {
+        let backend = Arc::new(ZkBackend::connect_url(&url).await.expect("connect"));
+        let ttl = Duration::from_secs(60);
+        let lock_key = holdfast::LockKey::new(key).expect("key");
+        let request =
+            |t: u128| AcquireRequest::new(lock_key.clone(), holdfast::OwnerToken::from_bytes(t.to_be_bytes()), ttl);
+        let holder = request(u128::MAX);
+        backend.try_acquire(&holder).await.expect("try").expect("the free key granted");
+        for t in 1..=3 {
+            let grant = backend.try_acquire(&request(t)).await.expect("try");
+            assert!(grant.is_none(), "newcomer {t} granted while the holder holds");
+        }
+        // Waiters queued together: their creates may be prepared before the
+        // previous one commits, so the server numbers them past the wrap.
+        let granted = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut waiters = Vec::new();
+        for t in 10..16u128 {
+            let (backend, req, granted) = (backend.clone(), request(t), granted.clone());
+            waiters.push(tokio::spawn(async move {
+                backend.acquire(&req).await.expect("waiter");
+                assert_eq!(granted.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                granted.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                assert!(backend.release(&req.key, req.token).await.expect("release"));
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let observer = raw(&server, None).await;
+        let names = observer.list_children(parent).await.expect("list");
+        let seqs: Vec<&str> = names.iter().map(|n| sequence_suffix(n)).collect();
+        eprintln!("queue past the wrap as the server numbered it: {seqs:?}");
+        assert_eq!(names.len(), 7, "{names:?}");
+        assert!(seqs.iter().all(|s| *s == "2147483647" || s.starts_with('-')), "{seqs:?}");
+        assert_eq!(granted.load(std::sync::atomic::Ordering::SeqCst), 0, "a waiter was granted while the holder held");
+        assert!(backend.release(&holder.key, holder.token).await.expect("release"));
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(30), w).await.expect("waiter stuck").expect("task");
+        }
+    });
+}
