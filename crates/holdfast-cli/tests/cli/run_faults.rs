@@ -57,6 +57,12 @@ fn a_command_ignoring_sigterm_is_dead_before_the_next_holder_starts_on_every_sto
         let (started, first_state) = next.split_once('\n').unwrap_or((next.as_str(), ""));
         let started: u128 = started.trim().parse().unwrap();
         let last = stamps(&std::fs::read_to_string(&stamp_file).unwrap()).into_iter().max().unwrap();
+        if last < started {
+            eprintln!(
+                "{name}: last stamp {:.1} ms before the next holder's command started",
+                (started - last) as f64 / 1e6
+            );
+        }
         // Every store is tried before the test fails, so that one run shows them all.
         if last >= started {
             failures.push(format!(

@@ -150,3 +150,47 @@ fn on_a_terminal_ctrl_z_without_a_job_control_shell_does_not_hang_the_command() 
     assert_eq!(status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("finished"), "{stdout}");
 }
+
+#[test]
+fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
+    // An interactive bash runs holdfast as a job: Ctrl-Z stops the job
+    // (CMD's group and holdfast's), `jobs` says so, and `fg` resumes CMD.
+    let env = Env::new();
+    let (ready, finished, jobs, rc) = (env.path("ready"), env.path("finished"), env.path("jobs.txt"), env.path("rc"));
+    let mut bash = std::process::Command::new("script")
+        .env_remove("HOLDFAST_BACKEND")
+        .env_remove("RUST_LOG")
+        .env("XDG_STATE_HOME", env.path("state"))
+        .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut typed = bash.stdin.take().unwrap();
+    let mut type_line = |line: &str| typed.write_all(line.as_bytes()).unwrap();
+    type_line(&format!(
+        "{} run --backend {} --key tty -- sh -c 'touch {}; sleep 1; touch {}'\n",
+        crate::bin(),
+        env.url,
+        ready.display(),
+        finished.display()
+    ));
+    wait_for_file(&ready, Duration::from_secs(10));
+    type_line("\x1a");
+    std::thread::sleep(Duration::from_millis(300));
+    type_line(&format!("jobs > {}\n", jobs.display()));
+    wait_for_file(&jobs, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(1500));
+    let listed = std::fs::read_to_string(&jobs).unwrap();
+    let stopped_while_listed = !finished.exists();
+    type_line(&format!("fg\necho $? > {}\nexit\n", rc.display()));
+    wait_for_file(&rc, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(50));
+    let code = std::fs::read_to_string(&rc).unwrap();
+    let _ = wait_timeout(&mut bash, Duration::from_secs(10));
+    assert!(listed.contains("Stopped"), "bash should list the job as stopped: {listed:?}");
+    assert!(stopped_while_listed, "CMD ran on while its job was stopped");
+    assert!(finished.exists(), "CMD did not finish after fg");
+    assert_eq!(code.trim(), "0");
+    assert!(env.client().is_free("tty"));
+}

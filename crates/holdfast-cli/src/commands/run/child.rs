@@ -40,10 +40,11 @@ impl Target {
         };
     }
 
-    /// Whether any process of CMD's own group is left (after CMD was reaped).
-    fn group_alive(self) -> bool {
+    /// Whether any process of CMD's own group is left that can still run
+    /// (after CMD was reaped; zombies do not count).
+    fn group_can_run(self) -> bool {
         match self {
-            Target::Group(pgid) => killpg(pgid, None).is_ok(),
+            Target::Group(pgid) => super::procfs::group_can_run(pgid),
             Target::Process(_) => false,
         }
     }
@@ -123,23 +124,30 @@ fn in_child_before_exec(holdfast: u32, terminal: Option<&OwnedFd>) -> io::Result
 
 /// SIGTERM (and SIGCONT, so that a stopped CMD acts on it); SIGKILL once
 /// `grace` has passed with CMD or anything of its own group alive. Returns
-/// once CMD has been reaped.
-pub(crate) async fn stop(child: &mut Child, target: Target, grace: Duration) {
+/// once CMD has been reaped and its group is gone, or `linger` after the
+/// SIGKILL: SIGKILL ends a process the next time it would run, but one in an
+/// uninterruptible system call (disk, NFS) finishes that call first.
+pub(crate) async fn stop(child: &mut Child, target: Target, grace: Duration, linger: Duration) {
     target.send(Signal::SIGTERM);
     target.send(Signal::SIGCONT);
     let deadline = Instant::now() + grace;
     let exited = tokio::time::timeout_at(deadline, child.wait()).await.is_ok();
     // CMD is gone; give the rest of its group the same grace.
-    while exited && Instant::now() < deadline && target.group_alive() {
+    while exited && Instant::now() < deadline && target.group_can_run() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    if !exited || target.group_alive() {
+    let killed = !exited || target.group_can_run();
+    if killed {
         target.send(Signal::SIGKILL);
     }
     if !exited {
         let _ = child.wait().await;
     }
-    tracing::debug!(exited_on_sigterm = exited, "command stopped");
+    let linger_until = Instant::now() + linger;
+    while killed && target.group_can_run() && Instant::now() < linger_until {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tracing::debug!(exited_on_sigterm = !killed, "command stopped");
 }
 
 /// The shell's view of an exit status: the code, or 128 + the signal number.

@@ -24,6 +24,7 @@
 //! holdfast itself is killed, the kernel kills CMD ([`child`]).
 
 mod child;
+mod procfs;
 mod terminal;
 mod timing;
 
@@ -149,7 +150,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
                         duration::show(timing.kill_after)
                     );
                 }
-                child::stop(&mut child, target, timing.kill_after).await;
+                child::stop(&mut child, target, timing.kill_after, timing.margin).await;
                 drop(placement);
                 // Tidy up if the store still has the grant; never hang on a store that is down.
                 let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;

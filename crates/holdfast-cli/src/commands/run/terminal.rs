@@ -29,6 +29,8 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, killpg, pthread_sigmask};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 
+use super::procfs::{self, Stat};
+
 /// Where CMD runs, relative to holdfast's process group and the terminal.
 #[derive(Debug)]
 pub(crate) enum Placement {
@@ -194,36 +196,9 @@ impl Family {
             in_group.push(ppid);
             pid = ppid;
         }
-        for entry in std::fs::read_dir("/proc")? {
-            let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            // A process that exits during the scan is no one to worry about.
-            if !in_group.contains(&pid) && Stat::of(pid).is_ok_and(|s| s.pgrp == mine.pgrp) {
-                return Ok(Family { alone_with_ancestors: false, job_control });
-            }
-        }
-        Ok(Family { alone_with_ancestors: true, job_control })
-    }
-}
-
-/// The fields of `/proc/PID/stat` used here.
-struct Stat {
-    ppid: i32,
-    pgrp: i32,
-    session: i32,
-}
-
-impl Stat {
-    fn of(pid: i32) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        let malformed = || std::io::Error::other(format!("/proc/{pid}/stat is malformed"));
-        // The command name may contain anything, ')' included: fields start after the last ')'.
-        let (_, rest) = text.rsplit_once(')').ok_or_else(malformed)?;
-        let mut fields = rest.split_whitespace().skip(1).map(|f| f.parse::<i32>());
-        match (fields.next(), fields.next(), fields.next()) {
-            (Some(Ok(ppid)), Some(Ok(pgrp)), Some(Ok(session))) => Ok(Stat { ppid, pgrp, session }),
-            _ => Err(malformed()),
-        }
+        // A process that exits during the walk is no one to worry about.
+        let mut others = procfs::pids()?.filter(|pid| !in_group.contains(pid));
+        let alone_with_ancestors = !others.any(|pid| Stat::of(pid).is_ok_and(|s| s.pgrp == mine.pgrp));
+        Ok(Family { alone_with_ancestors, job_control })
     }
 }
