@@ -62,8 +62,8 @@ that group and signals from holdfast go to CMD alone.
 
 ZooKeeper frees a dead holder's lock when its session expires: on zk:// URLs without a
 session_timeout option, holdfast asks for a session timeout of --ttl. The server clamps it to
-[2, 20] x its tickTime (4s to 40s by default), so a killed holdfast may hold the lock for
-2 x tickTime even when --ttl is shorter.
+[2, 20] x its tickTime (4s to 40s by default): the lock of a killed holdfast is freed after
+2 x tickTime when --ttl is shorter than that, and after 20 x tickTime when it is longer.
 
 Examples:
     holdfast run --key nightly-report --ttl 30s -- ./report.sh

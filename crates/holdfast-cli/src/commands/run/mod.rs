@@ -96,7 +96,14 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let mut placement = Placement::choose();
     let setup = match &placement {
         Placement::OwnGroup => Setup { own_group: true, terminal: None },
-        Placement::Foreground(terminal) => Setup { own_group: true, terminal: terminal.for_command().ok() },
+        Placement::Foreground(terminal) => match terminal.for_command() {
+            Ok(tty) => Setup { own_group: true, terminal: Some(tty) },
+            // No descriptor to hand over: CMD stays where it can still read the terminal.
+            Err(_) => {
+                placement = Placement::SharedGroup;
+                Setup { own_group: false, terminal: None }
+            }
+        },
         Placement::SharedGroup => Setup { own_group: false, terminal: None },
     };
     let mut command = Command::new(program);

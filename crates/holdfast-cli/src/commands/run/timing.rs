@@ -88,9 +88,10 @@ fn show(d: Duration) -> String {
 /// the last heartbeat by default, whatever the TTL. So on `zk://` without a
 /// `session_timeout` option, holdfast asks for one equal to `--ttl` (at most
 /// the URL option's limit of one hour). The server grants a timeout within
-/// `[2, 20] x tickTime` (4 s to 40 s with its default tickTime of 2 s): below
-/// that, a killed holdfast frees the key after `2 x tickTime` rather than
-/// `--ttl`. Other URLs, and URLs that set the option, are returned unchanged.
+/// `[2, 20] x tickTime` (4 s to 40 s with its default tickTime of 2 s): a
+/// killed holdfast frees the key after `2 x tickTime` when `--ttl` is
+/// shorter, after `20 x tickTime` when it is longer. Other URLs, and URLs
+/// that set the option, are returned unchanged.
 pub(crate) fn zk_session_fitting(url: &str, ttl: Duration) -> String {
     let is_zk = url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk"));
     if !is_zk {
