@@ -43,14 +43,27 @@ pub enum Command {
 
 const RUN_HELP: &str = "\
 CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.
-holdfast renews the lease while CMD runs and exits with CMD's status. If the lease is lost,
-CMD gets SIGTERM, then SIGKILL after --kill-after, and holdfast exits 74. SIGINT, SIGTERM and
+holdfast renews the lease while CMD runs and exits with CMD's status. SIGINT, SIGTERM and
 SIGHUP sent to holdfast are forwarded to CMD; the lock is released once CMD has exited.
-The lock still busy when --wait runs out: exit 75.
+The lock still busy when --wait runs out: exit 75. The store failing: exit 69.
 
-When stdin is not a terminal, CMD runs in a process group of its own and every signal goes
-to the whole group (a script's children are stopped too). When stdin is a terminal, CMD
-stays in the foreground group so it can read the terminal; signals then go to CMD alone.
+A lease that runs out stops CMD before anyone else can get the lock: once renewal has failed
+and the lease has --kill-after plus a margin left, CMD gets SIGTERM; --kill-after later CMD
+and its process group get SIGKILL, the margin before the lease ends (margin: min(25ms, ttl/10)
++ ttl/50). holdfast then exits 74. --kill-after defaults to min(5s, ttl/4) and, plus the
+margin, must be at most half of --ttl (renewal runs every ttl/3; more would stop CMD between
+renewals). If holdfast itself is killed, the kernel kills CMD (SIGKILL; Linux).
+
+CMD runs in a process group of its own; signals go to the whole group, so a script's children
+are stopped too. On a terminal CMD's group becomes the foreground group, as a shell runs a job:
+CMD can read the terminal and gets Ctrl-C and Ctrl-Z. Exception: when holdfast shares its
+process group with other processes (a pipeline such as `holdfast run ... | less`), CMD stays in
+that group and signals from holdfast go to CMD alone.
+
+ZooKeeper frees a dead holder's lock when its session expires: on zk:// URLs without a
+session_timeout option, holdfast asks for a session timeout of --ttl. The server clamps it to
+[2, 20] x its tickTime (4s to 40s by default): the lock of a killed holdfast is freed after
+2 x tickTime when --ttl is shorter than that, and after 20 x tickTime when it is longer.
 
 Examples:
     holdfast run --key nightly-report --ttl 30s -- ./report.sh
@@ -118,9 +131,9 @@ pub struct RunArgs {
     /// How long to wait for a busy lock; 0 = one try [default: wait forever].
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
     pub wait: Option<Duration>,
-    /// After the lease is lost: time between SIGTERM and SIGKILL.
-    #[arg(long, default_value = "5s", value_parser = duration::parse, value_name = "DURATION")]
-    pub kill_after: Duration,
+    /// When the lease runs out: time between SIGTERM and SIGKILL [default: min(5s, ttl/4)].
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    pub kill_after: Option<Duration>,
     /// Stop renewing after this long: the lease then runs out within one TTL and CMD is stopped.
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
     pub max_hold: Option<Duration>,

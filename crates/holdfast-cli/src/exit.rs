@@ -8,7 +8,7 @@
 //! | 64 | usage | bad flag, bad duration, empty or oversized key, TTL out of range, malformed or unknown backend URL, no command given |
 //! | 69 | store unavailable | the lock store failed or could not be reached |
 //! | 70 | internal | a bug in holdfast; please report it |
-//! | 74 | lease lost | `run`: the lease was lost while CMD ran; CMD was sent SIGTERM, then SIGKILL after `--kill-after` |
+//! | 74 | lease lost | `run`: the lease ran out (or could no longer be renewed in time) while CMD ran; CMD was sent SIGTERM, then SIGKILL after `--kill-after`, before the store could grant the lock to anyone else |
 //! | 75 | lock busy | `run`: the lock was still held by someone else when `--wait` ran out (`--wait 0`: at the first try) |
 //! | 126 | not executable | `run`: CMD was found but could not be executed (as in shells) |
 //! | 127 | not found | `run`: CMD was not found (as in shells) |

@@ -38,6 +38,7 @@ pub fn main() -> ExitCode {
         }
     };
     init_tracing();
+    keep_writing_from_the_background();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -58,8 +59,25 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Blocks SIGTTOU on this thread before the runtime starts its threads, so
+/// that they all inherit the mask. `run` hands the terminal to CMD's process
+/// group; with `stty tostop`, holdfast writing to the terminal from the
+/// background would then be stopped by SIGTTOU, and a stopped holdfast would
+/// stop nobody when the lease runs out. A blocked SIGTTOU lets the write
+/// through, as shells do for themselves. CMD starts with an empty mask.
+fn keep_writing_from_the_background() {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None) {
+        tracing::debug!(%e, "could not block SIGTTOU");
+    }
+}
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    // Colour codes only for a person at a terminal, never into a log file or a pipe.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }

@@ -143,3 +143,42 @@ fn passwords_in_backend_urls_are_never_printed() {
         assert!(!stderr.contains("hunter2"), "{stderr}");
     }
 }
+
+#[test]
+fn a_kill_after_that_does_not_fit_the_ttl_is_a_usage_error() {
+    // SIGTERM goes out when --kill-after + a margin is left on the lease; past
+    // half the TTL that would stop CMD between renewals.
+    let env = Env::new();
+    for (ttl, kill_after) in [("2s", "1s"), ("10s", "5s"), ("300ms", "200ms")] {
+        let out = env.run("k", &["--ttl", ttl, "--kill-after", kill_after], &["true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)), "--ttl {ttl} --kill-after {kill_after}");
+        assert_one_line(&out.stderr, "--kill-after");
+    }
+    assert!(!env.path("locks.db").exists(), "nothing may be written for a rejected command line");
+    // The default fits every TTL; so does a --kill-after within the rule.
+    for extra in
+        [&["--ttl", "50ms"][..], &["--ttl", "10s", "--kill-after", "4s"], &["--ttl", "1s", "--kill-after", "0s"]]
+    {
+        env.run("k", extra, &["true"]).assert().code(0);
+    }
+}
+
+#[test]
+fn run_help_states_the_kill_timing_rule() {
+    let env = Env::new();
+    let out = env.cmd().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["min(5s, ttl/4)", "half of --ttl", "SIGKILL", "session_timeout", "tickTime"] {
+        assert!(help.contains(needle), "run --help should mention {needle:?}:\n{help}");
+    }
+}
+
+#[test]
+fn log_lines_into_a_pipe_carry_no_colour_codes() {
+    let env = Env::new();
+    let out = env.run("k", &[], &["true"]).env("RUST_LOG", "debug").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lock acquired"), "expected log lines: {stderr}");
+    assert!(!out.stderr.contains(&0x1b), "ESC (colour codes) in log lines written to a pipe: {stderr:?}");
+}

@@ -1,10 +1,13 @@
-//! CLI tests: one binary, one module per command, every test against a real
-//! SQLite file in its own temp dir (no server needed).
+//! CLI tests: one binary, one module per command; most tests run against a
+//! real SQLite file in their own temp dir, the `*_on_every_store` ones against
+//! every store's real server too (see [`stores`]).
 
 mod demo;
 mod errors;
 mod run;
+mod run_faults;
 mod status;
+mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,10 +59,15 @@ impl Env {
 
     /// The same as a `std::process::Command`, for tests that signal it.
     pub fn run_std(&self, key: &str, extra: &[&str], command: &[&str]) -> std::process::Command {
+        self.run_on(&self.url, key, extra, command)
+    }
+
+    /// [`Env::run_std`] on the store at `url`.
+    pub fn run_on(&self, url: &str, key: &str, extra: &[&str], command: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(bin());
         cmd.env_remove("HOLDFAST_BACKEND").env_remove("HOLDFAST_KEY").env_remove("HOLDFAST_FENCE");
         cmd.env_remove("RUST_LOG").env("XDG_STATE_HOME", self.path("state"));
-        cmd.args(["run", "--backend", &self.url, "--key", key]).args(extra).arg("--").args(command);
+        cmd.args(["run", "--backend", url, "--key", key]).args(extra).arg("--").args(command);
         cmd
     }
 
@@ -83,6 +91,37 @@ pub struct Store {
     pub url: String,
     /// The server handle, if any.
     pub _server: Option<Box<dyn std::any::Any>>,
+}
+
+impl Store {
+    /// Crashes the store: SIGKILLs its server. SQLite has no server; its
+    /// failure is another connection holding the file's write lock, kept for
+    /// as long as the returned connection lives.
+    pub fn crash(&mut self, env: &Env) -> Option<rusqlite::Connection> {
+        use holdfast_testkit::servers::{
+            etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer, zookeeper::ZkServer,
+        };
+        let Some(server) = self._server.as_mut() else {
+            let db = rusqlite::Connection::open(env.path("locks.db")).expect("open the SQLite file");
+            db.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
+            db.execute_batch("BEGIN EXCLUSIVE").expect("take SQLite's write lock");
+            return Some(db);
+        };
+        if let Some(s) = server.downcast_mut::<RedisServer>() {
+            s.kill();
+        } else if let Some(s) = server.downcast_mut::<EtcdCluster>() {
+            s.kill(0);
+        } else if let Some(s) = server.downcast_mut::<MysqlServer>() {
+            s.kill();
+        } else if let Some(s) = server.downcast_mut::<PostgresServer>() {
+            s.kill9();
+        } else if let Some(s) = server.downcast_mut::<ZkServer>() {
+            s.kill(0);
+        } else {
+            panic!("{}: no way to crash this store's server", self.name);
+        }
+        None
+    }
 }
 
 /// Every store the CLI is tested on. As a store lands, add it here, started
@@ -151,6 +190,47 @@ pub fn wait_for_file(path: &Path, within: Duration) {
         assert!(Instant::now() < deadline, "{} did not appear within {within:?}", path.display());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for `child` to exit; kills it and fails the test after `within`.
+pub fn wait_timeout(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("holdfast did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` has ended: gone, or a zombie nobody reaped yet
+/// (a zombie runs nothing).
+pub fn has_ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// Waits until process `pid` has ended; false if it still runs after `within`.
+pub fn ends_within(pid: i32, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while !has_ended(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// Reads a pid a command wrote to `path`.
+pub fn read_pid(path: &Path) -> i32 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.trim().parse().unwrap_or_else(|e| panic!("{}: {text:?}: {e}", path.display()))
 }
 
 /// Asserts stderr is exactly one `holdfast: ...` line containing `needle`, and no panic.

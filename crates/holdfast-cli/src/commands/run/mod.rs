@@ -6,32 +6,38 @@
 //!
 //! - CMD exits: the lock is released and CMD's status is passed through
 //!   (128 + signal number if a signal killed it).
-//! - The lease is lost (`guard.lost()`): CMD gets SIGTERM, then SIGKILL once
-//!   `--kill-after` has passed with it (or anything of its process group)
-//!   still alive; holdfast exits [`LEASE_LOST`].
+//! - The lease runs out: CMD is stopped before the store could grant the key
+//!   to anyone else, and holdfast exits [`LEASE_LOST`]. Once renewal has not
+//!   succeeded and the lease has `--kill-after` plus a margin left (or the
+//!   lease is known lost), CMD gets SIGTERM; `--kill-after` later, SIGKILL
+//!   goes to CMD and anything left of its process group, landing the margin
+//!   before the lease's local deadline. [`timing`] has the rule and the
+//!   limits on `--kill-after`.
 //! - holdfast gets SIGINT, SIGTERM or SIGHUP: the signal is forwarded to CMD,
 //!   holdfast keeps holding (and renewing) the lock until CMD has exited, then
 //!   releases it and passes CMD's status through.
 //!
-//! Process groups: when stdin is not a terminal (cron, CI, scripts), CMD runs
-//! in a process group of its own and signals go to the whole group, so a
-//! lost lease stops a script's children too. When stdin is a terminal, CMD
-//! stays in holdfast's (foreground) group so that it can read the terminal;
-//! signals then go to CMD alone, and SIGINT is not forwarded because the
-//! terminal already delivers Ctrl-C to CMD.
+//! CMD runs in a process group of its own and signals go to the whole group,
+//! so a lost lease stops a script's children too. On a terminal, CMD's group
+//! becomes the terminal's foreground group while it runs, as a shell runs a
+//! job ([`terminal`] has the details and the one exception, pipelines). If
+//! holdfast itself is killed, the kernel kills CMD ([`child`]).
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+mod child;
+mod procfs;
+mod terminal;
+mod timing;
+
 use std::time::Duration;
 
-use std::io::IsTerminal;
-
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
 
+use self::child::{Setup, Target};
+use self::terminal::Placement;
+use self::timing::StopTiming;
 use crate::cli::{ENV_FENCE, ENV_KEY, RunArgs};
 use crate::duration;
 use crate::exit::{BUSY, Failure, INTERNAL, LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND};
@@ -45,11 +51,13 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     holdfast::LockKey::new(args.key.as_str())?;
     holdfast::check_ttl(args.ttl)?;
     let max_hold = args.max_hold.map(|d| duration::non_zero("--max-hold", d)).transpose()?;
-    let url = args.backend.url()?;
+    let timing = StopTiming::new(args.ttl, args.kill_after)?;
+    let url = timing::zk_session_fitting(&args.backend.url()?, args.ttl);
 
     // Connecting holds nothing yet: until here SIGINT/SIGTERM simply end holdfast.
     let client = super::connect(&url, args.label.clone()).await?;
     let mut signals = Signals::new()?;
+    let mut job = JobSignals::new()?;
     let mut mutex = client.mutex(args.key.as_str()).ttl(args.ttl);
     if let Some(max_hold) = max_hold {
         mutex = mutex.max_hold(max_hold);
@@ -85,13 +93,22 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         return Ok(LEASE_LOST);
     }
 
-    let interactive = std::io::stdin().is_terminal();
+    let mut placement = Placement::choose();
+    let setup = match &placement {
+        Placement::OwnGroup => Setup { own_group: true, terminal: None },
+        Placement::Foreground(terminal) => match terminal.for_command() {
+            Ok(tty) => Setup { own_group: true, terminal: Some(tty) },
+            // No descriptor to hand over: CMD stays where it can still read the terminal.
+            Err(_) => {
+                placement = Placement::SharedGroup;
+                Setup { own_group: false, terminal: None }
+            }
+        },
+        Placement::SharedGroup => Setup { own_group: false, terminal: None },
+    };
     let mut command = Command::new(program);
     command.args(program_args).env(ENV_KEY, &args.key).env(ENV_FENCE, guard.fence().to_string()).kill_on_drop(false);
-    if !interactive {
-        command.process_group(0);
-    }
-    let mut child = match command.spawn() {
+    let mut child = match child::spawn(command, setup).await {
         Ok(child) => child,
         Err(e) => {
             release(guard, &args.key).await;
@@ -103,25 +120,45 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             });
         }
     };
-    let target = match child.id() {
-        Some(pid) if interactive => Target::Process(Pid::from_raw(pid as i32)),
-        Some(pid) => Target::Group(Pid::from_raw(pid as i32)),
+    let pid = match child.id() {
+        Some(pid) => Pid::from_raw(pid as i32),
         None => return Err(Failure::new(INTERNAL, "the command's process id is unknown")),
     };
+    let target = match &mut placement {
+        Placement::SharedGroup => Target::Process(pid),
+        Placement::OwnGroup => Target::Group(pid),
+        Placement::Foreground(terminal) => {
+            terminal.started(pid);
+            Target::Group(pid)
+        }
+    };
 
-    let lost = guard.lost();
-    tokio::pin!(lost);
+    let expiring = guard.expiring(timing.warning());
+    tokio::pin!(expiring);
+    // holdfast stopped itself with CMD's job (Ctrl-Z) and waits to be continued.
+    let mut suspended = false;
     let status = loop {
         tokio::select! {
             biased;
             status = child.wait() => break status,
-            _ = &mut lost => {
-                eprintln!(
-                    "holdfast: lease on lock {:?} lost while the command ran; stopping it (SIGTERM, SIGKILL after {})",
-                    args.key,
-                    duration::show(args.kill_after)
-                );
-                stop(&mut child, target, args.kill_after).await;
+            _ = &mut expiring => {
+                if guard.is_lost() {
+                    eprintln!(
+                        "holdfast: lease on lock {:?} lost while the command ran; stopping it (SIGTERM, SIGKILL after {})",
+                        args.key,
+                        duration::show(timing.kill_after)
+                    );
+                } else {
+                    eprintln!(
+                        "holdfast: lease on lock {:?} could not be renewed and will be lost within {}; stopping the \
+                         command (SIGTERM, SIGKILL after {})",
+                        args.key,
+                        duration::show(timing.warning()),
+                        duration::show(timing.kill_after)
+                    );
+                }
+                child::stop(&mut child, target, timing.kill_after, timing.margin).await;
+                drop(placement);
                 // Tidy up if the store still has the grant; never hang on a store that is down.
                 let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
                 return Ok(LEASE_LOST);
@@ -129,17 +166,31 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             signo = signals.recv() => {
                 let sig = Signal::try_from(i32::from(signo)).unwrap_or(Signal::SIGTERM);
                 if matches!(target, Target::Process(_)) && sig == Signal::SIGINT {
-                    tracing::debug!("SIGINT not forwarded: the terminal delivers it to the command");
+                    tracing::debug!("SIGINT not forwarded: the terminal delivers it to the command's group");
                 } else {
                     tracing::info!(signo, "forwarding signal to the command");
                     target.send(sig);
                 }
             }
+            _ = job.child.recv(), if !suspended => {
+                if let Placement::Foreground(terminal) = &placement
+                    && terminal::is_stopped(pid)
+                {
+                    suspended = terminal.command_stopped(pid);
+                }
+            }
+            _ = job.cont.recv(), if suspended => {
+                if let Placement::Foreground(terminal) = &placement {
+                    terminal.resumed(pid);
+                }
+                suspended = false;
+            }
         }
     };
+    drop(placement);
     let status = status.map_err(|e| Failure::new(INTERNAL, format!("waiting for the command: {e}")))?;
     match guard.release().await {
-        Ok(()) => Ok(exit_code(status)),
+        Ok(()) => Ok(child::exit_code(status)),
         Err(holdfast::Error::Lost { .. }) => {
             eprintln!("holdfast: lease on lock {:?} ran out before the command finished", args.key);
             Ok(LEASE_LOST)
@@ -147,7 +198,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         Err(e) => {
             // The command ran under the lock; only the release failed, and the lease will expire.
             eprintln!("holdfast: warning: could not release lock {:?} (it expires within its TTL): {e}", args.key);
-            Ok(exit_code(status))
+            Ok(child::exit_code(status))
         }
     }
 }
@@ -169,69 +220,35 @@ async fn release(guard: holdfast::MutexGuard, key: &str) {
     }
 }
 
-/// The shell's view of an exit status: the code, or 128 + the signal number.
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
-        (None, None) => INTERNAL,
-    }
+fn listen(kind: SignalKind) -> Result<tokio::signal::unix::Signal, Failure> {
+    signal(kind).map_err(|e| Failure::new(INTERNAL, format!("cannot listen for signals: {e}")))
 }
 
-/// Where CMD's signals go.
-#[derive(Debug, Clone, Copy)]
-enum Target {
-    /// CMD's own process group (its id is CMD's pid).
-    Group(Pid),
-    /// CMD alone (it shares holdfast's group, for a terminal).
-    Process(Pid),
-}
-
-impl Target {
-    fn send(self, sig: Signal) {
-        let _ = match self {
-            Target::Group(pgid) => killpg(pgid, sig),
-            Target::Process(pid) => kill(pid, sig),
-        };
-    }
-
-    /// Whether any process of CMD's own group is left (after CMD was reaped).
-    fn group_alive(self) -> bool {
-        match self {
-            Target::Group(pgid) => killpg(pgid, None).is_ok(),
-            Target::Process(_) => false,
-        }
-    }
-}
-
-/// SIGTERM; SIGKILL once `grace` has passed with CMD (or its group) alive.
-async fn stop(child: &mut Child, target: Target, grace: Duration) {
-    target.send(Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
-    let exited = tokio::time::timeout_at(deadline, child.wait()).await.is_ok();
-    // CMD is gone; give the rest of its group the same grace.
-    while exited && Instant::now() < deadline && target.group_alive() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if !exited || target.group_alive() {
-        target.send(Signal::SIGKILL);
-    }
-    if !exited {
-        let _ = child.wait().await;
-    }
-    tracing::debug!(exited_on_sigterm = exited, "command stopped");
-}
-
-/// SIGINT, SIGTERM and SIGHUP, as numbers.
+/// SIGINT, SIGTERM and SIGHUP: they end a wait for the lock, and are
+/// forwarded to CMD once it runs.
 struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
+/// SIGCHLD (CMD stopped?) and SIGCONT (holdfast continued), for job control on a terminal.
+struct JobSignals {
+    child: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
+}
+
+impl JobSignals {
+    fn new() -> Result<Self, Failure> {
+        Ok(JobSignals {
+            child: listen(SignalKind::child())?,
+            cont: listen(SignalKind::from_raw(Signal::SIGCONT as i32))?,
+        })
+    }
+}
+
 impl Signals {
     fn new() -> Result<Self, Failure> {
-        let listen = |kind| signal(kind).map_err(|e| Failure::new(INTERNAL, format!("cannot listen for signals: {e}")));
         Ok(Signals {
             int: listen(SignalKind::interrupt())?,
             term: listen(SignalKind::terminate())?,
@@ -239,6 +256,7 @@ impl Signals {
         })
     }
 
+    /// The next SIGINT, SIGTERM or SIGHUP, as its number.
     async fn recv(&mut self) -> u8 {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT as u8,
