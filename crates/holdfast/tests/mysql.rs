@@ -99,17 +99,51 @@ fn outage_longer_than_ttl_fires_lost() {
         tokio::time::timeout(Duration::from_secs(10), lost).await.expect("lost() did not fire during the outage");
     });
     assert!(stopped.elapsed() < ttl + Duration::from_secs(5));
-    let b2 = b.clone();
-    let waiter = rt.spawn(async move { b2.mutex("outage/key").acquire_timeout(Duration::from_secs(30)).await });
+    // A waiter during the outage fails with the store's error (see
+    // waiter_on_a_dying_server_gets_the_store_error); one after it takes over.
     std::thread::sleep(Duration::from_millis(500));
     server.start_again();
     rt.block_on(async {
-        let g = waiter.await.expect("task").expect("a waiter from the outage gets the key");
+        let g = b.mutex("outage/key").acquire_timeout(Duration::from_secs(30)).await.expect("take over");
         assert!(g.fence() > fence);
         assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
         assert!(a.mutex("outage/key").try_acquire().await.expect("try").is_none(), "stale release freed the key");
         g.release().await.expect("release");
     });
+}
+
+/// A waiter on a held key while the server dies: its `acquire_timeout`
+/// fails with the store's error (`Error::Backend`, exit 69 in the CLI) soon
+/// after the server is gone, not with `Error::Timeout` ("busy", exit 75) at
+/// its deadline, and a waiting `acquire` does not wait forever.
+#[test]
+fn waiter_on_a_dying_server_gets_the_store_error() {
+    let mut server = MysqlServer::start();
+    let url = server.url_with("timeout_ms=1000");
+    let rt = rt();
+    let (a, b) = rt.block_on(async { (client(&url, "dying-a").await, client(&url, "dying-b").await) });
+    let guard = rt.block_on(a.mutex("dying/key").ttl(Duration::from_secs(60)).acquire()).expect("hold");
+    let (b1, b2) = (b.clone(), b.clone());
+    let bounded = rt.spawn(async move { b1.mutex("dying/key").acquire_timeout(Duration::from_secs(8)).await });
+    let unbounded = rt.spawn(async move { b2.mutex("dying/key").acquire().await });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!bounded.is_finished() && !unbounded.is_finished(), "a waiter returned while the key was held");
+    server.kill();
+    let killed = Instant::now();
+    rt.block_on(async {
+        for (what, waiter) in [("acquire_timeout", bounded), ("acquire", unbounded)] {
+            let outcome = tokio::time::timeout(Duration::from_secs(15), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{what} still waits {:?} after the server died", killed.elapsed()))
+                .expect("task");
+            match outcome {
+                Err(Error::Backend { .. }) => {}
+                Err(e) => panic!("{what} on a dead server: {e:?}, not the store's error"),
+                Ok(_) => panic!("{what} granted by a dead server"),
+            }
+        }
+    });
+    drop(guard);
 }
 
 /// Keys compare as exact bytes: case and trailing spaces make different

@@ -3,13 +3,14 @@
 //! as the testkit runs it), with the default URL: named prepared statements
 //! are session state, and a pooler that moves a client between server
 //! sessions can make it run a statement that another session prepared under
-//! the same name. Also the cost of each statement mode.
+//! the same name. Also the cost of each statement mode, and waiters on a
+//! server that dies.
 #![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 
 use holdfast::backend::{AcquireRequest, Backend};
-use holdfast::{LockKey, OwnerToken};
+use holdfast::{Client, Error, LockKey, OwnerToken};
 use holdfast_testkit::servers::postgres::{PgBouncer, PostgresServer};
 use tokio::task::block_in_place;
 use tokio_postgres::NoTls;
@@ -140,5 +141,43 @@ async fn uncontended_cycle_time_by_statement_mode() {
     }
     for (mode, per) in &figures {
         eprintln!("try_acquire+release, {mode}: {:.0} µs per cycle", per.as_secs_f64() * 1e6);
+    }
+}
+
+/// Waiters on a held key while the server dies (SIGKILL of every server
+/// process), woken by the listener's loss or by their poll: `acquire_timeout`
+/// fails with the store's error (`Error::Backend`, exit 69 in the CLI) soon
+/// after, not with `Error::Timeout` ("busy", exit 75) at its deadline, and a
+/// waiting `acquire` does not wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiter_on_a_dying_server_gets_the_store_error() {
+    for (label, options) in [("listening", "&op_timeout_ms=1000"), ("polling", "&op_timeout_ms=1000&listen=off")] {
+        let mut server = PostgresServer::start();
+        let url = format!("{}{options}", server.url());
+        let a = Client::connect(&url).await.expect("connect");
+        let b = Client::connect(&url).await.expect("connect");
+        let guard = a.mutex("dying/key").ttl(Duration::from_secs(60)).acquire().await.expect("hold");
+        let (b1, b2) = (b.clone(), b.clone());
+        let bounded = tokio::spawn(async move { b1.mutex("dying/key").acquire_timeout(Duration::from_secs(8)).await });
+        let unbounded = tokio::spawn(async move { b2.mutex("dying/key").acquire().await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !bounded.is_finished() && !unbounded.is_finished(),
+            "{label}: a waiter returned while the key was held"
+        );
+        block_in_place(|| server.kill9());
+        let killed = Instant::now();
+        for (what, waiter) in [("acquire_timeout", bounded), ("acquire", unbounded)] {
+            let outcome = tokio::time::timeout(Duration::from_secs(15), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{label}: {what} still waits {:?} after the server died", killed.elapsed()))
+                .expect("task");
+            match outcome {
+                Err(Error::Backend { .. }) => {}
+                Err(e) => panic!("{label}: {what} on a dead server: {e:?}, not the store's error"),
+                Ok(_) => panic!("{label}: {what} granted by a dead server"),
+            }
+        }
+        drop(guard);
     }
 }

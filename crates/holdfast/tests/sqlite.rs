@@ -1,5 +1,7 @@
 //! Faults of the embedded SQLite store that the conformance suite does not
-//! reach: clients that meet at the same instant on a file nobody created yet.
+//! reach: clients that meet at the same instant on a file nobody created
+//! yet, and waiters on a file that another process keeps locked.
+#![cfg(feature = "sqlite")]
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -7,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use holdfast::backend::sqlite::SqliteBackend;
 use holdfast::backend::{AcquireRequest, Backend};
-use holdfast::{LockKey, OwnerToken};
+use holdfast::{Client, Error, LockKey, OwnerToken};
 
 /// Opens the store at `url` and makes one non-waiting acquire and, if
 /// granted, a release: what a cron job does first.
@@ -117,4 +119,45 @@ fn concurrent_first_open_across_processes_never_fails() {
         }
     }
     assert!(failures.is_empty(), "{} of {} first opens failed: {failures:#?}", failures.len(), FILES * CLIENTS);
+}
+
+/// The embedded store's "server is gone": another process keeps the file's
+/// write lock (an open `BEGIN IMMEDIATE`) for longer than the busy timeout
+/// while clients wait on a key. When the holder's lease runs out, their
+/// attempts cannot write: `acquire_timeout` fails with the store's error
+/// (`Error::Backend`, exit 69 in the CLI), not `Error::Timeout` ("busy",
+/// exit 75) at its deadline, and a waiting `acquire` does not wait forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_on_a_write_locked_file_gets_the_store_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("locks.db");
+    let url = format!("sqlite://{}?busy_timeout_ms=300", path.display());
+    // A holder whose lease is not renewed: it runs out in a second.
+    let holder = holdfast::backend::connect(&url).await.expect("open");
+    let mut req =
+        AcquireRequest::new(LockKey::new("locked/key").expect("key"), OwnerToken::random(), Duration::from_secs(1))
+            .with_label("holder");
+    assert!(holder.try_acquire(&req).await.expect("hold").is_some());
+    let b = Client::connect(&url).await.expect("connect");
+    let (b1, b2) = (b.clone(), b.clone());
+    let bounded = tokio::spawn(async move { b1.mutex("locked/key").acquire_timeout(Duration::from_secs(8)).await });
+    let unbounded = tokio::spawn(async move { b2.mutex("locked/key").acquire().await });
+    let other = rusqlite::Connection::open(&path).expect("open");
+    other.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    let locked = std::time::Instant::now();
+    for (what, waiter) in [("acquire_timeout", bounded), ("acquire", unbounded)] {
+        let outcome = tokio::time::timeout(Duration::from_secs(15), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{what} still waits {:?} after the file was locked", locked.elapsed()))
+            .expect("task");
+        match outcome {
+            Err(Error::Backend { .. }) => {}
+            Err(e) => panic!("{what} on a write-locked file: {e:?}, not the store's error"),
+            Ok(_) => panic!("{what} granted on a write-locked file"),
+        }
+    }
+    drop(other);
+    // The file is free again: the key can be taken.
+    req.token = OwnerToken::random();
+    assert!(holder.try_acquire(&req).await.expect("acquire once the file is free").is_some());
 }

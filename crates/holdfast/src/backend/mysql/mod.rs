@@ -241,17 +241,14 @@ impl MysqlBackend {
         })
     }
 
-    /// An attempt made while waiting: contention and passing failures (a
-    /// restarting server) count as busy, so the wait goes on; the client's
-    /// deadline bounds it.
+    /// An attempt made while waiting: a deadlock or lock wait timeout is
+    /// contention for the key and counts as busy, so the wait goes on. Any
+    /// other error, retryable or not (a server that went away), is the
+    /// caller's: counted as busy it would turn a dead store into an endless
+    /// wait, or a timeout that reads as "busy".
     async fn waiting_attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
         match self.attempt(req, peek_first).await {
-            Err(e) if e.is_retryable() => {
-                if !is_contention(&e) {
-                    tracing::warn!(key = %req.key, error = %e, "acquire attempt failed, retrying");
-                }
-                Ok(Attempt::Busy { expires_in: None })
-            }
+            Err(e) if is_contention(&e) => Ok(Attempt::Busy { expires_in: None }),
             other => other,
         }
     }
