@@ -66,6 +66,17 @@ fn acl_protects_lock_nodes_and_containers_are_cleaned() {
                 .await;
             assert!(matches!(queue_jump, Err(zk::Error::NoAuth)), "{who} joined the queue: {queue_jump:?}");
         }
+        // holdfast logged in with alice's password itself (not a redacted
+        // form of it): the node's digest identity is the one the server
+        // gives a plain client that logs in as alice:secret.
+        let same = raw(&server, Some("alice:secret")).await;
+        let probe = zk::CreateMode::Ephemeral.with_acls(zk::Acls::creator_all());
+        same.create("/acl-probe", b"", &probe).await.expect("probe node");
+        let digest = |acls: Vec<zk::Acl>| acls.iter().find(|a| a.scheme() == "digest").map(|a| a.id().to_owned());
+        let alice_id = digest(same.get_acl("/acl-probe").await.expect("probe acl").0).expect("digest acl");
+        let children = same.list_children(parent).await.expect("list");
+        let node_acl = same.get_acl(&format!("{parent}/{}", children[0])).await.expect("node acl").0;
+        assert_eq!(digest(node_acl), Some(alice_id), "holdfast authenticated with another password");
         // Another identity's holdfast client gets a typed, non-retryable error.
         let bob = client(&format!("zk://bob:pw@{hosts}"), "bob").await;
         match bob.mutex("acl other").try_acquire().await {
