@@ -194,6 +194,19 @@ impl EtcdCluster {
         self.members[i].process.kill();
     }
 
+    /// SIGKILLs member `i` and starts it again on its data and ports (a
+    /// crash and restart), then waits until the cluster is healthy. For
+    /// clusters made by [`start_members`](Self::start_members).
+    pub fn restart(&mut self, i: usize) {
+        self.members[i].process.kill();
+        let initial: Vec<String> =
+            self.members.iter().map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port)).collect();
+        let m = &self.members[i];
+        let (name, cp, pp) = (m.name.clone(), m.client_port, m.peer_port);
+        self.members[i] = spawn_member(self.dir.path(), &name, cp, pp, &initial.join(","));
+        self.wait_healthy(Duration::from_secs(30));
+    }
+
     /// The temp dir holding every member's data and log.
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

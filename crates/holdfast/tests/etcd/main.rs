@@ -5,6 +5,7 @@
 mod failover;
 mod queue;
 mod session;
+mod store;
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex as StdMutex};

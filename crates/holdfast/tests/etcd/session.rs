@@ -302,3 +302,49 @@ fn release_while_etcd_is_stopped_completes_when_it_is_back() {
         g.release().await.expect("release");
     });
 }
+
+/// The key watch survives its member's crash: the holder's client reaches
+/// only member 0 of three; while member 0 is down, the holder's key is
+/// deleted through the others. When member 0 is back, the client's watch
+/// stream is reopened with each watcher resuming from the revision it had
+/// reached, so the deletion made in the gap still fires `lost()`, within
+/// about a second; and the holder's session lives on.
+#[test]
+fn key_watch_resumes_after_its_member_restarts() {
+    let mut cluster = EtcdCluster::start_members(3);
+    let only_first = format!("etcd://127.0.0.1:{}", cluster.members[0].client_port);
+    let others =
+        format!("etcd://127.0.0.1:{},127.0.0.1:{}", cluster.members[1].client_port, cluster.members[2].client_port);
+    let runtime = rt();
+    let (a, g, (key, lease)) = runtime.block_on(async {
+        let a = client(&only_first, "a").await;
+        let g = a.mutex("restarted").ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        let holder = queue_of(&only_first, "restarted").await[0].clone();
+        (a, g, holder)
+    });
+    cluster.kill(0);
+    runtime.block_on(async {
+        // Through the other two members, once they have a leader.
+        holdfast_testkit::conformance::eventually(
+            "the key deleted through the others",
+            Duration::from_secs(20),
+            || {
+                let (others, key) = (others.clone(), key.clone());
+                async move { raw(&others).await.delete(key, None).await.is_ok() }
+            },
+        )
+        .await;
+        assert!(!g.is_lost(), "lost() fired while the holder's only member was down: the test tests nothing");
+    });
+    cluster.restart(0);
+    let back = Instant::now();
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), g.lost()).await.expect("lost() did not fire after the restart");
+        let took = back.elapsed();
+        eprintln!("key deleted while the client's member was down: lost() {took:?} after it was back");
+        assert!(took <= Duration::from_secs(3), "lost() fired {took:?} after the member was back");
+        let g = a.mutex("restarted-next").ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        assert_eq!(queue_of(&only_first, "restarted-next").await[0].1, lease, "the session did not survive");
+        g.release().await.expect("release");
+    });
+}

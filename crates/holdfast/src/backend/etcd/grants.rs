@@ -97,9 +97,10 @@ impl Grants {
         lock(&self.inflight).remove(&token.as_u128());
     }
 
-    /// Deletes the key of `token`: a grant, a queue entry, or nothing. The attempt is forgotten only once etcd confirmed the delete,
-    /// or once its session is lost (the key went, or goes, with the lease);
-    /// until then the error is returned and the client retries.
+    /// Deletes the key of `token`: a grant, a queue entry, or nothing. The
+    /// attempt is forgotten only once etcd confirmed the delete, or once its
+    /// session is lost (the key went, or goes, with the lease); until then
+    /// the error is returned and the client retries.
     pub(super) async fn release(
         &self,
         conn: &Conn,

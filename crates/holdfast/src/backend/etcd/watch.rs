@@ -134,9 +134,14 @@ async fn forward(mut requests: WatchRequestSender, mut out: mpsc::UnboundedRecei
 
 impl Task {
     async fn run(mut self, shutdown: CancellationToken) {
-        let mut backoff = FIRST_BACKOFF;
+        // When to (re)open the stream: at once for the first watcher, after a
+        // backoff once a stream failed.
         let mut reopen_at: Option<tokio::time::Instant> = None;
+        let mut backoff = FIRST_BACKOFF;
         loop {
+            if self.stream.is_none() && reopen_at.is_none() && self.watched.values().any(|w| !w.checking) {
+                reopen_at = Some(tokio::time::Instant::now());
+            }
             let event = {
                 let (rx, stream) = (&mut self.rx, &mut self.stream);
                 let reopen = async {
@@ -151,34 +156,42 @@ impl Task {
                         None => std::future::pending().await,
                     }
                 };
+                // Commands first: an unwatch queued before a release's delete
+                // was sent is applied before that delete's event is read.
                 tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     command = rx.recv() => Event::Command(command),
                     response = response => Event::Response(response),
                     _ = reopen => Event::Reopen,
                 }
             };
-            match event {
+            let failed = match event {
                 Event::Command(None) => return,
-                Event::Command(Some(command)) => self.command(command),
+                Event::Command(Some(command)) => {
+                    let had_stream = self.stream.is_some();
+                    self.command(command);
+                    had_stream && self.stream.is_none()
+                }
                 Event::Response(Ok(Some(resp))) => {
                     backoff = FIRST_BACKOFF;
                     self.response(resp);
+                    false
                 }
                 Event::Response(other) => {
                     tracing::debug!(?other, "etcd key watch stream ended; reopening it");
                     self.stream = None;
+                    true
                 }
                 Event::Reopen => {
                     reopen_at = None;
                     self.open().await;
-                    if self.stream.is_none() {
-                        backoff = (backoff * 2).min(LAST_BACKOFF);
-                    }
+                    self.stream.is_none()
                 }
-            }
-            if self.stream.is_none() && reopen_at.is_none() && self.watched.values().any(|w| !w.checking) {
+            };
+            if failed && self.stream.is_none() && self.watched.values().any(|w| !w.checking) {
                 reopen_at = Some(tokio::time::Instant::now() + backoff);
+                backoff = (backoff * 2).min(LAST_BACKOFF);
             }
         }
     }
