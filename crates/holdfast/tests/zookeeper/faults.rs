@@ -164,44 +164,61 @@ fn waiter_on_a_dead_ensemble_gets_the_store_error() {
 
 /// A rolling restart: the member serving the holder's session stops, takes
 /// the holder's delete into its socket, and is killed before applying it.
-/// The release fails with connection loss while the session lives on (it
-/// moves to another member). The client retries the release in the
-/// background, and the store must still know which node to delete: the key
-/// is free within seconds, on the same session, not held for as long as the
-/// holder's client lives.
+/// The release fails while the session lives on (it moves to another
+/// member): the store must say so with a retryable error and keep the node
+/// recorded, so that the retry (the client's background retry, made by hand
+/// here) deletes it and reports the grant was held. Forgetting the node
+/// before the delete was confirmed left the key held for as long as the
+/// holder's client lived.
 #[test]
 fn release_lost_in_a_rolling_restart_completes() {
+    use holdfast::backend::{AcquireRequest, Backend};
     let mut server = ZkServer::start_ensemble(3);
     let url = format!("{}?session_timeout=10000&timeout=2000", server.url());
     let rt = runtime();
     let backend = rt.block_on(ZkBackend::connect_url(&url)).expect("connect");
     let session = rt.block_on(backend.session_id()).expect("session id");
-    let a = Client::with_backend(Arc::new(backend.clone()), ClientOptions::default().with_label("a"));
     let b = rt.block_on(client(&url, "b"));
-    let key = "rolling/restart";
-    let g = rt.block_on(a.mutex(key).ttl(Duration::from_secs(60)).acquire()).expect("acquire");
+    let key = holdfast::LockKey::new("rolling/restart").expect("key");
+    let req = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), Duration::from_secs(60));
+    rt.block_on(backend.try_acquire(&req)).expect("try").expect("granted");
     let member = server.member_serving(session).expect("the member serving the holder");
     server.pause(member, true);
-    let release = rt.spawn(g.release());
+    let release = {
+        let (backend, key) = (backend.clone(), key.clone());
+        rt.spawn(async move { backend.release(&key, req.token).await })
+    };
     std::thread::sleep(Duration::from_millis(300));
     server.kill(member);
-    let first = rt.block_on(release).expect("task");
-    eprintln!("first release attempt: {first:?}");
-    let freed = rt.block_on(async {
+    match rt.block_on(release).expect("task") {
+        Err(e) => assert!(e.is_retryable(), "a release cut by connection loss must be retryable: {e}"),
+        Ok(held) => panic!("the delete sent to a stopped member succeeded: {held}"),
+    }
+    let retried = rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            // b's session may have been on the killed member too.
-            if let Ok(Some(g)) = b.mutex(key).try_acquire().await {
-                g.release().await.expect("release");
-                return true;
+            match backend.release(&key, req.token).await {
+                Ok(held) => return held,
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("release retry: {e}"),
             }
-            if Instant::now() > deadline {
-                return false;
+        }
+    });
+    assert!(retried, "the retried release did not find the grant it had failed to delete");
+    // b's session may have been on the killed member too: it may need a retry.
+    let took = rt.block_on(async {
+        for _ in 0..50 {
+            if let Ok(taken) = b.mutex(key.as_str()).try_acquire().await {
+                return taken;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        None
     });
-    assert!(freed, "the key stayed held after a release failed in a rolling restart");
+    let took = took.expect("the key stayed held after the release completed");
+    rt.block_on(took.release()).expect("release");
     assert_eq!(rt.block_on(backend.session_id()).expect("session id"), session, "the session was replaced");
 }
 
