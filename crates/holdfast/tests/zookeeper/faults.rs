@@ -277,3 +277,72 @@ fn stalled_runtime_sees_the_lease_lost() {
     assert!(g2.fence() > g.fence());
     rt.block_on(g2.release()).expect("release");
 }
+
+/// A waiter whose session is lost while it waits (the ensemble hung past the
+/// disconnect grace, not yet past the session timeout) returns a retryable
+/// error while the ensemble is still hung, instead of riding it out. Called
+/// again with the same token once the ensemble answers, it queues on a new
+/// session, deleting what its old session left: the token never has two
+/// nodes, and it is granted once the holder's abandoned session is gone.
+#[test]
+fn lost_waiter_requeues_once_on_a_new_session() {
+    use holdfast::backend::{AcquireRequest, Backend};
+    let server = ZkServer::start();
+    let url = format!("{}?session_timeout=4000&timeout=1000", server.url());
+    runtime().block_on(async {
+        let holder = ZkBackend::connect_url(&url).await.expect("connect holder");
+        let waiter = Arc::new(ZkBackend::connect_url(&url).await.expect("connect waiter"));
+        let key = holdfast::LockKey::new("lost/waiter").expect("key");
+        let ttl = Duration::from_secs(60);
+        let h = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), ttl);
+        holder.try_acquire(&h).await.expect("try").expect("granted");
+        let w = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), ttl);
+        let first = {
+            let (waiter, w) = (waiter.clone(), w.clone());
+            tokio::spawn(async move { waiter.acquire(&w).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old_session = waiter.session_id().await.expect("session id");
+        server.pause(0, true);
+        let paused = Instant::now();
+        let first = tokio::time::timeout(Duration::from_secs(3), first).await;
+        let returned_after = paused.elapsed();
+        // 3.2 s: past the client's silence timeout (2/5 T) and grace (T/4),
+        // short of the session timeout (T = 4 s).
+        tokio::time::sleep(Duration::from_millis(3200).saturating_sub(returned_after)).await;
+        server.pause(0, false);
+        match first.expect("the waiting acquire rode out a hung ensemble").expect("task") {
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+            Ok(_) => panic!("granted while the holder held"),
+        }
+        eprintln!("the waiter returned {returned_after:?} after the ensemble hung");
+        let observer = crate::raw(&server, None).await;
+        let parent = "/holdfast/locks/lost%2Fwaiter";
+        let prefix = format!("lk-{}-", w.token.to_hex());
+        let again = {
+            let (waiter, w) = (waiter.clone(), w.clone());
+            tokio::spawn(async move {
+                loop {
+                    match waiter.acquire(&w).await {
+                        Ok(grant) => return grant,
+                        Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+                        Err(e) => panic!("waiter: {e}"),
+                    }
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !again.is_finished() {
+            assert!(Instant::now() < deadline, "the waiter was never granted");
+            if let Ok(children) = observer.list_children(parent).await {
+                let mine = children.iter().filter(|c| c.starts_with(&prefix)).count();
+                assert!(mine <= 1, "the waiter's token has {mine} nodes: {children:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        again.await.expect("task");
+        assert_ne!(waiter.session_id().await.expect("session id"), old_session, "the lost session was reused");
+        assert!(waiter.release(&key, w.token).await.expect("release"));
+        assert_eq!(observer.list_children(parent).await.expect("list").len(), 0, "nodes left behind");
+    });
+}
