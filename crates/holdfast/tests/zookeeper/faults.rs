@@ -164,44 +164,61 @@ fn waiter_on_a_dead_ensemble_gets_the_store_error() {
 
 /// A rolling restart: the member serving the holder's session stops, takes
 /// the holder's delete into its socket, and is killed before applying it.
-/// The release fails with connection loss while the session lives on (it
-/// moves to another member). The client retries the release in the
-/// background, and the store must still know which node to delete: the key
-/// is free within seconds, on the same session, not held for as long as the
-/// holder's client lives.
+/// The release fails while the session lives on (it moves to another
+/// member): the store must say so with a retryable error and keep the node
+/// recorded, so that the retry (the client's background retry, made by hand
+/// here) deletes it and reports the grant was held. Forgetting the node
+/// before the delete was confirmed left the key held for as long as the
+/// holder's client lived.
 #[test]
 fn release_lost_in_a_rolling_restart_completes() {
+    use holdfast::backend::{AcquireRequest, Backend};
     let mut server = ZkServer::start_ensemble(3);
     let url = format!("{}?session_timeout=10000&timeout=2000", server.url());
     let rt = runtime();
     let backend = rt.block_on(ZkBackend::connect_url(&url)).expect("connect");
     let session = rt.block_on(backend.session_id()).expect("session id");
-    let a = Client::with_backend(Arc::new(backend.clone()), ClientOptions::default().with_label("a"));
     let b = rt.block_on(client(&url, "b"));
-    let key = "rolling/restart";
-    let g = rt.block_on(a.mutex(key).ttl(Duration::from_secs(60)).acquire()).expect("acquire");
+    let key = holdfast::LockKey::new("rolling/restart").expect("key");
+    let req = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), Duration::from_secs(60));
+    rt.block_on(backend.try_acquire(&req)).expect("try").expect("granted");
     let member = server.member_serving(session).expect("the member serving the holder");
     server.pause(member, true);
-    let release = rt.spawn(g.release());
+    let release = {
+        let (backend, key) = (backend.clone(), key.clone());
+        rt.spawn(async move { backend.release(&key, req.token).await })
+    };
     std::thread::sleep(Duration::from_millis(300));
     server.kill(member);
-    let first = rt.block_on(release).expect("task");
-    eprintln!("first release attempt: {first:?}");
-    let freed = rt.block_on(async {
+    match rt.block_on(release).expect("task") {
+        Err(e) => assert!(e.is_retryable(), "a release cut by connection loss must be retryable: {e}"),
+        Ok(held) => panic!("the delete sent to a stopped member succeeded: {held}"),
+    }
+    let retried = rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            // b's session may have been on the killed member too.
-            if let Ok(Some(g)) = b.mutex(key).try_acquire().await {
-                g.release().await.expect("release");
-                return true;
+            match backend.release(&key, req.token).await {
+                Ok(held) => return held,
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("release retry: {e}"),
             }
-            if Instant::now() > deadline {
-                return false;
+        }
+    });
+    assert!(retried, "the retried release did not find the grant it had failed to delete");
+    // b's session may have been on the killed member too: it may need a retry.
+    let took = rt.block_on(async {
+        for _ in 0..50 {
+            if let Ok(taken) = b.mutex(key.as_str()).try_acquire().await {
+                return taken;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        None
     });
-    assert!(freed, "the key stayed held after a release failed in a rolling restart");
+    let took = took.expect("the key stayed held after the release completed");
+    rt.block_on(took.release()).expect("release");
     assert_eq!(rt.block_on(backend.session_id()).expect("session id"), session, "the session was replaced");
 }
 
@@ -259,4 +276,73 @@ fn stalled_runtime_sees_the_lease_lost() {
     let g2 = rt.block_on(b.mutex(key).acquire_timeout(Duration::from_secs(10))).expect("key freed by the expiry");
     assert!(g2.fence() > g.fence());
     rt.block_on(g2.release()).expect("release");
+}
+
+/// A waiter whose session is lost while it waits (the ensemble hung past the
+/// disconnect grace, not yet past the session timeout) returns a retryable
+/// error while the ensemble is still hung, instead of riding it out. Called
+/// again with the same token once the ensemble answers, it queues on a new
+/// session, deleting what its old session left: the token never has two
+/// nodes, and it is granted once the holder's abandoned session is gone.
+#[test]
+fn lost_waiter_requeues_once_on_a_new_session() {
+    use holdfast::backend::{AcquireRequest, Backend};
+    let server = ZkServer::start();
+    let url = format!("{}?session_timeout=4000&timeout=1000", server.url());
+    runtime().block_on(async {
+        let holder = ZkBackend::connect_url(&url).await.expect("connect holder");
+        let waiter = Arc::new(ZkBackend::connect_url(&url).await.expect("connect waiter"));
+        let key = holdfast::LockKey::new("lost/waiter").expect("key");
+        let ttl = Duration::from_secs(60);
+        let h = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), ttl);
+        holder.try_acquire(&h).await.expect("try").expect("granted");
+        let w = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), ttl);
+        let first = {
+            let (waiter, w) = (waiter.clone(), w.clone());
+            tokio::spawn(async move { waiter.acquire(&w).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old_session = waiter.session_id().await.expect("session id");
+        server.pause(0, true);
+        let paused = Instant::now();
+        let first = tokio::time::timeout(Duration::from_secs(3), first).await;
+        let returned_after = paused.elapsed();
+        // 3.2 s: past the client's silence timeout (2/5 T) and grace (T/4),
+        // short of the session timeout (T = 4 s).
+        tokio::time::sleep(Duration::from_millis(3200).saturating_sub(returned_after)).await;
+        server.pause(0, false);
+        match first.expect("the waiting acquire rode out a hung ensemble").expect("task") {
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+            Ok(_) => panic!("granted while the holder held"),
+        }
+        eprintln!("the waiter returned {returned_after:?} after the ensemble hung");
+        let observer = crate::raw(&server, None).await;
+        let parent = "/holdfast/locks/lost%2Fwaiter";
+        let prefix = format!("lk-{}-", w.token.to_hex());
+        let again = {
+            let (waiter, w) = (waiter.clone(), w.clone());
+            tokio::spawn(async move {
+                loop {
+                    match waiter.acquire(&w).await {
+                        Ok(grant) => return grant,
+                        Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+                        Err(e) => panic!("waiter: {e}"),
+                    }
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !again.is_finished() {
+            assert!(Instant::now() < deadline, "the waiter was never granted");
+            if let Ok(children) = observer.list_children(parent).await {
+                let mine = children.iter().filter(|c| c.starts_with(&prefix)).count();
+                assert!(mine <= 1, "the waiter's token has {mine} nodes: {children:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        again.await.expect("task");
+        assert_ne!(waiter.session_id().await.expect("session id"), old_session, "the lost session was reused");
+        assert!(waiter.release(&key, w.token).await.expect("release"));
+        assert_eq!(observer.list_children(parent).await.expect("list").len(), 0, "nodes left behind");
+    });
 }
