@@ -1,8 +1,10 @@
 //! Test kit of holdfast: real store servers on loopback in temp dirs
 //! ([`servers`]), and the conformance suite every backend runs
-//! ([`conformance`], clauses C1..C11).
+//! ([`conformance`], clauses C1..C11 and the fault clauses), and the fault
+//! injection those use ([`faults`]: a TCP proxy, a cancellation harness).
 //!
 //! Not a stable API: it exists for holdfast's own tests.
 
 pub mod conformance;
+pub mod faults;
 pub mod servers;
