@@ -38,6 +38,14 @@ pub enum Fault {
     /// server's, so [`cut`](FaultProxy::cut) before going back to
     /// [`Forward`](Fault::Forward).
     DropReplies,
+    /// The next `n` reply chunks reach the client, then every reply byte is
+    /// discarded as with [`DropReplies`](Fault::DropReplies). A chunk is what
+    /// one read from the server returned, usually one reply of a
+    /// request-reply protocol (counted over all connections). For stores whose
+    /// operation takes several round trips (a transaction, a read before a
+    /// create), letting n replies through loses the reply of a later step:
+    /// the one that applied the change.
+    DropRepliesAfter(u64),
     /// Every reply byte reaches the client this much later than it left the
     /// server (order kept); requests flow unchanged.
     DelayReplies(Duration),
@@ -62,6 +70,8 @@ pub struct ProxyStats {
     pub refused: u64,
     /// Connections open now.
     pub open: u64,
+    /// Reply chunks still let through under [`Fault::DropRepliesAfter`].
+    pub replies_left: u64,
     /// Bytes delivered to the server.
     pub bytes_to_server: u64,
     /// Bytes delivered to clients.
@@ -78,6 +88,8 @@ struct Shared {
     /// Ids of the open connections, so that `cut` can wait for them to close.
     open: Mutex<HashSet<u64>>,
     next_id: AtomicU64,
+    /// Reply chunks still to let through under [`Fault::DropRepliesAfter`].
+    replies_left: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
     bytes_to_server: AtomicU64,
@@ -139,6 +151,7 @@ impl FaultProxy {
             cuts: watch::Sender::new(0),
             open: Mutex::new(HashSet::new()),
             next_id: AtomicU64::new(0),
+            replies_left: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             bytes_to_server: AtomicU64::new(0),
@@ -201,6 +214,13 @@ impl FaultProxy {
         self.set(Fault::DropReplies);
     }
 
+    /// Lets `n` more reply chunks through, then loses replies: see
+    /// [`Fault::DropRepliesAfter`]. [`cut`](Self::cut) before forwarding again.
+    pub fn drop_replies_after(&self, n: u64) {
+        self.shared.replies_left.store(n, Ordering::SeqCst);
+        self.set(Fault::DropRepliesAfter(n));
+    }
+
     /// Delays every reply by `delay`: see [`Fault::DelayReplies`].
     pub fn delay_replies(&self, delay: Duration) {
         self.set(Fault::DelayReplies(delay));
@@ -248,6 +268,7 @@ impl FaultProxy {
             accepted: s.accepted.load(Ordering::SeqCst),
             refused: s.refused.load(Ordering::SeqCst),
             open: s.open_ids().len() as u64,
+            replies_left: s.replies_left.load(Ordering::SeqCst),
             bytes_to_server: s.bytes_to_server.load(Ordering::SeqCst),
             bytes_to_client: s.bytes_to_client.load(Ordering::SeqCst),
             bytes_dropped: s.bytes_dropped.load(Ordering::SeqCst),
@@ -408,7 +429,8 @@ async fn pump_replies(mut from: OwnedReadHalf, to: OwnedWriteHalf, shared: &Shar
 }
 
 /// Writes queued replies in order once due, applying the fault in force at
-/// writing time: held in a blackhole, discarded when replies are dropped.
+/// writing time: held in a blackhole, discarded when replies are dropped
+/// (after the allowance of [`Fault::DropRepliesAfter`] is spent).
 async fn write_replies(
     mut queued: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
     mut to: OwnedWriteHalf,
@@ -417,7 +439,14 @@ async fn write_replies(
     let mut fault = shared.fault.subscribe();
     while let Some((due, bytes)) = queued.recv().await {
         tokio::time::sleep_until(due).await;
-        if unless_blackholed(&mut fault).await == Fault::DropReplies {
+        let drop = match unless_blackholed(&mut fault).await {
+            Fault::DropReplies => true,
+            Fault::DropRepliesAfter(_) => {
+                shared.replies_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
+            }
+            _ => false,
+        };
+        if drop {
             shared.bytes_dropped.fetch_add(bytes.len() as u64, Ordering::SeqCst);
             continue;
         }
