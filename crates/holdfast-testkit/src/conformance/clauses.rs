@@ -39,7 +39,8 @@ where
     }
 }
 
-async fn is_free(client: &Client, key: &str) -> bool {
+/// Whether `client` can take `key` right now (a grant it then releases).
+pub(crate) async fn is_free(client: &Client, key: &str) -> bool {
     match client.mutex(key).try_acquire().await {
         Ok(Some(g)) => {
             g.release().await.expect("release of a probe grant");

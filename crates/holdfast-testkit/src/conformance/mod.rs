@@ -1,5 +1,7 @@
 //! The conformance suite: one function per clause of the contract (C1..C11
-//! in `shared/DESIGN.md`), run against a real store.
+//! in `shared/DESIGN.md`), run against a real store, plus the fault clauses
+//! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
+//! a future dropped at every suspension point) that use [`crate::faults`].
 //!
 //! A backend's test module calls [`conformance_suite!`](crate::conformance_suite)
 //! with a function that starts its server and returns a [`Store`]; the macro
@@ -7,14 +9,21 @@
 //! `sqlite::c1_exclusion`. Each clause checks the capabilities the store
 //! declares and tests every declared one.
 
+mod cancel;
 mod child;
 mod clauses;
+mod faults;
 
 use std::any::Any;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await};
 pub use child::{c3_expiry_killed_process, child_entry, multi_process};
 pub use clauses::*;
+pub use faults::{
+    f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
+};
 
 /// A store under test.
 pub struct Store {
@@ -27,6 +36,45 @@ pub struct Store {
     pub unreachable_url: String,
     /// The server handle, kept alive for the test and dropped (killed) after.
     pub server: Box<dyn Any + Send + Sync>,
+    /// How to reach the server through a [`FaultProxy`](crate::faults::FaultProxy),
+    /// for the fault clauses; `None` for a store with no network between
+    /// client and store (SQLite), where those clauses do not apply.
+    pub via_proxy: Option<ProxyTarget>,
+}
+
+/// How a store's server is reached through a [`FaultProxy`](crate::faults::FaultProxy).
+pub struct ProxyTarget {
+    /// The server's address (one node is enough: the proxy forwards to it).
+    pub upstream: SocketAddr,
+    /// The store URL for a proxy listening at the given address. It sets the
+    /// short operation timeout [`op_timeout`](Self::op_timeout), so that a
+    /// call to a silent store ends quickly.
+    pub url: Box<dyn Fn(SocketAddr) -> String + Send + Sync>,
+    /// The operation timeout that URL sets: the longest one store call may
+    /// wait for a reply.
+    pub op_timeout: Duration,
+}
+
+impl ProxyTarget {
+    /// A server on `127.0.0.1:port` whose direct URL is `direct_url` (with
+    /// the options the proxied client should use, `op_timeout` among them):
+    /// the proxied URL is the same with `127.0.0.1:port` replaced by the
+    /// proxy's address. Panics if `direct_url` does not contain it.
+    pub fn loopback(port: u16, direct_url: String, op_timeout: Duration) -> Self {
+        let server = format!("127.0.0.1:{port}");
+        assert!(direct_url.contains(&server), "{direct_url:?} does not name {server}");
+        ProxyTarget {
+            upstream: SocketAddr::from(([127, 0, 0, 1], port)),
+            url: Box::new(move |proxy| direct_url.replacen(&server, &proxy.to_string(), 1)),
+            op_timeout,
+        }
+    }
+}
+
+impl std::fmt::Debug for ProxyTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyTarget").field("upstream", &self.upstream).field("op_timeout", &self.op_timeout).finish()
+    }
 }
 
 /// Expands to one test per clause for a store. `$start` is a path to a
@@ -42,7 +90,9 @@ macro_rules! conformance_suite {
     ($start:path) => {
         $crate::conformance_suite!(@clauses $start;
             c1_exclusion, c2_fencing, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
-            c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop);
+            c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
+            c9_cancel_every_await, c9_cancel_during_cleanup,
+            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting);
 
         #[test]
         fn multi_process() {

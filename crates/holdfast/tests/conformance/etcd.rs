@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use holdfast_testkit::conformance::Store;
+use holdfast_testkit::conformance::{ProxyTarget, Store};
 use holdfast_testkit::servers::etcd::EtcdServer;
 
 fn start() -> Store {
@@ -17,6 +17,12 @@ fn start() -> Store {
         // 2 s - 0.3 s + 0.5 s = 2.2 s, plus the revoke's commit.
         expiry_slack: Duration::from_millis(2500),
         unreachable_url: format!("etcd://127.0.0.1:{}?timeout_ms=2000", holdfast_testkit::servers::free_port()),
+        // A single node; each operation (its retries included) within 1 s.
+        via_proxy: Some(ProxyTarget::loopback(
+            server.members[0].client_port,
+            format!("{}?timeout_ms=1000", server.url()),
+            Duration::from_millis(1000),
+        )),
         server: Box::new(server),
     }
 }

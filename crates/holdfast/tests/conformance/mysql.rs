@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use holdfast_testkit::conformance::Store;
+use holdfast_testkit::conformance::{ProxyTarget, Store};
 use holdfast_testkit::servers::{free_port, mysql::MysqlServer};
 
 fn start() -> Store {
@@ -12,6 +12,11 @@ fn start() -> Store {
         // Expiry is exact on the server clock; waiters notice it within one poll.
         expiry_slack: Duration::from_millis(100),
         unreachable_url: format!("mysql://holdfast:pw@127.0.0.1:{}/holdfast?timeout_ms=2000", free_port()),
+        via_proxy: Some(ProxyTarget::loopback(
+            server.port(),
+            server.url_with("timeout_ms=1000"),
+            Duration::from_millis(1000),
+        )),
         server: Box::new(server),
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use holdfast_testkit::conformance::Store;
+use holdfast_testkit::conformance::{ProxyTarget, Store};
 use holdfast_testkit::servers::{free_port, postgres::PostgresServer};
 
 fn start() -> Store {
@@ -16,6 +16,12 @@ fn start() -> Store {
             "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
             free_port()
         ),
+        // Every statement (a reconnect included) within 1 s; connecting within 1 s.
+        via_proxy: Some(ProxyTarget::loopback(
+            server.port(),
+            format!("{}&op_timeout_ms=1000&connect_timeout=1", server.url()),
+            Duration::from_millis(1000),
+        )),
         server: Box::new(server),
     }
 }

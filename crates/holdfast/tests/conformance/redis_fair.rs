@@ -4,7 +4,7 @@
 use holdfast_testkit::conformance::Store;
 
 fn start() -> Store {
-    super::redis::start_with("?fair=default")
+    super::redis::start_with("fair=default")
 }
 
 holdfast_testkit::conformance_suite!(start);

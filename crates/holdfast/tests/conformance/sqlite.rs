@@ -12,6 +12,8 @@ fn start() -> Store {
         expiry_slack: Duration::from_millis(50),
         // A directory that cannot be created: the store cannot open.
         unreachable_url: "sqlite:///proc/holdfast-nowhere/locks.db".to_owned(),
+        // No network between client and store: the fault clauses do not apply.
+        via_proxy: None,
         server: Box::new(dir),
     }
 }

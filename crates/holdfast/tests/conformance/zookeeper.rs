@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use holdfast_testkit::conformance::Store;
+use holdfast_testkit::conformance::{ProxyTarget, Store};
 use holdfast_testkit::servers::free_port;
 use holdfast_testkit::servers::zookeeper::{SESSION_TIMEOUT_MS, TICK_MS, ZkServer};
 
@@ -10,12 +10,18 @@ fn start() -> Store {
     let server = ZkServer::start();
     let url = format!("{}?session_timeout={SESSION_TIMEOUT_MS}", server.url());
     Store {
-        url,
+        url: url.clone(),
         // A holder that dies keeps its node until the ensemble expires its
         // session: the session timeout, rounded up to the server's expiry
         // granularity (one tick), plus one tick to deliver the watch.
         expiry_slack: Duration::from_millis(SESSION_TIMEOUT_MS + 2 * TICK_MS),
         unreachable_url: format!("zk://127.0.0.1:{}?timeout=2000", free_port()),
+        // One member is enough behind the proxy; every request within 1 s.
+        via_proxy: Some(ProxyTarget::loopback(
+            server.client_port(0),
+            format!("{url}&timeout=1000"),
+            Duration::from_millis(1000),
+        )),
         server: Box::new(server),
     }
 }

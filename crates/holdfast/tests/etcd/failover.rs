@@ -8,6 +8,7 @@ fn start_cluster() -> Store {
         url: cluster.url(),
         expiry_slack: Duration::from_millis(2500),
         unreachable_url: format!("etcd://127.0.0.1:{}", holdfast_testkit::servers::free_port()),
+        via_proxy: None,
         server: Box::new(cluster),
     }
 }

@@ -1,0 +1,326 @@
+//! The fault clauses F1..F4: a client reaches the store through a
+//! [`FaultProxy`], which loses replies, withholds traffic or refuses
+//! connections while the client calls; another client, connected directly,
+//! then checks what the store was left with.
+//!
+//! Every lease here has a 30 s TTL and every bound checked is a few seconds,
+//! so a key that comes free in time was released by a token, never expired.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use holdfast::{Client, ClientOptions, Error};
+
+use super::{ProxyTarget, Store, client, eventually, fresh_key, is_free};
+use crate::faults::FaultProxy;
+
+/// The TTL of every lease in these clauses: far above every bound they check.
+const TTL: Duration = Duration::from_secs(30);
+/// How soon a key must be free for another client once its holder released it
+/// (or once the faulty network is healed).
+const FREED_WITHIN: Duration = Duration::from_secs(3);
+/// F3: how soon after the store is reachable again; leaves room for a
+/// background retry's backoff.
+const FREED_AFTER_OUTAGE: Duration = Duration::from_secs(5);
+/// What a call may take beyond the store operation timeouts it may spend
+/// before it counts as hung: scheduling on a loaded machine.
+const HANG_SLACK: Duration = Duration::from_secs(3);
+
+/// The store's proxy target, or `None` when there is no network between
+/// client and store to fault (SQLite: a file in the client's process); the
+/// clause then has nothing to test, says so, and returns.
+fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
+    let target = store.via_proxy.as_ref();
+    if target.is_none() {
+        let scheme = store.url.split("://").next().unwrap_or_default();
+        eprintln!("{clause}: not applicable to {scheme}: no network between client and store");
+    }
+    target
+}
+
+/// A client that reaches the store through a fault proxy.
+struct Proxied {
+    proxy: FaultProxy,
+    client: Client,
+    op_timeout: Duration,
+}
+
+impl Proxied {
+    async fn start(target: &ProxyTarget, label: &str) -> Self {
+        let proxy = FaultProxy::start(target.upstream);
+        let url = (target.url)(proxy.addr());
+        let client = Client::connect_with(&url, ClientOptions::default().with_label(label))
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect through the proxy to {url}: {e}"));
+        let proxied = Proxied { proxy, client, op_timeout: target.op_timeout };
+        proxied.warm_up(None).await;
+        proxied
+    }
+
+    /// Lock cycles through the proxy, retried for up to 15 s (after a cut
+    /// the client has to reconnect): four at once on fresh keys (so that a
+    /// pool opens several connections), then on `key` if given, each cycle a
+    /// `try_acquire` and an `acquire_timeout`. Connections, prepared
+    /// statements, loaded scripts, etcd's session lease of [`TTL`] and a
+    /// ZooKeeper lock parent for `key` then exist, so that a fault switched on
+    /// next hits the request under test, not a step before it whose lost
+    /// reply would keep the request from being sent at all.
+    async fn warm_up(&self, key: Option<&str>) {
+        let cycle = async |key: String| -> holdfast::Result<()> {
+            let mutex = self.client.mutex(&key).ttl(TTL);
+            if let Some(guard) = mutex.try_acquire().await? {
+                guard.release().await?;
+            }
+            mutex.acquire_timeout(self.op_timeout * 2).await?.release().await
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let cycles = async {
+                futures::future::try_join_all((0..4).map(|_| cycle(fresh_key("warm-up")))).await?;
+                match key {
+                    Some(key) => cycle(key.to_owned()).await,
+                    None => Ok(()),
+                }
+            };
+            let error = match tokio::time::timeout(self.op_timeout * 8 + HANG_SLACK, cycles).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "a lock cycle hung".to_owned(),
+            };
+            assert!(Instant::now() < deadline, "the client through the proxy did not recover within 15 s: {error}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Heals the network: closes every connection, then forwards again. The
+    /// cut matters: after lost replies a connection's byte stream is out of
+    /// step, and bytes a blackhole held must not reach the store late (a
+    /// release must come from the client, not from a stale buffer).
+    fn heal(&self) {
+        self.proxy.cut();
+        self.proxy.forward();
+    }
+
+    /// Awaits `call`, which may spend `budget` in store operation timeouts;
+    /// panics if it is still running [`HANG_SLACK`] after that.
+    async fn bounded<T>(&self, what: &str, budget: Duration, call: impl Future<Output = T>) -> T {
+        let limit = budget + HANG_SLACK;
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            panic!("{what}: still running after {limit:?} (the store's operation timeout is {:?})", self.op_timeout)
+        })
+    }
+
+    /// Acquires `key` through the proxy while it forwards.
+    async fn hold(&self, key: &str) -> holdfast::MutexGuard {
+        let mutex = self.client.mutex(key).ttl(TTL);
+        self.bounded("acquire through the proxy", self.op_timeout * 2, mutex.acquire_timeout(self.op_timeout * 2))
+            .await
+            .unwrap_or_else(|e| panic!("acquire through the proxy failed: {e}"))
+    }
+}
+
+/// Waits until `by` can take `key` (a probe grant it releases at once).
+async fn freed(by: &Client, key: &str, within: Duration, what: &str) {
+    eventually(&format!("{what}: key free for another client"), within, || is_free(by, key)).await;
+}
+
+/// Whether `by` can take `key` within `within`.
+async fn free_within(by: &Client, key: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if is_free(by, key).await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Watches `key` through `by` (directly) every 10 ms while a fault is on;
+/// [`StatusProbe::seen`] tells whether the store ever showed it held (or,
+/// with `held` false, free).
+struct StatusProbe {
+    task: tokio::task::JoinHandle<()>,
+    seen: Arc<AtomicBool>,
+}
+
+impl StatusProbe {
+    fn start(by: &Client, key: &str, held: bool) -> Self {
+        let (by, key, seen) = (by.clone(), key.to_owned(), Arc::new(AtomicBool::new(false)));
+        let flag = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if by.status(&key).await.is_ok_and(|s| s.holder.is_some() == held) {
+                    flag.store(true, Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        StatusProbe { task, seen }
+    }
+
+    fn seen(self) -> bool {
+        self.task.abort();
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+/// F1 (C9, lost reply): an acquire the store applied but whose reply was lost
+/// is released by its token, so another client gets the key within seconds,
+/// not after the 30 s TTL. For `try_acquire` and for a waiting
+/// `acquire_timeout`; the call itself must fail within about the store's
+/// operation timeout.
+pub async fn f1_lost_acquire_reply(store: &Store) {
+    let Some(target) = target(store, "f1_lost_acquire_reply") else { return };
+    let b = client(store, "f1-b").await;
+    let a = Proxied::start(target, "f1-a").await;
+    let failures: Vec<String> = [
+        acquire_with_replies_lost(&a, &b, None).await,
+        acquire_with_replies_lost(&a, &b, Some(Duration::from_secs(1))).await,
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    assert!(failures.is_empty(), "acquire whose reply was lost, TTL 30 s: {}", failures.join("; "));
+}
+
+/// The most replies F1 lets through before losing the rest.
+const MAX_REPLIES_LET_THROUGH: u64 = 8;
+
+/// F1 for `try_acquire` (`wait` None) or `acquire_timeout(wait)`. The case
+/// exists only if the store applied the acquire, which B watches for. An
+/// acquire may take several round trips (a transaction, a read before a
+/// create): losing every reply from the first one on leaves the change
+/// unsent. So the proxy lets 0, 1, 2, ... replies through before losing the
+/// rest, until the store shows the key held by an acquire that failed: the
+/// reply of the step that applied it was lost.
+async fn acquire_with_replies_lost(a: &Proxied, b: &Client, wait: Option<Duration>) -> Result<(), String> {
+    let what = wait.map_or("try_acquire".to_owned(), |w| format!("acquire_timeout({w:?})"));
+    for replies in 0..=MAX_REPLIES_LET_THROUGH {
+        let key = fresh_key("f1");
+        a.warm_up(Some(&key)).await;
+        let probe = StatusProbe::start(b, &key, true);
+        a.proxy.drop_replies_after(replies);
+        let mutex = a.client.mutex(&key).ttl(TTL);
+        let call = async {
+            match wait {
+                None => mutex.try_acquire().await,
+                Some(wait) => mutex.acquire_timeout(wait).await.map(Some),
+            }
+        };
+        let budget = wait.unwrap_or_default() + a.op_timeout * 2;
+        let outcome = a.bounded(&format!("{what} with its replies lost"), budget, call).await;
+        let applied = probe.seen();
+        a.heal();
+        match outcome {
+            Ok(None) => panic!("{what} said a free key was busy"),
+            // Every reply it needed got through: no later step is left whose reply could be lost.
+            Ok(Some(_)) => break,
+            Err(_) if applied => {
+                eprintln!("f1: {what}: applied by the store, its replies lost after the first {replies}");
+                if free_within(b, &key, FREED_WITHIN).await {
+                    return Ok(());
+                }
+                let lost = format!("replies lost after the first {replies}");
+                return Err(format!("{what} ({lost}): key still held by its token {FREED_WITHIN:?} later"));
+            }
+            Err(_) => {}
+        }
+    }
+    panic!("f1: {what}: no lost reply left the store holding the key for a failed acquire: nothing was tested");
+}
+
+/// F2 (C4, C9): a release the store applied but whose reply was lost freed
+/// the key, and does not report [`Error::Lost`] for a lease that was alive
+/// (`Ok` or a store error are both honest answers).
+pub async fn f2_lost_release_reply(store: &Store) {
+    let Some(target) = target(store, "f2_lost_release_reply") else { return };
+    let b = client(store, "f2-b").await;
+    let a = Proxied::start(target, "f2-a").await;
+    let key = fresh_key("f2");
+    a.warm_up(Some(&key)).await;
+    let guard = a.hold(&key).await;
+    let probe = StatusProbe::start(&b, &key, false);
+    a.proxy.drop_replies();
+    match a.bounded("release with its reply lost", a.op_timeout * 2, guard.release()).await {
+        Ok(()) | Err(Error::Backend { .. }) => {}
+        Err(e @ Error::Lost { .. }) => panic!("release of a live lease whose reply was lost said: {e}"),
+        Err(e) => panic!("release with its reply lost: unexpected error {e:?}"),
+    }
+    // Either way the key must come free: applied, or (died unsent) retried.
+    let applied = probe.seen();
+    eprintln!("f2: the release {} applied while its replies were lost", if applied { "was" } else { "was not" });
+    a.heal();
+    freed(&b, &key, FREED_WITHIN, "after a release whose reply was lost").await;
+}
+
+/// F3 (C3, C11): a holder releases while the store is unreachable (silent,
+/// then refusing connections): the release may fail, but the key must come
+/// free within seconds of the store being reachable again, while the holder's
+/// client lives on: not at TTL expiry, and not never (a key kept on a live
+/// session until the process exits).
+pub async fn f3_release_while_unreachable(store: &Store) {
+    let Some(target) = target(store, "f3_release_while_unreachable") else { return };
+    let b = client(store, "f3-b").await;
+    let a = Proxied::start(target, "f3-a").await;
+    let outage = Duration::from_secs(3);
+    let mut failures = Vec::new();
+    for refuse in [false, true] {
+        let variant = if refuse { "store refusing connections" } else { "store silent" };
+        let key = fresh_key("f3");
+        let guard = a.hold(&key).await;
+        if refuse {
+            a.proxy.refuse();
+            a.proxy.cut();
+        } else {
+            a.proxy.blackhole();
+        }
+        let release = tokio::spawn(guard.release());
+        tokio::time::sleep(outage).await;
+        a.heal();
+        if !free_within(&b, &key, FREED_AFTER_OUTAGE).await {
+            failures.push(format!("{variant}: key still held {FREED_AFTER_OUTAGE:?} after the store was back"));
+        }
+        // Its outcome may be an error; it must not hang once the store is back.
+        let what = format!("release() called during the outage ({variant})");
+        let _ = a.bounded(&what, a.op_timeout * 2, release).await;
+        a.warm_up(None).await;
+    }
+    assert!(failures.is_empty(), "release during a 3 s outage, TTL 30 s: {}", failures.join("; "));
+}
+
+/// F4 (C6, C10): a waiter whose store hangs fails with the store's error
+/// ([`Error::Backend`]), not [`Error::Timeout`] (which means "busy"), within
+/// its deadline plus the store's operation timeout (and some slack).
+pub async fn f4_hung_store_while_waiting(store: &Store) {
+    let Some(target) = target(store, "f4_hung_store_while_waiting") else { return };
+    let a = client(store, "f4-a").await;
+    let key = fresh_key("f4");
+    let held = a.mutex(&key).ttl(TTL).acquire().await.expect("A acquires directly");
+    let b = Proxied::start(target, "f4-b").await;
+    let deadline = Duration::from_secs(3);
+    let started = Instant::now();
+    let mutex = b.client.mutex(&key).ttl(TTL);
+    let waiting = tokio::spawn(async move { mutex.acquire_timeout(deadline).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.proxy.blackhole();
+    let outcome = b.bounded("acquire_timeout on a hung store", deadline + b.op_timeout * 2, waiting).await;
+    let took = started.elapsed();
+    match outcome.expect("waiter task") {
+        Err(Error::Backend { .. }) => {}
+        Err(e @ Error::Timeout { .. }) => {
+            panic!("a waiter whose store hung got `{e}` after {took:?}: a store failure must be Error::Backend")
+        }
+        Ok(guard) => panic!("granted (fence {}) a key another client holds", guard.fence()),
+        Err(e) => panic!("a waiter whose store hung: unexpected error {e:?}"),
+    }
+    let limit = deadline + b.op_timeout + Duration::from_secs(2);
+    assert!(took <= limit, "the waiter failed after {took:?}: beyond deadline + operation timeout + slack ({limit:?})");
+    b.heal();
+    held.release().await.expect("A releases");
+}
