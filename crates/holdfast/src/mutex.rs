@@ -15,7 +15,7 @@ use crate::guard::{Held, MutexGuard};
 use crate::key::{LockKey, OwnerToken, check_ttl};
 use crate::lease::{LeaseState, drift_margin};
 use crate::lock_options::LockOptions;
-use crate::release::{Horizon, Release};
+use crate::release::{Horizon, Release, is_transient};
 use crate::wait::{WaitFailure, wait_for_grant};
 
 /// A named distributed mutex. Cheap to clone; holds no lock by itself.
@@ -192,9 +192,15 @@ impl Mutex {
             Err(failure) => {
                 // The request may have been applied before the failure (a lost
                 // reply, a grant racing the deadline): release it by token.
-                cleanup.release_now().await;
+                let release_failed = cleanup.release_now().await;
                 return Err(match failure {
-                    WaitFailure::Deadline => Error::Timeout { key: self.key.clone(), waited: started.elapsed() },
+                    // A waiter parked on a store notification sends nothing, so a
+                    // store that went silent is first noticed by this release:
+                    // if it fails, the deadline found the store failing, not busy.
+                    WaitFailure::Deadline => match release_failed {
+                        Some(e) if is_transient(&e) => e,
+                        _ => Error::Timeout { key: self.key.clone(), waited: started.elapsed() },
+                    },
                     WaitFailure::Store(e) => e,
                 });
             }
@@ -259,15 +265,14 @@ impl Cleanup {
         Some(Release { backend, key, token, horizon })
     }
 
-    /// Releases now and waits for the first attempt's outcome; dropping this
-    /// future does not stop the release.
-    async fn release_now(&mut self) {
-        if let Some(release) = self.take() {
-            let key = release.key.clone();
-            if let Err(e) = release.first_outcome().await {
-                tracing::warn!(key = %key, error = %e, "could not release an abandoned attempt yet; retrying in the background");
-            }
-        }
+    /// Releases now and waits for the first attempt's outcome (its error, if
+    /// it failed); dropping this future does not stop the release.
+    async fn release_now(&mut self) -> Option<Error> {
+        let release = self.take()?;
+        let key = release.key.clone();
+        let e = release.first_outcome().await.err()?;
+        tracing::warn!(key = %key, error = %e, "could not release an abandoned attempt yet; retrying in the background");
+        Some(e)
     }
 }
 
