@@ -239,7 +239,15 @@ pub async fn c6_waiting(store: &Store) {
     assert_eq!(granted.load(Ordering::SeqCst), 0, "a waiter was granted a held key");
     let released = Instant::now();
     g.release().await.expect("release");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first waiter holds for 200 ms after its grant, so right after it is
+    // granted, a second grant could only come from a herd. (Waiting for the
+    // first grant rather than a fixed 100 ms keeps a loaded machine from
+    // failing this.)
+    eventually("a waiter granted after the release", Duration::from_secs(5), || {
+        let granted = granted.clone();
+        async move { granted.load(Ordering::SeqCst) >= 1 }
+    })
+    .await;
     assert_eq!(granted.load(Ordering::SeqCst), 1, "one release must grant exactly one waiter");
     let mut first = None;
     for w in waiters {
