@@ -163,6 +163,10 @@ impl Shared {
             return Err(key_deleted());
         }
         let session_left = session.confirmed_until().into_std().saturating_duration_since(started);
+        if session_left.is_zero() {
+            // The session may already be gone on the server: no grant to vouch for.
+            return Err(session_lost());
+        }
         Ok(Grant {
             fence: fence as u64,
             attempt_started: started,
