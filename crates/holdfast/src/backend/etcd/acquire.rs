@@ -32,14 +32,10 @@ impl Shared {
     /// One attempt: put our key if the lock is free.
     pub(super) async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         let started = Instant::now();
-        let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
         let prefix = self.prefix(&req.key);
         let own = ops::own_key(&prefix, req.token);
-        let entry = Entry::new(own.clone(), session.clone());
-        let gone = entry.gone.clone();
-        self.grants.track(&self.watch, &req.key, req.token, entry);
-        let txn = ops::try_acquire(&prefix, &own, &req.label, session.lease);
-        let resp = self.first_write(req.token, &session, "try acquire", txn).await?;
+        let make = |lease| ops::try_acquire(&prefix, &own, &req.label, lease);
+        let (session, gone, resp) = self.write_first(req, &own, "try acquire", make).await?;
         let read_at = ops::revision(&resp);
         let fence = if resp.succeeded() {
             read_at
@@ -61,17 +57,13 @@ impl Shared {
     /// Joins the lock's queue and waits until no key older than ours is left.
     pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let started = Instant::now();
-        let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
         let prefix = self.prefix(&req.key);
         let own = ops::own_key(&prefix, req.token);
         // A new attempt of the same token (after its session was lost while
         // it waited) replaces the old one, whose key, if it still exists, the
         // enqueue puts on the new session.
-        let entry = Entry::new(own.clone(), session.clone());
-        let gone = entry.gone.clone();
-        self.grants.track(&self.watch, &req.key, req.token, entry);
-        let txn = ops::enqueue(&prefix, &own, &req.label, session.lease);
-        let resp = self.first_write(req.token, &session, "enqueue", txn).await?;
+        let make = |lease| ops::enqueue(&prefix, &own, &req.label, lease);
+        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
         let read_at = ops::revision(&resp);
         // From now on, a deletion of our key (the session revoked, or the key
         // deleted by hand) cancels `gone` within milliseconds.
@@ -93,17 +85,40 @@ impl Shared {
         self.granted(req, &session, &gone, my_rev, started)
     }
 
-    /// Runs the first request of an attempt (the one that writes our key) on
-    /// its own task, registered as in flight until it is answered. A request
-    /// refused because the session lease is gone loses the session, so that
-    /// the next attempt starts a new one.
+    /// Tracks the attempt and sends its first request (the one that writes
+    /// our key, made by `make` for a session lease) on the session for its
+    /// TTL. A request refused because that lease is gone (revoked before the
+    /// keep-alive could tell) wrote nothing: the session is lost, and the
+    /// request is made once more on a new one.
+    async fn write_first(
+        &self,
+        req: &AcquireRequest,
+        own: &[u8],
+        what: &'static str,
+        make: impl Fn(i64) -> etcd_client::Txn,
+    ) -> Result<(Arc<Session>, CancellationToken, etcd_client::TxnResponse)> {
+        for _ in 0..2 {
+            let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
+            let entry = Entry::new(own.to_vec(), session.clone());
+            let gone = entry.gone.clone();
+            self.grants.track(&self.watch, &req.key, req.token, entry);
+            if let Some(resp) = self.first_write(req.token, &session, what, make(session.lease)).await? {
+                return Ok((session, gone, resp));
+            }
+        }
+        Err(session_lost())
+    }
+
+    /// Runs the first request of an attempt on its own task, registered as
+    /// in flight until it is answered; `None` if etcd refused it because the
+    /// session lease is gone (the session is then lost).
     async fn first_write(
         &self,
         token: OwnerToken,
         session: &Session,
         what: &'static str,
         txn: etcd_client::Txn,
-    ) -> Result<etcd_client::TxnResponse> {
+    ) -> Result<Option<etcd_client::TxnResponse>> {
         let (done_tx, done_rx) = watch::channel(false);
         self.grants.in_flight(token, done_rx);
         let (conn, grants) = (self.conn.clone(), Arc::clone(&self.grants));
@@ -119,11 +134,11 @@ impl Shared {
             r
         });
         match task.await.map_err(|e| Error::backend(STORE, false, e))? {
-            Ok(resp) => Ok(resp),
+            Ok(resp) => Ok(Some(resp)),
             Err(Failed::Etcd(e)) if is_lease_not_found(&e) => {
                 tracing::warn!(lease = session.lease, "etcd refused the session lease: session lost");
                 session.lost.cancel();
-                Err(session_lost())
+                Ok(None)
             }
             Err(Failed::Etcd(e)) => Err(map_err(e)),
             Err(Failed::TimedOut) => {
@@ -148,6 +163,10 @@ impl Shared {
             return Err(key_deleted());
         }
         let session_left = session.confirmed_until().into_std().saturating_duration_since(started);
+        if session_left.is_zero() {
+            // The session may already be gone on the server: no grant to vouch for.
+            return Err(session_lost());
+        }
         Ok(Grant {
             fence: fence as u64,
             attempt_started: started,
