@@ -59,10 +59,11 @@ impl Session {
         )
     }
 
-    /// How long after a request that the ensemble answered on this session
-    /// the session is sure to live without the client heard from again: the
-    /// negotiated timeout `T`, less the quarter that the disconnect grace
-    /// also allows, for the ensemble's tick-granular expiry and clock rates.
+    /// How long after sending a request that the ensemble answered on this
+    /// session the session is sure to live, even if the ensemble hears
+    /// nothing more from the client: the negotiated timeout `T`, less the
+    /// quarter that the disconnect grace also allows, kept in hand for the
+    /// ensemble's tick-granular expiry and for clock rates.
     pub(super) fn lease_bound(&self) -> Duration {
         let timeout = self.client.session_timeout();
         timeout - timeout / 4
@@ -96,6 +97,8 @@ impl Sessions {
             return Ok(s);
         }
         let session = Arc::new(self.open(config).await?);
+        // The lost session this replaces (if its watcher has not dropped it
+        // yet) is dropped here, outside the lock, and closes once unused.
         let lost_one = self.current.lock().unwrap_or_else(|p| p.into_inner()).replace(session.clone());
         drop(lost_one);
         Ok(session)
