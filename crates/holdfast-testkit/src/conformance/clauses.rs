@@ -428,3 +428,28 @@ pub async fn c11_drop(store: &Store) {
     assert!(dropped.elapsed() <= Duration::from_millis(600) + store.expiry_slack + Duration::from_secs(2));
     g.release().await.expect("release");
 }
+
+/// C9 (lost reply): an acquire retried by the token that already holds the
+/// key (its first reply was lost) gets the grant back with its lease counted
+/// from the retry, as the client counts it: the key stays held past the
+/// first attempt's TTL.
+pub async fn c9_retry_refreshes_the_lease(store: &Store) {
+    let raw = holdfast::backend::connect(&store.url).await.expect("raw store connection");
+    let key = holdfast::LockKey::new(fresh_key("c9-retry")).expect("key");
+    let ttl = Duration::from_millis(1500);
+    let req = holdfast::backend::AcquireRequest::new(key.clone(), OwnerToken::random(), ttl).with_label("c9-retry");
+    let first = raw.try_acquire(&req).await.expect("acquire").expect("a free key is granted");
+    let first_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let again = raw.try_acquire(&req).await.expect("retry").expect("the retry gets the grant back");
+    assert!(again.fence >= first.fence, "the retry's fence went backwards");
+    // Past the first attempt's TTL (and its store's slack), within the retry's.
+    tokio::time::sleep((first_at + ttl + Duration::from_millis(200)).saturating_duration_since(Instant::now())).await;
+    let other = holdfast::backend::AcquireRequest::new(key.clone(), OwnerToken::random(), ttl);
+    let stolen = raw.try_acquire(&other).await.expect("other try");
+    if let Some(g) = &stolen {
+        let _ = raw.release(&key, other.token).await;
+        panic!("another token was granted (fence {}) while the retried lease was still running", g.fence);
+    }
+    assert!(raw.release(&key, req.token).await.expect("release"), "the retried grant was gone");
+}

@@ -91,7 +91,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@clauses $start;
             c1_exclusion, c2_fencing, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
-            c9_cancel_every_await, c9_cancel_during_cleanup,
+            c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting);
 
         #[test]

@@ -23,8 +23,9 @@
 //!   the client's one waiting policy ([`crate::wait`]) decides whether to call
 //!   again with the same token. Deadlines are the client's: it drops the future.
 //! - An acquire (either kind) by a token that already holds the key (a retry
-//!   whose first reply was lost) returns the same fence **and extends the lease
-//!   to `req.ttl` from now**, so that the client's view of the lease, counted
+//!   whose first reply was lost) returns the grant (the same fence, or a
+//!   higher one where the store issues a new one) **and extends the lease to
+//!   `req.ttl` from now**, so that the client's view of the lease, counted
 //!   from the retry, never outlasts the store's.
 //! - Any acquire future may be dropped at any await point. After a drop, or an
 //!   error, the client calls [`release`](Backend::release) with the same token;

@@ -99,6 +99,9 @@ impl Statements {
             // ins: insert, or take over an expired row; ON CONFLICT re-checks
             //    the expiry on the latest row version under its row lock.
             //    `wanted` starts true if other waiters of this client wait.
+            // mine: a retry by the holding token (its first reply was lost):
+            //    the same grant, its lease counted from now, as the client
+            //    counts it from the retry.
             // w: a waiting attempt that finds the key busy marks the row
             //    `wanted`, so that its release sends a NOTIFY (a release of an
             //    unwanted row sends none: NOTIFY is most of a release's cost).
@@ -123,6 +126,10 @@ impl Statements {
                              wanted = excluded.wanted
                          WHERE l.expires_at <= clock_timestamp()
                      RETURNING l.fence
+                 ), mine AS (
+                     UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
+                     WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+                     RETURNING fence
                  ), w AS (
                      UPDATE {t} SET wanted = true
                      WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
@@ -130,7 +137,7 @@ impl Statements {
                      RETURNING 1
                  )
                  SELECT (SELECT fence FROM ins),
-                        (SELECT fence FROM cur WHERE token = $2),
+                        (SELECT fence FROM mine),
                         (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
                         EXISTS (SELECT 1 FROM w)"
             ),

@@ -94,7 +94,12 @@ pub(super) fn acquire(
     if let Some((holder, expires, fence)) = current {
         if expires > now {
             if holder == token.to_bytes() {
-                // A retry of an attempt that already succeeded: same grant.
+                // A retry of an attempt that already succeeded (its reply was
+                // lost): the same grant, with the lease counted from now, as
+                // the client counts it from the retry.
+                tx.prepare_cached("UPDATE holdfast_leases SET expires_at_ms = ?2 WHERE key = ?1")?
+                    .execute(params![key, now + ttl_ms(ttl)])?;
+                tx.commit()?;
                 return Ok(Acquired::Granted { fence: fence as u64 });
             }
             return Ok(Acquired::Busy { expires_in: Duration::from_millis((expires - now) as u64) });
