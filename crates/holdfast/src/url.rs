@@ -19,6 +19,11 @@ pub const SCHEMES: &[(&str, &str)] = &[
 ];
 
 /// Connects to the store `url` names.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+/// the store keeps beyond an idle connection, closed when dropped.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let Some((scheme, _)) = url.split_once("://") else {
         return Err(Error::invalid(

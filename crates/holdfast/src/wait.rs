@@ -118,6 +118,11 @@ impl LocalWakeups {
 /// attempt and the wait is never missed. Cancel-safe: dropping the future
 /// between attempts leaves nothing behind; dropping it during an attempt is
 /// the caller's to clean up (the client releases by token).
+///
+/// # Cancel safety
+///
+/// Cancel-safe between attempts; an attempt dropped mid-flight may have
+/// been applied, so the caller releases its token (the client does).
 pub async fn until_granted<F, Fut>(wakeup: &Notify, poll: PollBounds, mut attempt: F) -> Result<Grant>
 where
     F: FnMut() -> Fut,

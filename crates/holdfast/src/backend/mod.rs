@@ -204,18 +204,43 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// One attempt: the grant, or `Ok(None)` if the key is busy.
+    ///
+    /// # Cancel safety
+    ///
+    /// May be dropped at any await point; a dropped attempt may have been
+    /// applied, and the client then releases its token.
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>>;
 
     /// Waits for the key; returns with a grant or an error (transient store
     /// failures as retryable errors, for the client's waiting policy).
+    ///
+    /// # Cancel safety
+    ///
+    /// May be dropped at any await point (that is how deadlines work); the
+    /// client then releases the token, which must remove any grant and queue
+    /// entry the attempt left.
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant>;
 
     /// Releases the grant (or queue entry) of `token`; `Ok(false)` if it owned none.
+    ///
+    /// # Cancel safety
+    ///
+    /// The client runs it on a task of its own and never drops it; an
+    /// implementation may still be dropped when the runtime shuts down.
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool>;
 
     /// Renews each lease; the result has one entry per request, `true` if still held.
+    ///
+    /// # Cancel safety
+    ///
+    /// May be dropped (the renewer gives up at the earliest deadline in the
+    /// batch); a dropped renewal changes at most lease expiries.
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>>;
 
     /// Reports the holder and waiters of a key.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
     async fn status(&self, key: &LockKey) -> Result<LockStatus>;
 }

@@ -69,11 +69,21 @@ impl fmt::Debug for EtcdBackend {
 
 impl EtcdBackend {
     /// Connects to the cluster an `etcd://` or `etcds://` URL names.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open_url(url: &str) -> Result<Self> {
         Self::open(EtcdConfig::from_url(url)?).await
     }
 
     /// Connects (lazily: the first request dials) to the cluster.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: EtcdConfig) -> Result<Self> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)

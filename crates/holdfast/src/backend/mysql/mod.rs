@@ -84,6 +84,11 @@ impl fmt::Debug for MysqlBackend {
 
 impl MysqlBackend {
     /// Connects to the store a `mysql://` URL names, creating its tables if missing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
     pub async fn open_url(url: &str) -> Result<Self> {
         Self::open(MysqlConfig::from_url(url)?).await
     }
@@ -91,6 +96,11 @@ impl MysqlBackend {
     /// Connects, creates the lease and fence tables if missing
     /// (`CREATE TABLE IF NOT EXISTS`), and reads the server's commit
     /// durability setting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
     pub async fn open(config: MysqlConfig) -> Result<Self> {
         config::check_namespace(&config.namespace)?;
         let ssl = match config.ssl_mode {
@@ -176,6 +186,11 @@ impl MysqlBackend {
     /// holders vanished and nobody took the keys since); returns how many.
     /// Every 64th release runs this in the background, so the lease table
     /// holds about one row per held key without a separate cleanup job.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: one statement that either ran or did not; it only deletes
+    /// rows of leases that expired long ago.
     pub async fn sweep_expired(&self) -> Result<u64> {
         self.timed(async {
             let mut conn = self.conn().await?;

@@ -62,12 +62,22 @@ impl std::fmt::Debug for PostgresBackend {
 
 impl PostgresBackend {
     /// Connects to the store a `postgres://` URL names (see [`PostgresConfig::from_url`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
     pub async fn open_url(url: &str) -> Result<Self> {
         Self::open(PostgresConfig::from_url(url)?).await
     }
 
     /// Connects, creates the schema and tables if missing (unless `create=false`)
     /// and reads the server's durability settings.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
     pub async fn open(config: PostgresConfig) -> Result<Self> {
         let root_pem = match &config.ssl_root_cert {
             Some(path) => Some(

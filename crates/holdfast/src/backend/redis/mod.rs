@@ -114,12 +114,22 @@ fn ms(d: Duration) -> u64 {
 
 impl RedisBackend {
     /// Connects to the server a `redis://` or `rediss://` URL names.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open_url(url: &str) -> Result<Self> {
         Self::open(RedisConfig::from_url(url)?).await
     }
 
     /// Connects: one multiplexed connection for commands, one for pub/sub,
     /// both reconnecting on their own.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
         let info =
             config.server_url.expose().into_connection_info().map_err(|e| {

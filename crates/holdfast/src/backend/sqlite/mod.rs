@@ -36,11 +36,21 @@ fn map_err(e: rusqlite::Error) -> Error {
 
 impl SqliteBackend {
     /// Opens (creating if missing) the store a `sqlite://` URL names.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; the file is opened and its schema created on
+    /// the blocking pool, which a drop does not interrupt (creation is idempotent).
     pub async fn open_url(url: &str) -> Result<Self> {
         Self::open(SqliteConfig::from_url(url)?).await
     }
 
     /// Opens (creating if missing) the database file and its tables.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; the file is opened and its schema created on
+    /// the blocking pool, which a drop does not interrupt (creation is idempotent).
     pub async fn open(config: SqliteConfig) -> Result<Self> {
         let cfg = config.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {

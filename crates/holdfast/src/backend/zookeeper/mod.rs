@@ -76,11 +76,21 @@ pub struct ZkBackend {
 
 impl ZkBackend {
     /// Connects to the ensemble a `zk://` URL names.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn connect_url(url: &str) -> Result<Self> {
         Self::connect(ZkConfig::from_url(url)?).await
     }
 
     /// Connects (one session) and creates the root path if missing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
+    /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn connect(config: ZkConfig) -> Result<Self> {
         let backend = ZkBackend {
             inner: Arc::new(Inner {
@@ -96,11 +106,19 @@ impl ZkBackend {
 
     /// The negotiated session timeout of the current session: how long after
     /// a crash a holder's nodes stay (see `docs.md`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it may open the client's session, which is kept for later calls.
     pub async fn session_timeout(&self) -> Result<Duration> {
         Ok(self.session().await?.client.session_timeout())
     }
 
     /// The id of the current ZooKeeper session (for tests and diagnostics).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it may open the client's session, which is kept for later calls.
     pub async fn session_id(&self) -> Result<i64> {
         Ok(self.session().await?.id)
     }
