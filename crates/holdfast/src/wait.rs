@@ -10,7 +10,7 @@
 //!
 //! - It waits until the key is granted, woken by the store's notification,
 //!   or until its deadline, when it fails with
-//!   [`Error::Timeout`](crate::Error::Timeout): the key stayed **busy**.
+//!   [`Error::Timeout`]: the key stayed **busy**.
 //! - A transient store failure while waiting (connection lost, failover, the
 //!   waiter's own session expired or was revoked) does not end the wait: the
 //!   attempt is made again with the same token (the store finds its earlier
@@ -20,7 +20,7 @@
 //! - The store may fail like that for at most
 //!   [`ClientOptions::store_retry`](crate::ClientOptions::store_retry)
 //!   (default 10 s) in a row; then the acquire fails with the store's error
-//!   ([`Error::Backend`](crate::Error::Backend)). When the deadline passes
+//!   ([`Error::Backend`]). When the deadline passes
 //!   while the store is failing, the acquire also fails with the store's
 //!   error, not `Timeout`: "busy" and "store down" stay apart.
 //! - A permanent store error (bad credentials, a refused request) ends the
