@@ -32,7 +32,7 @@ pub struct LockOptions {
     pub auto_renew: bool,
     /// Renewal period; default `ttl / 3`. Must leave the renewal time to
     /// land before the lease runs out: between [`MIN_RENEW_EVERY`] (and 1% of
-    /// the TTL) and half the TTL.
+    /// the TTL) and half the TTL less the drift margin (1% + 1 ms).
     pub renew_every: Option<Duration>,
     /// Stop renewing once the lock has been held this long; the lease then
     /// runs out within one TTL and `lost()` fires. `None`: no cap.

@@ -6,12 +6,7 @@ local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 local o = holder(s, now)
-if o == token then
-  -- A retry of an attempt that already succeeded (its reply was lost): the
-  -- same grant, with the lease counted from now, as the client counts it.
-  write(h, s, now + ttl, keep, 'x', int(now + ttl))
-  return {1, s.f}
-end
+if o == token then return regrant(h, s, now, ttl, keep) end
 if o then return {0, s.x - now} end
 if redis.call('EXISTS', q) == 1 and purge(q, e, now) then
   -- Fair waiters are queued: they go first.

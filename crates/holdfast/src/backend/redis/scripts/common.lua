@@ -55,6 +55,14 @@ local function write(h, s, lease_end, keep_ms, ...)
   if move then redis.call('PEXPIREAT', h, int(at)) end
 end
 
+-- A retry by the token that holds the lock (its reply was lost, or it was
+-- handed the lock with a short claim window): the same grant, its lease
+-- counted from now, as the client counts it from the retry.
+local function regrant(h, s, now_ms, ttl_ms, keep_ms)
+  write(h, s, now_ms + ttl_ms, keep_ms, 'x', int(now_ms + ttl_ms))
+  return {1, s.f}
+end
+
 local function parse_entry(v)
   local exp, ttl, client, label = string.match(v, '^(%d+) (%d+) (%S+) (.*)$')
   return tonumber(exp), tonumber(ttl), client, label

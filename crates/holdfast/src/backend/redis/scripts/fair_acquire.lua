@@ -10,11 +10,7 @@ local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 local o = holder(s, now)
-if o == token then
-  -- Handed off by a release (with a short claim window), or a retry: take the full lease now.
-  write(h, s, now + ttl, keep, 'x', int(now + ttl))
-  return {1, s.f}
-end
+if o == token then return regrant(h, s, now, ttl, keep) end
 local head = purge(q, e, now)
 if not o then
   if not head or head == token then
