@@ -10,16 +10,32 @@ use holdfast::backend::sqlite::SqliteBackend;
 use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use holdfast::{Capabilities, Client, ClientOptions, Error, LockKey, LockOptions, OwnerToken};
 
-/// A real SQLite store that counts the renew calls reaching it.
+/// A real SQLite store that counts the renew calls reaching it and, while
+/// `down` is set, fails waiting acquires with a retryable store error: a
+/// store outage as the client sees it.
 #[derive(Debug)]
-struct CountingRenewals {
+struct Instrumented {
     inner: SqliteBackend,
     calls: AtomicU64,
     leases: AtomicU64,
+    down: std::sync::atomic::AtomicBool,
+    failed: AtomicU64,
+}
+
+impl Instrumented {
+    async fn open(dir: &tempfile::TempDir) -> Arc<Self> {
+        Arc::new(Instrumented {
+            inner: SqliteBackend::open_url(&sqlite_url(dir)).await.unwrap(),
+            calls: AtomicU64::new(0),
+            leases: AtomicU64::new(0),
+            down: false.into(),
+            failed: AtomicU64::new(0),
+        })
+    }
 }
 
 #[async_trait]
-impl Backend for CountingRenewals {
+impl Backend for Instrumented {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -30,6 +46,11 @@ impl Backend for CountingRenewals {
         self.inner.try_acquire(req).await
     }
     async fn acquire(&self, req: &AcquireRequest) -> holdfast::Result<Grant> {
+        if self.down.load(Ordering::SeqCst) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Err(Error::backend("sqlite", true, "store unreachable (injected)"));
+        }
         self.inner.acquire(req).await
     }
     async fn release(&self, key: &LockKey, token: OwnerToken) -> holdfast::Result<bool> {
@@ -52,11 +73,7 @@ fn sqlite_url(dir: &tempfile::TempDir) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_are_batched_per_client() {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(CountingRenewals {
-        inner: SqliteBackend::open_url(&sqlite_url(&dir)).await.unwrap(),
-        calls: AtomicU64::new(0),
-        leases: AtomicU64::new(0),
-    });
+    let backend = Instrumented::open(&dir).await;
     let client = Client::with_backend(backend.clone(), ClientOptions::default());
     let n = 300u64;
     let mut guards = Vec::new();
@@ -147,51 +164,8 @@ async fn fences_survive_reopening_the_store() {
     assert!(g.fence() > first);
 }
 
-/// A real SQLite store whose waiting acquire fails with a retryable store
-/// error while `down` is set: a store outage as the client sees it.
-#[derive(Debug)]
-struct Outage {
-    inner: SqliteBackend,
-    down: std::sync::atomic::AtomicBool,
-    failed: AtomicU64,
-}
-
-#[async_trait]
-impl Backend for Outage {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &AcquireRequest) -> holdfast::Result<Option<Grant>> {
-        self.inner.try_acquire(req).await
-    }
-    async fn acquire(&self, req: &AcquireRequest) -> holdfast::Result<Grant> {
-        if self.down.load(Ordering::SeqCst) {
-            self.failed.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            return Err(Error::backend("sqlite", true, "store unreachable (injected)"));
-        }
-        self.inner.acquire(req).await
-    }
-    async fn release(&self, key: &LockKey, token: OwnerToken) -> holdfast::Result<bool> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, leases: &[RenewRequest]) -> holdfast::Result<Vec<bool>> {
-        self.inner.renew(leases).await
-    }
-    async fn status(&self, key: &LockKey) -> holdfast::Result<LockStatus> {
-        self.inner.status(key).await
-    }
-}
-
-async fn outage_client(dir: &tempfile::TempDir, store_retry: Duration) -> (Arc<Outage>, Client) {
-    let backend = Arc::new(Outage {
-        inner: SqliteBackend::open_url(&sqlite_url(dir)).await.unwrap(),
-        down: false.into(),
-        failed: AtomicU64::new(0),
-    });
+async fn outage_client(dir: &tempfile::TempDir, store_retry: Duration) -> (Arc<Instrumented>, Client) {
+    let backend = Instrumented::open(dir).await;
     let client = Client::with_backend(backend.clone(), ClientOptions::default().with_store_retry(store_retry));
     (backend, client)
 }
