@@ -133,6 +133,12 @@ pub async fn c3_expiry(store: &Store) {
     let g = b.mutex(&key).acquire_timeout(ttl + store.expiry_slack + Duration::from_secs(5)).await.expect("key freed");
     let took = granted.elapsed();
     assert!(took <= ttl + store.expiry_slack + Duration::from_secs(1), "key freed only after {took:?}");
+    // A session-bound store keeps a grant while its session lives, and `a`'s
+    // session is alive: only the client's release at the lease's deadline
+    // can have freed the key, so it must come at the TTL, not the session's.
+    if a.capabilities().session_bound {
+        assert!(took <= ttl + Duration::from_secs(1), "live client freed its unrenewed lease only after {took:?}");
+    }
     g.release().await.expect("release");
 }
 
