@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
@@ -66,6 +67,14 @@ fn is_request(name: &str) -> bool {
 pub trait CommandCounter: Send + Sync {
     /// Commands executed by the store so far.
     async fn snapshot(&self) -> Result<CommandCounts>;
+}
+
+/// A snapshot of `counter`, if there is one.
+pub(crate) async fn snapshot(counter: Option<&dyn CommandCounter>) -> Result<Option<CommandCounts>> {
+    match counter {
+        Some(c) => c.snapshot().await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// The command counter of the store `url` names, or `None` when the store
@@ -146,6 +155,34 @@ pub struct CountingBackend {
     releases: AtomicU64,
     renews: AtomicU64,
     renewed_leases: AtomicU64,
+    /// Since the last [`CountingBackend::take_renew_peaks`].
+    largest_renew_batch: AtomicU64,
+    longest_renew_us: AtomicU64,
+    renew_busy_us: AtomicU64,
+}
+
+/// The largest and longest `renew` calls since the previous
+/// [`CountingBackend::take_renew_peaks`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenewPeaks {
+    /// Most leases named in one call.
+    pub largest_batch: u64,
+    /// The longest call, from the call until it returned (or was dropped).
+    pub longest_call: Duration,
+}
+
+/// Times one `renew` call, also when the caller drops it (a timed-out renewal).
+struct RenewTimer<'a> {
+    backend: &'a CountingBackend,
+    started: Instant,
+}
+
+impl Drop for RenewTimer<'_> {
+    fn drop(&mut self) {
+        let us = self.started.elapsed().as_micros() as u64;
+        self.backend.longest_renew_us.fetch_max(us, Ordering::Relaxed);
+        self.backend.renew_busy_us.fetch_add(us, Ordering::Relaxed);
+    }
 }
 
 impl CountingBackend {
@@ -157,6 +194,9 @@ impl CountingBackend {
             releases: AtomicU64::new(0),
             renews: AtomicU64::new(0),
             renewed_leases: AtomicU64::new(0),
+            largest_renew_batch: AtomicU64::new(0),
+            longest_renew_us: AtomicU64::new(0),
+            renew_busy_us: AtomicU64::new(0),
         }
     }
 
@@ -178,6 +218,22 @@ impl CountingBackend {
     /// Leases named in all `renew` calls so far.
     pub fn renewed_leases(&self) -> u64 {
         self.renewed_leases.load(Ordering::Relaxed)
+    }
+
+    /// Time spent in `renew` calls so far, summed over calls (calls that
+    /// overlap count twice).
+    pub fn renew_busy(&self) -> Duration {
+        Duration::from_micros(self.renew_busy_us.load(Ordering::Relaxed))
+    }
+
+    /// The largest and longest `renew` calls since the previous call of this
+    /// method (or since the start), and starts counting them afresh. A call
+    /// still running counts when it returns.
+    pub fn take_renew_peaks(&self) -> RenewPeaks {
+        RenewPeaks {
+            largest_batch: self.largest_renew_batch.swap(0, Ordering::Relaxed),
+            longest_call: Duration::from_micros(self.longest_renew_us.swap(0, Ordering::Relaxed)),
+        }
     }
 }
 
@@ -209,6 +265,8 @@ impl Backend for CountingBackend {
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         self.renews.fetch_add(1, Ordering::Relaxed);
         self.renewed_leases.fetch_add(leases.len() as u64, Ordering::Relaxed);
+        self.largest_renew_batch.fetch_max(leases.len() as u64, Ordering::Relaxed);
+        let _timer = RenewTimer { backend: self, started: Instant::now() };
         self.inner.renew(leases).await
     }
 

@@ -24,6 +24,17 @@
 //! - [`Workload::ManyLeases`]: one client holding N leases (default 10,000)
 //!   with renewal on: renewal round trips per renewal period, and the
 //!   client's resident memory for them.
+//! - [`Workload::Held`] (`holdfast bench --held N`, [`held`]): one client
+//!   holding N leases (TTL 6 s) for several renewal periods, with a probe
+//!   timing other lock calls of the same client during renewal, optionally
+//!   with churn on other keys; acquisition cost at the first and the last
+//!   1,000 leases, leases lost, renew calls and their size and length, memory
+//!   per held lease, releasing them all.
+//! - [`Workload::Hot`] (`holdfast bench --hot W --procs P`, [`hot`]): W tasks
+//!   over P processes looping acquire, hold 0.2 ms, release on one key:
+//!   acquisitions/s, library calls, store requests and server commands per
+//!   acquisition, tasks that never acquired, longest wait, busiest/least busy
+//!   task, and how often the releasing task takes the key again.
 //!
 //! ## Metrics
 //!
@@ -51,8 +62,12 @@
 pub mod args;
 mod counter;
 pub mod floor;
+pub mod held;
+pub mod hot;
 mod locker;
+mod machine;
 mod report;
+mod scale_report;
 mod stats;
 mod workload;
 
@@ -63,7 +78,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use counter::{CommandCounter, CommandCounts, CountingBackend, command_counter_for};
+pub use counter::{CommandCounter, CommandCounts, CountingBackend, RenewPeaks, command_counter_for};
+pub use held::{HeldOptions, HeldResult, run_held};
+pub use hot::{HotOptions, HotResult, WorkerCommand, run_hot, serve_hot_worker};
+pub use machine::Machine;
+pub use scale_report::{ProbeStats, RateWindow};
 pub use floor::{Floor, floor_for};
 pub use locker::{ACQUIRE_LIMIT, FloorLocker, HoldfastLocker, Locker};
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
@@ -83,10 +102,16 @@ pub enum Workload {
     ContendedThink,
     /// One client holding N leases with renewal on.
     ManyLeases,
+    /// One client holding N leases with a probe of its other calls
+    /// ([`BenchOptions::held`]; not run from [`BenchOptions::workloads`]).
+    Held,
+    /// W tasks over P processes on one key ([`BenchOptions::hot`]; not run
+    /// from [`BenchOptions::workloads`]).
+    Hot,
 }
 
 impl Workload {
-    /// Every workload, in the order they run.
+    /// The workloads `holdfast bench` runs unless told otherwise, in the order they run.
     pub const ALL: [Workload; 4] =
         [Workload::Uncontended, Workload::Contended, Workload::ContendedThink, Workload::ManyLeases];
 
@@ -97,6 +122,8 @@ impl Workload {
             Workload::Contended => "contended",
             Workload::ContendedThink => "contended-think",
             Workload::ManyLeases => "many-leases",
+            Workload::Held => "held",
+            Workload::Hot => "hot",
         }
     }
 }
@@ -159,6 +186,10 @@ pub struct BenchOptions {
     /// Rounds of each (workload, subject), interleaved; the report keeps the
     /// round with the median cycles/s (default 1; use 3 for published figures).
     pub rounds: u32,
+    /// Run the `--held N` workload after [`workloads`](Self::workloads) (default: no).
+    pub held: Option<HeldOptions>,
+    /// Run the `--hot W` workload after [`workloads`](Self::workloads) (default: no).
+    pub hot: Option<HotOptions>,
 }
 
 impl BenchOptions {
@@ -178,6 +209,8 @@ impl BenchOptions {
             workloads: Workload::ALL.to_vec(),
             floor: true,
             rounds: 1,
+            held: None,
+            hot: None,
         }
     }
 
@@ -194,8 +227,17 @@ impl BenchOptions {
         }
         holdfast::check_ttl(self.ttl)?;
         holdfast::check_ttl(self.lease_ttl)?;
-        if self.workloads.is_empty() {
+        if self.workloads.is_empty() && self.held.is_none() && self.hot.is_none() {
             return Err(Error::invalid("workloads", "name at least one workload"));
+        }
+        if let Some(w) = self.workloads.iter().find(|w| matches!(w, Workload::Held | Workload::Hot)) {
+            return Err(Error::invalid("workloads", format!("{w} runs from its own options (--held N, --hot W)")));
+        }
+        if let Some(held) = &self.held {
+            held.check()?;
+        }
+        if let Some(hot) = &self.hot {
+            hot.check()?;
         }
         Ok(())
     }
@@ -262,13 +304,14 @@ impl fmt::Display for ProgressEvent {
 /// store's errors otherwise.
 pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Result<BenchReport> {
     opts.check()?;
+    let machine = Machine::here();
     let counting = Arc::new(CountingBackend::new(holdfast::backend::connect(&opts.url).await?));
     let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench"));
     if opts.fair && !client.capabilities().fair {
         return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });
     }
     let counter = command_counter_for(&opts.url).await?;
-    let floor = if opts.floor {
+    let floor = if opts.floor && !opts.workloads.is_empty() {
         Some(Arc::new(FloorLocker::new(floor_for(&opts.url).await?).with_ttl(opts.ttl)))
     } else {
         None
@@ -316,7 +359,23 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             results.push(stats::median_by(floor_rounds, |r| r.cycles_per_sec));
         }
     }
-    Ok(BenchReport::new(opts, client.store_name(), floor.map(|f| f.describe().to_owned()), results, leases))
+    let mut report = BenchReport::new(
+        opts,
+        client.store_name(),
+        floor.map(|f| f.describe().to_owned()),
+        results,
+        leases,
+    );
+    report.machine = machine;
+    if let Some(held) = &opts.held {
+        let prefix = format!("holdfast-bench/{run_id}/held");
+        report.held = Some(run_held(&opts.url, held, counter.as_deref(), &prefix, &progress).await?);
+    }
+    if let Some(hot) = &opts.hot {
+        let key = format!("holdfast-bench/{run_id}/hot");
+        report.hot = Some(run_hot(&opts.url, hot, counter.as_deref(), &key, &progress).await?);
+    }
+    Ok(report)
 }
 
 fn dedup(workloads: &[Workload]) -> Vec<Workload> {

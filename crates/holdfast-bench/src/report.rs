@@ -5,6 +5,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::held::HeldResult;
+use crate::hot::HotResult;
+use crate::machine::Machine;
 use crate::{BenchOptions, Workload};
 
 /// The figures of one cycle workload for one subject.
@@ -128,12 +131,21 @@ pub struct BenchReport {
     pub rounds: u32,
     /// CPUs available to this process.
     pub cpus: usize,
+    /// The machine, and when the run started.
+    #[serde(default)]
+    pub machine: Machine,
     /// Cycle workloads, holdfast first, then its baselines.
     pub results: Vec<WorkloadResult>,
     /// The many-leases workload, if it ran.
     pub leases: Vec<LeaseResult>,
     /// holdfast / baseline ratios.
     pub ratios: Vec<Ratio>,
+    /// The `--held N` workload, if it ran.
+    #[serde(default)]
+    pub held: Option<HeldResult>,
+    /// The `--hot W` workload, if it ran.
+    #[serde(default)]
+    pub hot: Option<HotResult>,
 }
 
 impl BenchReport {
@@ -153,9 +165,12 @@ impl BenchReport {
             duration_secs: opts.duration.as_secs_f64(),
             rounds: opts.rounds,
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            machine: Machine::here(),
             results,
             leases,
             ratios: Vec::new(),
+            held: None,
+            hot: None,
         };
         report.compute_ratios();
         report
@@ -200,16 +215,17 @@ fn us(v: Option<u64>) -> String {
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "holdfast bench: {} ({}), {} CPUs, {:.1} s per workload, median of {} round(s){}",
-            self.url,
-            self.store,
-            self.cpus,
-            self.duration_secs,
-            self.rounds,
-            if self.fair { ", fair locks" } else { "" }
-        )?;
+        writeln!(f, "holdfast bench: {} ({}), {}", self.url, self.store, self.machine.summary())?;
+        if !self.results.is_empty() || !self.leases.is_empty() {
+            writeln!(
+                f,
+                "{} CPUs, {:.1} s per workload, median of {} round(s){}",
+                self.cpus,
+                self.duration_secs,
+                self.rounds,
+                if self.fair { ", fair locks" } else { "" }
+            )?;
+        }
         if let Some(floor) = &self.floor {
             writeln!(f, "raw floor: {floor}; waiting = 1 ms sleep-poll")?;
         }
@@ -291,6 +307,14 @@ impl fmt::Display for BenchReport {
                 l.lost,
                 l.release_errors
             )?;
+        }
+        if let Some(held) = &self.held {
+            writeln!(f)?;
+            crate::scale_report::write_held(f, held)?;
+        }
+        if let Some(hot) = &self.hot {
+            writeln!(f)?;
+            crate::scale_report::write_hot(f, hot)?;
         }
         Ok(())
     }

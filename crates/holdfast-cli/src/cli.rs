@@ -34,11 +34,16 @@ pub enum Command {
     Run(RunArgs),
     /// Show who holds locks.
     Status(StatusArgs),
-    /// Measure the store: cycles/s, latencies, hand-offs, store commands, against the raw floor.
+    /// Measure the store: cycles/s, latencies, hand-offs, store commands, against the raw floor;
+    /// --held N and --hot W [--procs P] for the scale workloads.
+    #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// One worker process of `demo` (internal).
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(DemoWorkerArgs),
+    /// One worker process of `bench --hot W --procs P` (internal; talks JSON on stdin/stdout).
+    #[command(name = "__bench-worker", hide = true)]
+    BenchWorker,
 }
 
 const RUN_HELP: &str = "\
@@ -69,6 +74,24 @@ Examples:
     holdfast run --key nightly-report --ttl 30s -- ./report.sh
     holdfast run --key deploy --wait 0 -- make deploy      # skip if someone else deploys
     holdfast run --backend redis://127.0.0.1:6379 --key k --wait 10s -- sh -c 'echo $HOLDFAST_FENCE'";
+
+const BENCH_HELP: &str = "\
+Scale workloads (instead of the default ones unless --workloads is given too):
+    --held N    one client holds N leases (--lease-ttl, default 6s) for --duration (default five
+                renewal periods) while a probe on the same client takes and frees another key every
+                20 ms; --churn adds 16 tasks acquiring and releasing other keys at full speed.
+                Reports acquisition cost at the first and last 1,000 leases, the probe's p50/p99/max
+                against an idle client, leases lost, renew calls and their size and length, store
+                commands per period, memory per held lease, and releasing them all.
+    --hot W     W tasks loop acquire, hold --hold-ms (default 0.2), release on one key for --duration
+                (default 20s), split over --procs P processes (this binary, re-executed); --fair for
+                FIFO locks. Reports acquisitions/s, library calls, store requests and server commands
+                per acquisition, tasks that never acquired, the longest wait, busiest/least busy task,
+                and how often the releasing task takes the key again.
+
+Examples:
+    holdfast bench --backend redis://127.0.0.1:6379 --held 100000 --churn
+    holdfast bench --backend sqlite:///tmp/bench.db --hot 1024 --procs 4 --json";
 
 /// Where the locks live.
 #[derive(Debug, Clone, Args)]

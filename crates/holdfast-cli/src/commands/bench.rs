@@ -8,7 +8,12 @@ use crate::exit::{Failure, INTERNAL, OK};
 
 /// Runs the bench; exit 0 with the report on stdout.
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
-    let opts = args.bench.options();
+    let mut opts = args.bench.options();
+    if let Some(hot) = opts.hot.as_mut().filter(|hot| hot.procs > 1) {
+        let program = std::env::current_exe()
+            .map_err(|e| Failure::new(INTERNAL, format!("cannot find this program to start bench workers: {e}")))?;
+        hot.worker = Some(holdfast_bench::WorkerCommand { program, args: vec!["__bench-worker".to_owned()] });
+    }
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}") {
         bar.set_style(style);
@@ -28,4 +33,15 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
         crate::say!("{}", report.to_string().trim_end());
     }
     Ok(OK)
+}
+
+/// `holdfast __bench-worker`: one worker process of `bench --hot W --procs P`,
+/// driven by its parent over stdin and stdout (JSON lines). Exit 0 when it
+/// reported its figures; on failure (reported to the parent too) the code of the error.
+pub async fn worker() -> Result<u8, Failure> {
+    let input = tokio::io::BufReader::new(tokio::io::stdin());
+    match holdfast_bench::serve_hot_worker(input, tokio::io::stdout()).await {
+        Ok(()) => Ok(OK),
+        Err(e) => Err(Failure::from(e)),
+    }
 }

@@ -19,6 +19,7 @@ pub async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Status(args) => status::status(args).await,
         Command::Bench(args) => bench::bench(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
+        Command::BenchWorker => bench::worker().await,
     }
 }
 
