@@ -112,3 +112,45 @@ async fn rounds_keep_the_median_and_max_cycles_caps() {
     assert!(r.elapsed_secs < 30.0);
     assert!(report.ratios.is_empty() && report.floor.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_and_hot_run_in_process_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(&dir);
+    opts.workloads.clear();
+    let mut held = holdfast_bench::HeldOptions::new(150);
+    held.lease_ttl = Duration::from_millis(600);
+    held.duration = Duration::from_millis(700);
+    held.churn = true;
+    opts.held = Some(held);
+    let mut hot = holdfast_bench::HotOptions::new(12);
+    hot.duration = Duration::from_millis(500);
+    opts.hot = Some(hot);
+    let report = run(&opts, |_| {}).await.unwrap();
+    assert!(report.results.is_empty() && report.leases.is_empty() && report.floor.is_none());
+
+    let held = report.held.as_ref().expect("held ran");
+    assert_eq!((held.leases, held.renewing, held.lost, held.lost_fired, held.release_errors), (150, 150, 0, 0, 0));
+    assert_eq!((held.acquire.ops, held.acquire_first.ops, held.acquire_last.ops, held.release.ops), (150, 75, 75, 150));
+    assert!(held.renew_calls > 0 && held.largest_renew_batch > 0, "renewal ran while holding: {held:?}");
+    assert!(held.idle_probe.samples > 0 && held.probe.samples > 0 && held.probe.errors == 0, "{held:?}");
+    assert!(held.churn_cycles.is_some_and(|c| c > 0) && held.churn_errors == 0, "{held:?}");
+
+    let hot = report.hot.as_ref().expect("hot ran");
+    assert_eq!((hot.tasks, hot.procs, hot.never_acquired, hot.overlaps, hot.release_errors), (12, 1, 0, 0, 0));
+    assert!(hot.acquisitions >= 12 && hot.per_task_min >= 1, "{hot:?}");
+    assert!((0.0..=1.0).contains(&hot.reacquired_share), "{hot:?}");
+    assert!(hot.acquire_calls_per_acquisition >= 1.0 && hot.store_commands_per_acquisition.is_none(), "{hot:?}");
+
+    let table = report.to_string();
+    assert!(table.contains("held: 150 leases") && table.contains("hot: 12 tasks"), "{table}");
+    let back: BenchReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+    assert_eq!(back.hot.map(|h| h.acquisitions), Some(hot.acquisitions));
+
+    // Several processes need a way to start them; without it, a typed error before any work.
+    let mut opts = options(&dir);
+    let mut hot = holdfast_bench::HotOptions::new(4);
+    hot.procs = 2;
+    opts.hot = Some(hot);
+    assert!(matches!(run(&opts, |_| {}).await, Err(holdfast::Error::InvalidInput { what: "procs", .. })));
+}
