@@ -79,13 +79,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use counter::{CommandCounter, CommandCounts, CountingBackend, RenewPeaks, command_counter_for};
+pub use floor::{Floor, floor_for};
 pub use held::{HeldOptions, HeldResult, run_held};
 pub use hot::{HotOptions, HotResult, WorkerCommand, run_hot, serve_hot_worker};
-pub use machine::Machine;
-pub use scale_report::{ProbeStats, RateWindow};
-pub use floor::{Floor, floor_for};
 pub use locker::{ACQUIRE_LIMIT, FloorLocker, HoldfastLocker, Locker};
+pub use machine::Machine;
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
+pub use scale_report::{ProbeStats, RateWindow};
 pub use workload::{CycleSpec, run_cycles, run_many_leases};
 
 use holdfast::{Client, ClientOptions, Error, Result};
@@ -359,13 +359,8 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             results.push(stats::median_by(floor_rounds, |r| r.cycles_per_sec));
         }
     }
-    let mut report = BenchReport::new(
-        opts,
-        client.store_name(),
-        floor.map(|f| f.describe().to_owned()),
-        results,
-        leases,
-    );
+    let mut report =
+        BenchReport::new(opts, client.store_name(), floor.map(|f| f.describe().to_owned()), results, leases);
     report.machine = machine;
     if let Some(held) = &opts.held {
         let prefix = format!("holdfast-bench/{run_id}/held");

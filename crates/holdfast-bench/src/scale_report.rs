@@ -43,6 +43,10 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("n/a".to_owned(), |v| format!("{v:.digits$}"))
 }
 
+fn times(v: Option<f64>) -> String {
+    v.map_or("n/a".to_owned(), |v| format!("{v:.2}x"))
+}
+
 fn bytes(b: Option<i64>) -> String {
     b.map_or("n/a".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6))
 }
@@ -92,7 +96,7 @@ pub(crate) fn write_held(f: &mut fmt::Formatter<'_>, h: &HeldResult) -> fmt::Res
     };
     row(f, "probe on the idle client", probe(&h.idle_probe))?;
     row(f, "probe while holding", probe(&h.probe))?;
-    row(f, "probe p99 holding/idle", opt(h.probe_p99_over_idle, 2) + "x")?;
+    row(f, "probe p99 holding/idle", times(h.probe_p99_over_idle))?;
     if let Some(cycles) = h.churn_cycles {
         row(
             f,
@@ -147,7 +151,7 @@ pub(crate) fn write_hot(f: &mut fmt::Formatter<'_>, h: &HotResult) -> fmt::Resul
     row(
         f,
         "per task busiest/least busy",
-        format!("{} / {} ({})", h.per_task_max, h.per_task_min, opt(h.busiest_over_least, 2) + "x"),
+        format!("{} / {} ({})", h.per_task_max, h.per_task_min, times(h.busiest_over_least)),
     )?;
     row(f, "re-acquired by the releasing task", format!("{:.1}% (within a process)", h.reacquired_share * 100.0))?;
     row(

@@ -146,7 +146,12 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
 
     let run_id = format!("{:016x}", holdfast::OwnerToken::random().as_u128() as u64);
     let mut results = Vec::new();
-    for workload in opts.workloads.iter().copied().filter(|w| matches!(w, Workload::Uncontended | Workload::Contended | Workload::ContendedThink)) {
+    for workload in opts
+        .workloads
+        .iter()
+        .copied()
+        .filter(|w| matches!(w, Workload::Uncontended | Workload::Contended | Workload::ContendedThink))
+    {
         let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
         let mut by_subject: [Vec<WorkloadResult>; 4] = Default::default();
         for round in 0..opts.rounds {

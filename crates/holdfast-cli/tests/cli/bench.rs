@@ -80,7 +80,8 @@ fn held_and_hot_print_their_figures_on_sqlite() {
 fn held_and_hot_count_server_commands_on_redis() {
     let env = Env::new();
     let redis = RedisServer::start();
-    let report = bench_json(&env, &redis.url(), &["--held", "200", "--duration", "1s", "--lease-ttl", "900ms", "--churn"]);
+    let report =
+        bench_json(&env, &redis.url(), &["--held", "200", "--duration", "1s", "--lease-ttl", "900ms", "--churn"]);
     let held = &report["held"];
     check_held(held, 200);
     assert!(u(held, "renew_calls") > 0 && u(held, "largest_renew_batch") > 0, "renewal ran: {held:#}");
