@@ -75,20 +75,44 @@ impl PollBounds {
     }
 }
 
-/// Per-key wake-ups for waiters inside this process.
+/// The waiters of one key inside this process: their FIFO turn, and the
+/// wake-up of the one whose turn it is.
 ///
-/// A release calls [`wake_one`](Self::wake_one): one waiter of that key is
-/// woken, not all of them. A notification sent while no waiter is parked is
+/// Only the waiter holding the turn (the local head) makes store attempts,
+/// polls and listens; the others wait for the turn without touching the
+/// store. So the store sees one poller per process and key however many
+/// tasks wait, and a task of this process is never passed over by a later
+/// one of this process: it is at most as many grants behind as there were
+/// waiters ahead of it.
+#[derive(Debug, Default)]
+pub struct KeyWaiters {
+    wakeup: Notify,
+    /// FIFO (tokio's mutex queues lockers in order); dropping a waiter that
+    /// queues for it leaves the queue at once.
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl KeyWaiters {
+    /// Whether a waiter of this process holds the turn or queues for it.
+    pub fn has_waiters(&self) -> bool {
+        self.turn.try_lock().is_err()
+    }
+}
+
+/// Per-key wake-ups and turns for waiters inside this process.
+///
+/// A release calls [`wake_one`](Self::wake_one): the waiter whose turn it is
+/// is woken, no one else. A notification sent while no waiter is parked is
 /// kept for the next one, and one sent to a waiter whose future is dropped is
-/// passed on to another waiter (tokio's `Notify` semantics), so none is lost.
+/// passed on (tokio's `Notify` semantics), so none is lost.
 #[derive(Debug, Default)]
 pub struct LocalWakeups {
-    keys: Mutex<HashMap<String, Weak<Notify>>>,
+    keys: Mutex<HashMap<String, Weak<KeyWaiters>>>,
 }
 
 impl LocalWakeups {
-    /// The wake-up handle of `key`; keep it while waiting.
-    pub fn subscribe(&self, key: &str) -> Arc<Notify> {
+    /// The waiters of `key`; keep the handle while waiting.
+    pub fn subscribe(&self, key: &str) -> Arc<KeyWaiters> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = keys.get(key).and_then(Weak::upgrade) {
             return n;
@@ -97,39 +121,61 @@ impl LocalWakeups {
         if keys.len() >= 64 && keys.len().is_power_of_two() {
             keys.retain(|_, w| w.strong_count() > 0);
         }
-        let n = Arc::new(Notify::new());
+        let n = Arc::new(KeyWaiters::default());
         keys.insert(key.to_owned(), Arc::downgrade(&n));
         n
     }
 
-    /// Wakes one waiter of `key`, if any waits in this process.
+    /// Wakes the waiter of `key` whose turn it is, if any waits in this process.
     pub fn wake_one(&self, key: &str) {
         let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = keys.get(key).and_then(Weak::upgrade) {
-            n.notify_one();
+            n.wakeup.notify_one();
         }
+    }
+
+    /// Whether a waiter of this process waits on `key`.
+    pub fn has_waiters(&self, key: &str) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(key).and_then(Weak::upgrade).is_some_and(|n| n.has_waiters())
     }
 }
 
-/// Attempts until granted: after each busy attempt, waits for a wake-up on
-/// `wakeup` or the fallback poll delay, whichever comes first.
+/// Attempts until granted, one waiter of the key per process at a time:
+/// waits for this task's turn among the key's local waiters, then after each
+/// busy attempt waits for a wake-up or the fallback poll delay, whichever
+/// comes first.
 ///
-/// The wake-up is armed **before** each attempt, so a release between a busy
-/// attempt and the wait is never missed. Cancel-safe: dropping the future
-/// between attempts leaves nothing behind; dropping it during an attempt is
-/// the caller's to clean up (the client releases by token).
+/// A request whose earlier attempt may have been granted already
+/// ([`AcquireRequest::retry`]) makes one attempt before queueing, so that a
+/// holder retrying after a lost reply is not queued behind the waiters that
+/// wait for it. The wake-up is armed **before** each attempt, so a release
+/// between a busy attempt and the wait is never missed.
 ///
 /// # Cancel safety
 ///
-/// Cancel-safe between attempts; an attempt dropped mid-flight may have
-/// been applied, so the caller releases its token (the client does).
-pub async fn until_granted<F, Fut>(wakeup: &Notify, poll: PollBounds, mut attempt: F) -> Result<Grant>
+/// Cancel-safe between attempts (a task dropped while queued leaves the
+/// queue at once, and the turn passes on when the head is dropped); an
+/// attempt dropped mid-flight may have been applied, so the caller releases
+/// its token (the client does).
+pub async fn until_granted<F, Fut>(
+    waiters: &KeyWaiters,
+    req: &AcquireRequest,
+    poll: PollBounds,
+    mut attempt: F,
+) -> Result<Grant>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt>>,
 {
+    if req.retry {
+        if let Attempt::Granted(grant) = attempt().await? {
+            return Ok(grant);
+        }
+    }
+    let _turn = waiters.turn.lock().await;
     loop {
-        let notified = wakeup.notified();
+        let notified = waiters.wakeup.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         match attempt().await? {
@@ -176,9 +222,12 @@ pub(crate) async fn wait_for_grant(
     // The start of the current run of failed attempts, and its last error.
     let mut failing: Option<(tokio::time::Instant, Error)> = None;
     let mut backoff = FIRST_BACKOFF;
+    // Attempts after a failure may find their earlier attempt granted.
+    let mut retry_req: Option<AcquireRequest> = None;
     loop {
         let attempt_started = tokio::time::Instant::now();
-        let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(req)).await {
+        let this = retry_req.as_ref().unwrap_or(req);
+        let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(this)).await {
             Ok(outcome) => outcome,
             Err(_) => return Err(failing.map_or(WaitFailure::Deadline, |(_, e)| WaitFailure::Store(e))),
         };
@@ -207,6 +256,7 @@ pub(crate) async fn wait_for_grant(
             return Err(WaitFailure::Store(e));
         }
         failing = Some((since, e));
+        retry_req.get_or_insert_with(|| AcquireRequest { retry: true, ..req.clone() });
         tokio::time::sleep(pause).await;
     }
 }

@@ -13,6 +13,7 @@ mod cancel;
 mod child;
 mod clauses;
 mod faults;
+mod scale;
 
 use std::any::Any;
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ pub use clauses::*;
 pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
 };
+pub use scale::s1_hot_key_every_waiter_acquires;
 
 /// A store under test.
 pub struct Store {
@@ -92,7 +94,8 @@ macro_rules! conformance_suite {
             c1_exclusion, c2_fencing, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
-            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting);
+            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
+            s1_hot_key_every_waiter_acquires);
 
         #[test]
         fn multi_process() {

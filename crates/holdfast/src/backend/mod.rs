@@ -117,12 +117,17 @@ pub struct AcquireRequest {
     pub fair: bool,
     /// The kind of lease.
     pub mode: LeaseMode,
+    /// An earlier attempt of this request failed with a retryable error and
+    /// may have been applied: the store may already hold a grant or a queue
+    /// entry for this token, so a store that queues waiters locally lets this
+    /// attempt go first (see [`until_granted`](crate::wait::until_granted)).
+    pub retry: bool,
 }
 
 impl AcquireRequest {
     /// An exclusive, non-fair request with an empty label.
     pub fn new(key: LockKey, token: OwnerToken, ttl: Duration) -> Self {
-        AcquireRequest { key, token, ttl, label: String::new(), fair: false, mode: LeaseMode::Exclusive }
+        AcquireRequest { key, token, ttl, label: String::new(), fair: false, mode: LeaseMode::Exclusive, retry: false }
     }
 
     /// Sets the holder label.

@@ -155,7 +155,7 @@ impl Backend for PostgresBackend {
             // release after the attempt above is seen either way.
             self.ensure_listener().await;
         }
-        wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req, true)).await
+        wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

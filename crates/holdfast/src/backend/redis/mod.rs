@@ -268,7 +268,7 @@ impl RedisBackend {
         // release between a busy attempt and here is seen by that attempt.
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
-        wait::until_granted(&wakeup, self.inner.config.poll, || self.attempt(req, false)).await
+        wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false)).await
     }
 }
 

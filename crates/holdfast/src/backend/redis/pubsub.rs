@@ -19,7 +19,7 @@ use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::wait::LocalWakeups;
+use crate::wait::{KeyWaiters, LocalWakeups};
 
 enum Request {
     Subscribe(String, oneshot::Sender<redis::RedisResult<()>>),
@@ -117,7 +117,7 @@ impl Notifier {
     }
 
     /// The wake-up handle of non-fair waiters of `key`.
-    pub(super) fn key_wakeup(&self, key: &str) -> Arc<Notify> {
+    pub(super) fn key_wakeup(&self, key: &str) -> Arc<KeyWaiters> {
         self.wakeups.subscribe(key)
     }
 

@@ -142,7 +142,7 @@ impl Backend for SqliteBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
-        wait::until_granted(&wakeup, self.config.poll, || {
+        wait::until_granted(&wakeup, req, self.config.poll, || {
             let peek = !std::mem::take(&mut first);
             self.attempt(req, peek)
         })
