@@ -454,3 +454,48 @@ async fn behind_transaction_pooling_pgbouncer() {
         .expect("release");
     drop(bouncer);
 }
+
+/// A lease table emptied and analysed (what autovacuum does after a burst)
+/// must not leave named statements with a cached sequential-scan plan: on
+/// main each of 5,000 acquisitions then scanned the whole table (issue 15:
+/// O(N^2) acquisition, leases lost at 100k). Counted from
+/// `pg_stat_user_tables`, which a server process flushes when it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn statements_keep_the_index_after_the_table_was_analysed_empty() {
+    let server = PostgresServer::start();
+    let url = format!("{}&prepared=true&pool_size=2", server.url());
+    let setup = connect(&url, "setup").await;
+    setup.mutex("setup").try_acquire().await.unwrap().unwrap().release().await.unwrap();
+    drop(setup);
+    psql(&server, "DELETE FROM holdfast_leases; ANALYZE holdfast_leases;");
+    let scans = |server: &PostgresServer| -> u64 {
+        let out = psql(server, "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'holdfast_leases'");
+        out.trim().parse().unwrap_or_else(|_| panic!("seq_scan: {out:?}"))
+    };
+    let before = scans(&server);
+    let client = connect(&url, "many").await;
+    let n = 5_000;
+    let mut guards = Vec::with_capacity(n);
+    for i in 0..n {
+        guards.push(client.mutex(format!("k/{i}")).try_acquire().await.unwrap().expect("a fresh key is free"));
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    drop(client);
+    // Server processes flush their counters as they exit: wait until only
+    // this psql session is left.
+    for _ in 0..100 {
+        let sessions = psql(&server, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'");
+        if sessions == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = scans(&server);
+    let scanned = after - before;
+    eprintln!("{scanned} sequential scans for {n} acquisitions and releases");
+    // A cached generic sequential-scan plan scans on every statement (10,000).
+    assert!(scanned < 100, "{scanned} sequential scans for {n} acquisitions and releases");
+}

@@ -79,6 +79,18 @@ impl Pool {
                 direct
             }
         };
+        // A named statement switches to a generic plan after five runs,
+        // planned against the table as it is then: after the table was
+        // emptied and analysed (autovacuum after any burst), a sequential
+        // scan, kept while the table grows to 100k rows (every statement a
+        // full scan). Our statements all find rows by primary key, so on a
+        // session of our own the planner is told to use the index always;
+        // plans stay cached. (Not through a pooler: the setting would reach
+        // other clients' sessions; statements there are unnamed and planned
+        // for the table as it is at each call.)
+        if named && (self.prepared == Prepared::Auto || pooler::is_direct(&client).await.map_err(map_err)?) {
+            client.batch_execute("SET enable_seqscan = off").await.map_err(map_err)?;
+        }
         let conn = Arc::new(Conn { client, named, prepared: Default::default() });
         *slot = Some(conn.clone());
         Ok(conn)
