@@ -1,7 +1,7 @@
 //! Leases held by a client: the one owner of lease time. Each lease's local
 //! deadline, `lost()` and `expiring()`, and the one renewal task per client
-//! that renews every due lease in one batched call and, on a session-bound
-//! store, releases a lease whose deadline passed unrenewed.
+//! that renews the due leases in batched calls of bounded size and, on a
+//! session-bound store, releases a lease whose deadline passed unrenewed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,16 +167,17 @@ struct Entries {
 struct Shared {
     backend: Arc<dyn Backend>,
     /// Release leases whose deadline passed unrenewed (session-bound stores).
-    release_expired: bool,
+    session_bound: bool,
     entries: Mutex<Entries>,
     changed: Notify,
     next_id: AtomicU64,
 }
 
-/// The renewal task of one client. Every tick it renews, in one
-/// [`Backend::renew`] call, all leases that are due and every lease that would
-/// be due within half its interval, so thousands of leases cost a handful of
-/// round trips rather than one each. It also watches the deadlines of leases
+/// The renewal task of one client. Every tick it renews all leases that are
+/// due and every lease that would be due within half its interval, in
+/// [`Backend::renew`] calls of at most 256 leases sent one after another
+/// (one call on a session-bound store), so thousands of leases cost a
+/// handful of round trips rather than one each, and no call is long. It also watches the deadlines of leases
 /// that are not renewed, and on a session-bound store releases each lease
 /// whose deadline passed (the store would keep it while the session lives).
 pub(crate) struct Renewer {
@@ -189,11 +190,11 @@ pub(crate) struct Renewer {
 
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
-        let release_expired = backend.capabilities().session_bound;
+        let session_bound = backend.capabilities().session_bound;
         Renewer {
             shared: Arc::new(Shared {
                 backend,
-                release_expired,
+                session_bound,
                 entries: Mutex::default(),
                 changed: Notify::new(),
                 next_id: AtomicU64::new(0),
@@ -263,6 +264,11 @@ impl Drop for Renewer {
     }
 }
 
+/// The most leases one [`Backend::renew`] call carries: a slice takes about
+/// 1-2 ms on every store (Redis runs it as one script; SQLite holds its one
+/// write lock for it), so other calls wait for at most that long.
+const RENEW_SLICE: usize = 256;
+
 /// How long the renewal task sleeps when it holds no lease.
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
@@ -313,7 +319,7 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         let now = Instant::now();
         let Scan { due, expired, wake } = scan(&shared, now);
-        if shared.release_expired {
+        if shared.session_bound {
             for lease in expired {
                 tracing::debug!(key = %lease.key, fence = lease.fence, "lease ran out unrenewed; releasing it");
                 let release = Release {
@@ -334,52 +340,70 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             }
             continue;
         }
-        let requests: Vec<RenewRequest> =
-            due.iter().map(|(_, l)| RenewRequest { key: l.key.clone(), token: l.token, ttl: l.ttl }).collect();
-        // Never wait on a renewal past the earliest local deadline in the batch:
-        // by then lost() has fired anyway, and the other leases need the task.
-        let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or(now);
-        let sent = Instant::now();
-        let span = tracing::debug_span!("renew", leases = requests.len());
-        let outcome = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
-        };
-        let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = &mut guard.leases;
-        match outcome {
-            Ok(Ok(held)) if held.len() == due.len() => {
-                for ((id, lease), still_held) in due.iter().zip(held) {
-                    // Released while the batch was in flight: not a loss.
-                    let Some(e) = entries.get_mut(id) else { continue };
-                    if still_held {
-                        lease.extended(sent);
-                        if let Some(interval) = e.interval {
-                            e.next_renew = sent + interval;
-                        }
-                    } else {
-                        tracing::warn!(key = %lease.key, fence = lease.fence, "lease gone at renewal");
-                        lease.mark_lost();
-                        entries.remove(id);
+        // Bounded slices, one store call each, so that the client's other
+        // calls (and other clients of the store) wait for at most one slice
+        // rather than for the whole batch. A session-bound store renews by
+        // keeping its session alive, one request whatever the number of
+        // leases: slicing would only multiply those requests.
+        let slice_len = if shared.session_bound { due.len().max(1) } else { RENEW_SLICE };
+        for slice in due.chunks(slice_len) {
+            if !renew_slice(&shared, &stop, slice).await {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Renews one slice of due leases in one [`Backend::renew`] call and applies
+/// the outcome; false if the renewer was stopped meanwhile.
+async fn renew_slice(shared: &Shared, stop: &CancellationToken, due: &[(u64, Arc<LeaseState>)]) -> bool {
+    let requests: Vec<RenewRequest> =
+        due.iter().map(|(_, l)| RenewRequest { key: l.key.clone(), token: l.token, ttl: l.ttl }).collect();
+    // Never wait on a renewal past the earliest local deadline in the slice:
+    // by then lost() has fired anyway, and the other leases need the task.
+    let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or_else(Instant::now);
+    let sent = Instant::now();
+    let span = tracing::debug_span!("renew", leases = requests.len());
+    let outcome = tokio::select! {
+        _ = stop.cancelled() => return false,
+        r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
+    };
+    let mut guard = shared.entries.lock().unwrap_or_else(|p| p.into_inner());
+    let entries = &mut guard.leases;
+    match outcome {
+        Ok(Ok(held)) if held.len() == due.len() => {
+            for ((id, lease), still_held) in due.iter().zip(held) {
+                // Released while the slice was in flight: not a loss.
+                let Some(e) = entries.get_mut(id) else { continue };
+                if still_held {
+                    lease.extended(sent);
+                    if let Some(interval) = e.interval {
+                        e.next_renew = sent + interval;
                     }
+                } else {
+                    tracing::warn!(key = %lease.key, fence = lease.fence, "lease gone at renewal");
+                    lease.mark_lost();
+                    entries.remove(id);
                 }
             }
-            other => {
-                match other {
-                    Ok(Ok(_)) => tracing::error!("backend renew returned the wrong number of results"),
-                    Ok(Err(e)) => tracing::warn!(error = %e, leases = due.len(), "renewal failed, retrying"),
-                    Err(_) => tracing::warn!(leases = due.len(), "renewal timed out, retrying"),
-                }
-                // Retry soon; the leases stay valid until their local deadline.
-                let retry = Instant::now();
-                for (id, _) in &due {
-                    if let Some(e) = entries.get_mut(id) {
-                        if let Some(interval) = e.interval {
-                            e.next_renew = retry + (interval / 8).max(Duration::from_millis(5));
-                        }
+        }
+        other => {
+            match other {
+                Ok(Ok(_)) => tracing::error!("backend renew returned the wrong number of results"),
+                Ok(Err(e)) => tracing::warn!(error = %e, leases = due.len(), "renewal failed, retrying"),
+                Err(_) => tracing::warn!(leases = due.len(), "renewal timed out, retrying"),
+            }
+            // Retry soon; the leases stay valid until their local deadline.
+            let retry = Instant::now();
+            for (id, _) in due {
+                if let Some(e) = entries.get_mut(id) {
+                    if let Some(interval) = e.interval {
+                        e.next_renew = retry + (interval / 8).max(Duration::from_millis(5));
                     }
                 }
             }
         }
     }
+    true
 }
