@@ -61,6 +61,10 @@ pub struct RedisBackend {
 struct Inner {
     config: RedisConfig,
     conn: ConnectionManager,
+    /// Renewal's own connection: a renewal never queues behind the
+    /// acquires and releases pipelined on `conn`, so load on the client
+    /// cannot delay it into a lost lease.
+    renew_conn: ConnectionManager,
     scripts: Scripts,
     notifier: Arc<Notifier>,
     client_id: String,
@@ -162,10 +166,15 @@ impl RedisBackend {
             Notifier::new(format!("{}:w:", config.prefix), format!("{}:c:{client_id}", config.prefix));
 
         let limit = config.connect_timeout + config.timeout;
-        let cmd_client = make_client(info)?;
+        let cmd_client = make_client(info.clone())?;
         let conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(cmd_client, base.clone()))
             .await
             .map_err(|_| timed_out("connecting", limit))?
+            .map_err(map_err)?;
+        let renew_client = make_client(info)?;
+        let renew_conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(renew_client, base.clone()))
+            .await
+            .map_err(|_| timed_out("connecting the renewal connection", limit))?
             .map_err(map_err)?;
         let push_client = make_client(push_info)?;
         let push_config = base.set_push_sender(handler).set_automatic_resubscription();
@@ -177,7 +186,7 @@ impl RedisBackend {
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
         Ok(RedisBackend {
-            inner: Arc::new(Inner { config, conn, scripts: Scripts::new(), notifier, client_id, durability }),
+            inner: Arc::new(Inner { config, conn, renew_conn, scripts: Scripts::new(), notifier, client_id, durability }),
         })
     }
 
@@ -193,7 +202,12 @@ impl RedisBackend {
     /// on a dead connection (a server restart, a failover) is sent once more
     /// on the connection the manager re-establishes.
     async fn invoke<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
-        let mut conn = self.inner.conn.clone();
+        self.invoke_on(&self.inner.conn, inv).await
+    }
+
+    /// [`invoke`](Self::invoke) on a given connection.
+    async fn invoke_on<T: FromRedisValue>(&self, conn: &ConnectionManager, inv: &ScriptInvocation<'_>) -> Result<T> {
+        let mut conn = conn.clone();
         let limit = self.inner.config.timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let call = async {
@@ -343,7 +357,7 @@ impl Backend for RedisBackend {
                 let [h, _, _] = lock_keys(prefix, &lease.key);
                 inv.key(h).arg(lease.token.to_hex()).arg(ms(lease.ttl));
             }
-            let held: Vec<i64> = self.invoke(&inv).await?;
+            let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
             if held.len() != chunk.len() {
                 return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
             }
