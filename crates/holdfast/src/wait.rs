@@ -1,6 +1,6 @@
 //! Waiting for a key: the client's one waiting policy, and the per-key
-//! wake-ups and jittered fallback poll shared by the stores that do not
-//! queue waiters.
+//! turns, wake-ups and jittered fallback poll shared by the stores that do
+//! not queue waiters.
 //!
 //! # The waiting policy
 //!

@@ -186,7 +186,15 @@ impl RedisBackend {
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
         Ok(RedisBackend {
-            inner: Arc::new(Inner { config, conn, renew_conn, scripts: Scripts::new(), notifier, client_id, durability }),
+            inner: Arc::new(Inner {
+                config,
+                conn,
+                renew_conn,
+                scripts: Scripts::new(),
+                notifier,
+                client_id,
+                durability,
+            }),
         })
     }
 
