@@ -499,3 +499,40 @@ async fn statements_keep_the_index_after_the_table_was_analysed_empty() {
     // A cached generic sequential-scan plan scans on every statement (10,000).
     assert!(scanned < 100, "{scanned} sequential scans for {n} acquisitions and releases");
 }
+
+/// A renewal the client stops waiting for ends on the server too: it does
+/// not wait on on its rows' locks after the client gave up (issue 15: the
+/// abandoned renewal of 100k rows ran on, and its retry queued behind it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_renewal_is_cancelled_on_the_server() {
+    let server = PostgresServer::start();
+    let url = format!("{}&timeout_ms=300", server.url());
+    let store = holdfast::backend::connect(&url).await.expect("connect");
+    let req = AcquireRequest::new(LockKey::new("slow-renew").unwrap(), OwnerToken::random(), Duration::from_secs(30));
+    store.try_acquire(&req).await.expect("acquire").expect("free");
+    // Another session locks the row for 3 s: the renewal waits on it.
+    let locker = {
+        let port = server.port();
+        std::thread::spawn(move || {
+            std::process::Command::new("psql")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-c"])
+                .arg("BEGIN; SELECT 1 FROM holdfast_leases WHERE key = 'slow-renew' FOR UPDATE; SELECT pg_sleep(3); COMMIT;")
+                .output()
+                .expect("psql")
+        })
+    };
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+    for _ in 0..50 {
+        if psql(&server, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let renewal = holdfast::backend::RenewRequest { key: req.key.clone(), token: req.token, ttl: req.ttl };
+    let outcome = store.renew(std::slice::from_ref(&renewal)).await;
+    assert!(outcome.is_err(), "the renewal should have timed out behind the row lock: {outcome:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let still = psql(&server, waiting);
+    assert_eq!(still, "0", "the abandoned renewal still waits on the server");
+    locker.join().expect("locker");
+}

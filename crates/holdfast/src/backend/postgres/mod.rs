@@ -98,6 +98,7 @@ impl PostgresBackend {
             pg,
             tls,
             slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            renewal: tokio::sync::Mutex::new(None),
             next: AtomicUsize::new(0),
             prepared: config.prepared,
         };

@@ -27,6 +27,12 @@ pub(super) struct Pool {
     pub(super) tls: MakeRustlsConnect,
     /// One lazily (re)opened connection per slot.
     pub(super) slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
+    /// Renewal's own connection: renewals never queue behind the acquires
+    /// pipelined on the slots, so a client acquiring at full speed still
+    /// renews in time. (A renewal and a release of one key may then run in
+    /// either order; a renewal after the release finds no row, and the
+    /// client ignores it for a lease it released.)
+    pub(super) renewal: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// Round-robin position for statements about no single key.
     pub(super) next: AtomicUsize,
     /// Where named prepared statements may be used.
@@ -57,7 +63,17 @@ impl Pool {
             Some(k) => (fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize,
             None => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
         };
-        let mut slot = self.slots[i].lock().await;
+        self.open_in(&self.slots[i]).await
+    }
+
+    /// The renewal connection.
+    pub(super) async fn renewal(&self) -> Result<Arc<Conn>> {
+        self.open_in(&self.renewal).await
+    }
+
+    /// The live connection of `slot`, opened if there is none.
+    async fn open_in(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>) -> Result<Arc<Conn>> {
+        let mut slot = slot.lock().await;
         if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
             return Ok(c.clone());
         }

@@ -170,6 +170,25 @@ impl Statements {
     }
 }
 
+/// Cancels the statement running on a connection when dropped armed: a
+/// statement the client stopped waiting for must not run on at the server.
+struct CancelOnDrop(Option<(tokio_postgres::CancelToken, tokio_postgres_rustls::MakeRustlsConnect)>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some((token, tls)) = self.0.take() else { return };
+        // Best effort, off the caller's path; needs a runtime (a statement
+        // dropped outside one was never polled on a server anyway).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = token.cancel_query(tls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned statement failed");
+                }
+            });
+        }
+    }
+}
+
 /// The statements a connection may prepare once and reuse.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stmt {
@@ -233,9 +252,20 @@ impl PostgresBackend {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
         let timeout = self.inner.config.op_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let sql = self.inner.sql.get(stmt);
+        let conn = async {
+            match stmt {
+                Stmt::Renew => self.inner.pool.renewal().await,
+                _ => self.inner.pool.get(key).await,
+            }
+        };
+        let c = tokio::time::timeout_at(deadline, conn).await.map_err(|_| timed_out(what, timeout))??;
+        // A statement abandoned here (timed out, or its caller dropped) is
+        // cancelled on the server too: an abandoned renewal of thousands of
+        // rows would otherwise run on, and its retry wait on its row locks.
+        let mut cancel = CancelOnDrop(Some((c.client.cancel_token(), self.inner.pool.tls.clone())));
         let fut = async {
-            let c = self.inner.pool.get(key).await?;
             if c.named && self.inner.prepared.load(Ordering::Relaxed) {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let outcome =
@@ -259,7 +289,9 @@ impl PostgresBackend {
             }
             c.client.query_typed(sql, params).await.map_err(map_err)
         };
-        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
+        let outcome = tokio::time::timeout_at(deadline, fut).await.map_err(|_| timed_out(what, timeout))?;
+        cancel.0 = None;
+        outcome
     }
 
     /// One acquire statement. A waiting attempt (`waiting`) that finds the
