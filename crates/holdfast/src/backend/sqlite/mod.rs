@@ -24,6 +24,11 @@ const STORE: &str = "sqlite";
 #[derive(Debug, Clone)]
 pub struct SqliteBackend {
     conn: Arc<Mutex<Connection>>,
+    /// The queue of every call but renewal for the connection (FIFO): a
+    /// renewal waits for at most the one call that holds the connection, never
+    /// behind a queue of acquisitions, so load on the client cannot delay it
+    /// into lost leases.
+    queue: Arc<tokio::sync::Mutex<()>>,
     config: SqliteConfig,
     wakeups: Arc<LocalWakeups>,
 }
@@ -76,11 +81,20 @@ impl SqliteBackend {
         })
         .await
         .map_err(|e| Error::backend(STORE, false, e))??;
-        Ok(SqliteBackend { conn: Arc::new(Mutex::new(conn)), config, wakeups: Arc::default() })
+        Ok(SqliteBackend { conn: Arc::new(Mutex::new(conn)), queue: Arc::default(), config, wakeups: Arc::default() })
     }
 
-    /// Runs `f` on the connection on the blocking pool.
+    /// Runs `f` on the connection on the blocking pool, in turn.
     async fn with_conn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let _turn = self.queue.lock().await;
+        self.on_conn(f).await
+    }
+
+    /// Runs `f` on the connection on the blocking pool, ahead of the queue.
+    async fn on_conn<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -158,7 +172,7 @@ impl Backend for SqliteBackend {
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
-        self.with_conn(move |conn| sql::renew(conn, &batch)).await
+        self.on_conn(move |conn| sql::renew(conn, &batch)).await
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
