@@ -40,6 +40,14 @@ pub struct Capabilities {
     pub session_bound: bool,
     /// How durable fences are.
     pub fence_durability: FenceDurability,
+    /// The most leases the client puts in one [`Backend::renew`](crate::backend::Backend::renew)
+    /// call (slices of a tick's renewals go out a few at a time, so no call
+    /// is long), or `None` for every due lease in one call: for a store whose
+    /// renewal cost grows with the number of calls rather than with their
+    /// size (SQLite writes each touched page once per transaction, and
+    /// random slices would write each page many times; a session-bound
+    /// store renews by one session keep-alive).
+    pub renew_slice: Option<usize>,
 }
 
 impl Capabilities {
@@ -52,6 +60,7 @@ impl Capabilities {
             counts_waiters: false,
             session_bound: false,
             fence_durability: FenceDurability::Volatile,
+            renew_slice: Some(256),
         }
     }
 }

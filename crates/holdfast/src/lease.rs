@@ -169,6 +169,8 @@ struct Shared {
     backend: Arc<dyn Backend>,
     /// Release leases whose deadline passed unrenewed (session-bound stores).
     session_bound: bool,
+    /// The most leases per renew call ([`Capabilities::renew_slice`](crate::Capabilities::renew_slice)).
+    renew_slice: Option<usize>,
     entries: Mutex<Entries>,
     changed: Notify,
     next_id: AtomicU64,
@@ -176,9 +178,10 @@ struct Shared {
 
 /// The renewal task of one client. Every tick it renews all leases that are
 /// due and every lease that would be due within half its interval, in
-/// [`Backend::renew`] calls of at most 256 leases sent one after another
-/// (one call on a session-bound store), so thousands of leases cost a
-/// handful of round trips rather than one each, and no call is long. It also watches the deadlines of leases
+/// [`Backend::renew`] calls of at most the store's slice (256 leases; all in
+/// one call on SQLite, etcd and ZooKeeper), a few at a time, so thousands of
+/// leases cost a handful of round trips rather than one each, and no call is
+/// long. It also watches the deadlines of leases
 /// that are not renewed, and on a session-bound store releases each lease
 /// whose deadline passed (the store would keep it while the session lives).
 pub(crate) struct Renewer {
@@ -191,11 +194,13 @@ pub(crate) struct Renewer {
 
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
-        let session_bound = backend.capabilities().session_bound;
+        let caps = backend.capabilities();
+        let (session_bound, renew_slice) = (caps.session_bound, caps.renew_slice);
         Renewer {
             shared: Arc::new(Shared {
                 backend,
                 session_bound,
+                renew_slice,
                 entries: Mutex::default(),
                 changed: Notify::new(),
                 next_id: AtomicU64::new(0),
@@ -264,11 +269,6 @@ impl Drop for Renewer {
         self.stop.cancel();
     }
 }
-
-/// The most leases one [`Backend::renew`] call carries: a slice takes about
-/// 1-2 ms on every store (Redis runs it as one script; SQLite holds its one
-/// write lock for it), so other calls wait for at most that long.
-const RENEW_SLICE: usize = 256;
 
 /// How many slices may be in flight at once.
 const RENEW_IN_FLIGHT: usize = 4;
@@ -344,14 +344,12 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             }
             continue;
         }
-        // Bounded slices, one store call each, at most a few in flight, so
-        // that the client's other calls (and other clients of the store) wait
-        // for a few short calls rather than for the whole batch, while the
-        // overlapping round trips keep renewal fast enough for 100,000
-        // leases. A session-bound store renews by keeping its session alive,
-        // one request whatever the number of leases: slicing would only
-        // multiply those requests.
-        let slice_len = if shared.session_bound { due.len().max(1) } else { RENEW_SLICE };
+        // Bounded slices (as the store asks), one store call each, at most a
+        // few in flight, so that the client's other calls (and other clients
+        // of the store) wait for a few short calls rather than for the whole
+        // batch, while the overlapping round trips keep renewal fast enough
+        // for 100,000 leases.
+        let slice_len = shared.renew_slice.unwrap_or(due.len()).max(1);
         let chunks: Vec<Vec<(u64, Arc<LeaseState>)>> = due.chunks(slice_len).map(<[_]>::to_vec).collect();
         let mut slices = futures::stream::iter(chunks)
             .map(|slice| {

@@ -148,6 +148,7 @@ impl Backend for EtcdBackend {
             store_notification: true,
             counts_waiters: true,
             session_bound: true,
+            renew_slice: None,
             fence_durability: FenceDurability::Durable,
         }
     }

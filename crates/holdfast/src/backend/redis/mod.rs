@@ -322,6 +322,9 @@ impl Backend for RedisBackend {
             counts_waiters: true,
             session_bound: false,
             fence_durability: self.inner.durability,
+            // One script call per slice: Redis runs one script at a time, so
+            // a slice is as long as any other client may wait for renewal.
+            renew_slice: Some(256),
         }
     }
 

@@ -142,6 +142,9 @@ impl Backend for SqliteBackend {
             } else {
                 FenceDurability::ProcessCrash
             },
+            // One transaction per tick: slices of random keys would write
+            // each table page to the WAL once per slice instead of once.
+            renew_slice: None,
             ..Capabilities::minimal()
         }
     }

@@ -146,6 +146,7 @@ impl Backend for ZkBackend {
             store_notification: true,
             counts_waiters: true,
             session_bound: true,
+            renew_slice: None,
             fence_durability: FenceDurability::Durable,
         }
     }
