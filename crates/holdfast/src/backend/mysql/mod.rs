@@ -69,6 +69,10 @@ fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
 #[derive(Clone)]
 pub struct MysqlBackend {
     pool: Pool,
+    /// Renewal's own connections: a renewal never waits for a connection
+    /// that acquisitions hold, so load on the client cannot delay it into
+    /// lost leases.
+    renew_pool: Pool,
     config: Arc<MysqlConfig>,
     sql: Arc<sql::Statements>,
     wakeups: Arc<LocalWakeups>,
@@ -145,11 +149,19 @@ impl MysqlBackend {
             .prefer_socket(ssl.is_none())
             .ssl_opts(ssl)
             .pool_opts(pool_opts);
+        // Up to two renewal slices at once on connections of their own.
+        let renew_opts = opts.clone().pool_opts(
+            PoolOpts::default()
+                .with_constraints(PoolConstraints::new(0, 2).unwrap_or_default())
+                .with_inactive_connection_ttl(Duration::from_secs(60))
+                .with_reset_connection(false),
+        );
         let statements = sql::Statements::new(&config.leases_table(), &config.fence_table());
         let wakeups =
             shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
         let backend = MysqlBackend {
             pool: Pool::new(opts),
+            renew_pool: Pool::new(renew_opts),
             config: Arc::new(config),
             sql: Arc::new(statements),
             wakeups,
@@ -331,7 +343,7 @@ impl Backend for MysqlBackend {
         // Extending to "TTL from now" again is harmless, so retry deadlocks.
         self.retry_contention(|| {
             self.timed(async {
-                let mut conn = self.conn().await?;
+                let mut conn = self.renew_pool.get_conn().await?;
                 sql::renew(&mut conn, &self.sql, &batch).await
             })
         })
