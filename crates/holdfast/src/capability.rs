@@ -48,6 +48,11 @@ pub struct Capabilities {
     /// random slices would write each page many times; a session-bound
     /// store renews by one session keep-alive).
     pub renew_slice: Option<usize>,
+    /// Shared leases ([`LeaseMode::Writer`](crate::backend::LeaseMode::Writer)
+    /// and [`LeaseMode::Shared`](crate::backend::LeaseMode::Shared)): the
+    /// store implements the whole lease model, so semaphores and read-write
+    /// locks work on it.
+    pub shared_leases: bool,
 }
 
 impl Capabilities {
@@ -61,6 +66,7 @@ impl Capabilities {
             session_bound: false,
             fence_durability: FenceDurability::Volatile,
             renew_slice: Some(256),
+            shared_leases: false,
         }
     }
 }

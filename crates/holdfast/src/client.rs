@@ -14,6 +14,8 @@ use crate::key::LockKey;
 use crate::lease::Renewer;
 use crate::lock_options::LockOptions;
 use crate::mutex::Mutex;
+use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
 use crate::wait::DEFAULT_STORE_RETRY;
 
 /// Settings of a [`Client`].
@@ -132,6 +134,23 @@ impl Client {
     /// [`Mutex`] change them further).
     pub fn mutex_with_options(&self, key: impl Into<String>, options: LockOptions) -> Mutex {
         Mutex::new(self.clone(), key.into(), options)
+    }
+
+    /// A semaphore of `permits` permits on `key` with default [`LockOptions`]
+    /// (see [`Semaphore`] for how the count lives with the key). Nothing is
+    /// checked or sent until an acquire; 0 permits is refused there.
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key.into(), LockOptions::default()).with_permits(permits)
+    }
+
+    /// A read-write lock on `key` with default [`LockOptions`].
+    pub fn rwlock(&self, key: impl Into<String>) -> RwLock {
+        RwLock::new(self.clone(), key.into(), LockOptions::default())
+    }
+
+    /// A read-write lock on `key` with the given options for both sides.
+    pub fn rwlock_with_options(&self, key: impl Into<String>, options: LockOptions) -> RwLock {
+        RwLock::new(self.clone(), key.into(), options)
     }
 
     /// Runs `work` while holding `key`, then releases it.

@@ -43,6 +43,18 @@ pub enum Error {
         /// Why, in words a user can fix.
         reason: String,
     },
+    /// The store holds the key in a way this request disagrees with: a
+    /// semaphore acquire that names another permit count than the one the
+    /// key's live permits were granted under (change it with
+    /// [`Semaphore::resize`](crate::Semaphore::resize)), or a shared request
+    /// on a key used as a read-write lock.
+    #[error("lock {key:?}: {reason}")]
+    Conflict {
+        /// The lock key.
+        key: String,
+        /// What disagrees.
+        reason: String,
+    },
     /// The store cannot do what was asked (for example a fair lock on a store
     /// that does not queue waiters). Checked before any I/O.
     #[error("{store} store does not support {what}")]

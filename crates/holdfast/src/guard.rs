@@ -1,11 +1,15 @@
-//! The guard of a held lock: its fence, `lost()`, `expiring()`, and how it
-//! ends (release, drop, or leak).
+//! The guard of a held lease, one type for every primitive ([`Guard`], with
+//! a kind marker): its fence, `lost()`, `expiring()`, and how it ends
+//! (release, drop, or leak).
 
+use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::backend::{LeaseMode, UNLIMITED};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
@@ -21,6 +25,8 @@ pub(crate) struct Held {
     pub(crate) owner: Option<String>,
     /// Live guards of this grant; only a reentrant lock has more than one.
     pub(crate) holds: AtomicU32,
+    /// The lease's weight (a permit count; 1 for the other kinds).
+    pub(crate) weight: u32,
 }
 
 impl Held {
@@ -43,7 +49,55 @@ impl Held {
     }
 }
 
-/// A held lock. Dropping it releases the lock.
+/// What a [`Guard`] holds: a mutex, semaphore permits, a read or a write
+/// lock. Sealed: the kinds are the ones below.
+pub trait GuardKind: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
+    /// The lease mode of a request of this kind for `weight` under `limit`.
+    #[doc(hidden)]
+    fn mode(weight: u32, limit: u32) -> LeaseMode;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! guard_kinds {
+    ($($(#[$doc:meta])* $kind:ident => |$w:ident, $l:ident| $mode:expr;)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $kind;
+        impl sealed::Sealed for $kind {}
+        impl GuardKind for $kind {
+            fn mode($w: u32, $l: u32) -> LeaseMode {
+                $mode
+            }
+        }
+    )*};
+}
+
+guard_kinds! {
+    /// The kind of a [`Mutex`](crate::Mutex)'s guard: one exclusive lease.
+    MutexKind => |_w, _l| LeaseMode::Exclusive;
+    /// The kind of a [`Semaphore`](crate::Semaphore)'s guard: a share of
+    /// `weight` permits of `limit`.
+    PermitKind => |w, l| LeaseMode::Shared { weight: w, limit: l };
+    /// The kind of a read lock's guard: a share without limit.
+    ReadKind => |_w, _l| LeaseMode::Shared { weight: 1, limit: UNLIMITED };
+    /// The kind of a write lock's guard: exclusive, preferred over new readers.
+    WriteKind => |_w, _l| LeaseMode::Writer;
+}
+
+/// A held mutex.
+pub type MutexGuard = Guard<MutexKind>;
+/// Permits held of a [`Semaphore`](crate::Semaphore).
+pub type Permit = Guard<PermitKind>;
+/// A held read lock of a [`RwLock`](crate::RwLock): shared with other readers.
+pub type ReadGuard = Guard<ReadKind>;
+/// A held write lock of a [`RwLock`](crate::RwLock): excludes readers and writers.
+pub type WriteGuard = Guard<WriteKind>;
+
+/// A held lease: a [`MutexGuard`], a [`Permit`], a [`ReadGuard`] or a
+/// [`WriteGuard`]. Dropping it releases the lease.
 ///
 /// `Send` and `Sync`, and `'static`: it can move between tasks and threads.
 ///
@@ -54,25 +108,40 @@ impl Held {
 /// background when a tokio runtime is running; without a runtime the lease
 /// simply expires after its TTL (on etcd and ZooKeeper: when the client's
 /// session ends, or at the lease's deadline while the client lives). To keep
-/// the lock until its lease runs out, use [`leak`](Self::leak).
-#[derive(Debug)]
-#[must_use = "the lock is released when the guard is dropped"]
+/// the lease until it runs out, use [`leak`](Self::leak).
+#[must_use = "the lease is released when the guard is dropped"]
 #[clippy::has_significant_drop]
-pub struct MutexGuard {
+pub struct Guard<K: GuardKind> {
     held: Arc<Held>,
     released: bool,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl MutexGuard {
+impl<K: GuardKind> fmt::Debug for Guard<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("kind", &std::any::type_name::<K>().rsplit("::").next().unwrap_or_default())
+            .field("key", &self.held.lease.key)
+            .field("fence", &self.held.lease.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: GuardKind> Guard<K> {
     pub(crate) fn new(held: Arc<Held>) -> Self {
-        MutexGuard { held, released: false }
+        Guard { held, released: false, kind: PhantomData }
     }
 
     /// The fencing token of this grant: strictly greater than every fence the
-    /// store issued before for this key. Pass it to whatever the lock
+    /// store issued before for this key (for shared leases too, so a fenced
+    /// resource can order readers, permits and writers alike). Pass it to whatever the lock
     /// protects, and have that reject writes with a lower fence than it saw.
     pub fn fence(&self) -> u64 {
         self.held.lease.fence
+    }
+
+    pub(crate) fn weight(&self) -> u32 {
+        self.held.weight
     }
 
     /// The key.
@@ -125,7 +194,7 @@ impl MutexGuard {
         self.held.lease.clone().expiring(within)
     }
 
-    /// Releases the lock, owner-checked. With reentrancy, only the last
+    /// Releases the lease, owner-checked. With reentrancy, only the last
     /// guard's release frees the key.
     ///
     /// Fails with [`Error::Lost`] if the lease had expired or been taken
@@ -174,7 +243,7 @@ impl MutexGuard {
     }
 }
 
-impl Drop for MutexGuard {
+impl<K: GuardKind> Drop for Guard<K> {
     fn drop(&mut self) {
         if self.released || !self.held.drop_hold() {
             return;

@@ -62,10 +62,13 @@ mod error;
 mod guard;
 mod key;
 mod lease;
+mod lock;
 mod lock_options;
 mod mutex;
 mod release;
+mod rwlock;
 mod secret;
+mod semaphore;
 mod url;
 mod url_options;
 pub mod wait;
@@ -74,12 +77,17 @@ pub use backend::{HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
 pub use error::{BoxError, Error, Result};
-pub use guard::MutexGuard;
+pub use guard::{
+    Guard, GuardKind, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,
+};
 pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
+pub use lock::Lock;
 pub use lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
 pub use mutex::Mutex;
+pub use rwlock::{ReadLock, RwLock, WriteLock};
 pub use secret::Secret;
+pub use semaphore::Semaphore;
 pub use url::{SCHEMES, redact_url};
 
 /// The README's examples, compiled as doctests so that they stay true.

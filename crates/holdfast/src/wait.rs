@@ -168,6 +168,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt>>,
 {
+    // A reservation lasts one TTL past the attempt that made it: attempt
+    // again well before, however long the store's fallback poll.
+    let poll = if req.mode.reserves() {
+        let most = req.ttl / 3;
+        PollBounds { min: poll.min.min(most), max: poll.max.min(most) }
+    } else {
+        poll
+    };
     if req.retry {
         if let Attempt::Granted(grant) = attempt().await? {
             return Ok(grant);

@@ -53,6 +53,7 @@
 //!   while its session lives, whatever their TTL).
 //! - No method may block the async runtime; no method may panic on any input.
 
+pub mod admission;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "mysql")]
@@ -89,15 +90,89 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     crate::url::connect(url).await
 }
 
-/// What kind of lease an acquire asks for. Today every lease is exclusive;
-/// shared leases (semaphore permits, readers) will be further variants, so
-/// that stores implement one admission rule for all primitives.
+/// What kind of lease an acquire asks for: the one lease model every
+/// primitive is built on.
+///
+/// A key holds a set of leases, and waiting requests may hold reservations
+/// (see below), under one admission rule:
+///
+/// - an **exclusive** lease ([`Exclusive`](Self::Exclusive),
+///   [`Writer`](Self::Writer)) is granted only when the key holds no other
+///   unexpired lease (reservations do not hold it back: exclusive requests
+///   may barge, as a mutex's do);
+/// - a **shared** lease of weight `w` under limit `L` is granted only when
+///   no exclusive lease is held, no [`Writer`](Self::Writer) reservation is
+///   older than the request's own (writer preference: once a writer waits,
+///   later readers queue behind it), and `w` plus the weights of the shared
+///   leases held plus those of the shared reservations older than the
+///   request's own is at most `L` (a waiting request keeps its place, so
+///   later small requests cannot starve a large one). A request without a
+///   reservation counts as younger than every reservation.
+///
+/// A mutex is one exclusive lease; a semaphore of N permits is shared leases
+/// under limit N; a read-write lock is shared leases under an unlimited limit
+/// ([`UNLIMITED`]) excluded by a writer.
+///
+/// The limit lives with the key while any lease of it is held or waiting: a
+/// shared request that names another limit than the held ones fails with
+/// [`Error::Conflict`](crate::Error::Conflict), and
+/// [`Backend::resize`] changes it.
+///
+/// A waiting request that reserves ([`Writer`](Self::Writer) and
+/// [`Shared`](Self::Shared)) leaves a **reservation** in the store when it is
+/// refused (a queue entry, ordered by when it was first made): it expires
+/// one TTL after the request's last attempt unless that attempt is followed
+/// by another (the waiting loop attempts at least every third of the TTL),
+/// is replaced by the grant, and is removed by [`Backend::release`] of the
+/// request's token. [`Backend::try_acquire`] never reserves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum LeaseMode {
-    /// One holder at a time.
+    /// One holder at a time (a mutex). A waiting exclusive request leaves
+    /// no reservation: shared requests are never held back by it.
     #[default]
     Exclusive,
+    /// Exclusive, and while it waits, no new shared lease is granted (the
+    /// writer of a writer-preferring read-write lock).
+    Writer,
+    /// A share of the key.
+    Shared {
+        /// How much of the limit this lease takes (1..=limit).
+        weight: u32,
+        /// The most the weights of the key's shared leases may sum to.
+        limit: u32,
+    },
+}
+
+/// The limit of a read-write lock's readers: no limit.
+pub const UNLIMITED: u32 = u32::MAX;
+
+impl LeaseMode {
+    /// Whether a refused waiting request of this mode leaves a reservation.
+    pub fn reserves(&self) -> bool {
+        !matches!(self, LeaseMode::Exclusive)
+    }
+
+    /// Whether leases of this mode exclude every other lease.
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self, LeaseMode::Exclusive | LeaseMode::Writer)
+    }
+
+    /// The weight a lease of this mode counts for (1 for exclusive leases).
+    pub fn weight(&self) -> u32 {
+        match self {
+            LeaseMode::Shared { weight, .. } => *weight,
+            _ => 1,
+        }
+    }
+
+    /// The limit of a shared mode; `None` for exclusive ones.
+    pub fn limit(&self) -> Option<u32> {
+        match self {
+            LeaseMode::Shared { limit, .. } => Some(*limit),
+            _ => None,
+        }
+    }
 }
 
 /// One acquire request, as the client hands it to a backend.
@@ -128,6 +203,12 @@ impl AcquireRequest {
     /// An exclusive, non-fair request with an empty label.
     pub fn new(key: LockKey, token: OwnerToken, ttl: Duration) -> Self {
         AcquireRequest { key, token, ttl, label: String::new(), fair: false, mode: LeaseMode::Exclusive, retry: false }
+    }
+
+    /// Sets the kind of lease.
+    pub fn with_mode(mut self, mode: LeaseMode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// Sets the holder label.
@@ -182,13 +263,24 @@ pub struct RenewRequest {
 pub struct LockStatus {
     /// The key.
     pub key: String,
-    /// The current holder, if any unexpired grant exists.
+    /// The holder of the exclusive lease, if an unexpired one exists.
     pub holder: Option<HolderInfo>,
+    /// The holders of unexpired shared leases (semaphore permits, readers).
+    pub shared: Vec<HolderInfo>,
+    /// The limit recorded with the key's shared leases, while any is held.
+    pub limit: Option<u32>,
     /// How many waiters the store knows of, if it can count them.
     pub waiters: Option<u64>,
 }
 
-/// The holder of a key.
+impl LockStatus {
+    /// A key nobody holds.
+    pub fn free(key: &LockKey) -> Self {
+        LockStatus { key: key.to_string(), holder: None, shared: Vec::new(), limit: None, waiters: None }
+    }
+}
+
+/// The holder of a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderInfo {
     /// The holder's label.
@@ -197,6 +289,8 @@ pub struct HolderInfo {
     pub fence: u64,
     /// Time left on the lease by the store's clock, where the store knows it.
     pub ttl_left: Option<Duration>,
+    /// The lease's weight (1 for an exclusive lease).
+    pub weight: u32,
 }
 
 /// A lock store. See the [module docs](self) for the contract.
@@ -248,4 +342,19 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     ///
     /// Cancel-safe: it only reads.
     async fn status(&self, key: &LockKey) -> Result<LockStatus>;
+
+    /// Changes the limit recorded with `key`'s shared leases to `limit` and
+    /// returns the weight now held. Holders above a lowered limit keep their
+    /// leases until they release; no shared lease is granted until the held
+    /// weight is under the new limit. A key with no shared lease held keeps
+    /// no limit, so this changes nothing there (the next grant records its
+    /// request's limit).
+    ///
+    /// # Cancel safety
+    ///
+    /// One store call: dropped, it either changed the limit or did not.
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let _ = (key, limit);
+        Err(crate::Error::Unsupported { store: self.name(), what: "shared leases" })
+    }
 }

@@ -149,6 +149,7 @@ impl Backend for EtcdBackend {
             counts_waiters: true,
             session_bound: true,
             renew_slice: None,
+            shared_leases: false,
             fence_durability: FenceDurability::Durable,
         }
     }

@@ -232,10 +232,11 @@ pub(super) async fn status(conn: &Conn, key: &LockKey, prefix: &[u8]) -> Result<
                 label: String::from_utf8_lossy(kv.value()).into_owned(),
                 fence: kv.create_revision().max(0) as u64,
                 ttl_left: ttl,
+                weight: 1,
             })
         }
     };
-    Ok(LockStatus { key: key.to_string(), holder, waiters: Some(count.saturating_sub(1)) })
+    Ok(LockStatus { holder, waiters: Some(count.saturating_sub(1)), ..LockStatus::free(key) })
 }
 
 #[cfg(test)]

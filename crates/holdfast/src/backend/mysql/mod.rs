@@ -358,9 +358,8 @@ impl Backend for MysqlBackend {
             })
             .await?;
         Ok(LockStatus {
-            key: key.to_string(),
-            holder: holder.map(|(label, fence, left)| HolderInfo { label, fence, ttl_left: Some(left) }),
-            waiters: None,
+            holder: holder.map(|(label, fence, left)| HolderInfo { label, fence, ttl_left: Some(left), weight: 1 }),
+            ..LockStatus::free(key)
         })
     }
 }

@@ -220,10 +220,11 @@ impl Backend for PostgresBackend {
                     label,
                     fence: fence as u64,
                     ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
+                    weight: 1,
                 })
             }
             None => None,
         };
-        Ok(LockStatus { key: key.to_string(), holder, waiters: None })
+        Ok(LockStatus { holder, ..LockStatus::free(key) })
     }
 }

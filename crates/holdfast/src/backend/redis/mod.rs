@@ -325,6 +325,7 @@ impl Backend for RedisBackend {
             // One script call per slice: Redis runs one script at a time, so
             // a slice is as long as any other client may wait for renewal.
             renew_slice: Some(256),
+            shared_leases: false,
         }
     }
 
@@ -385,13 +386,14 @@ impl Backend for RedisBackend {
         inv.key(q).key(e);
         let (label, fence, ms_left, waiters): (Option<String>, i64, i64, i64) = self.invoke(&inv).await?;
         Ok(LockStatus {
-            key: key.to_string(),
             holder: label.map(|label| HolderInfo {
                 label,
                 fence: fence.max(0) as u64,
                 ttl_left: (ms_left >= 0).then(|| Duration::from_millis(ms_left as u64)),
+                weight: 1,
             }),
             waiters: Some(waiters.max(0) as u64),
+            ..LockStatus::free(key)
         })
     }
 }

@@ -107,25 +107,30 @@ impl SqliteBackend {
         .map_err(|e| Error::backend(STORE, false, e))?
     }
 
-    async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+    /// One attempt; with `peek` it first looks without the write lock; with
+    /// `reserve` (a waiting attempt) it leaves a reservation if refused and
+    /// its mode keeps one.
+    async fn attempt(&self, req: &AcquireRequest, peek: bool, reserve: bool) -> Result<Attempt> {
         let started = Instant::now();
-        let (key, token, ttl, label) = (req.key.as_str().to_owned(), req.token, req.ttl, req.label.clone());
+        let (key, token, ttl, label, mode) =
+            (req.key.as_str().to_owned(), req.token, req.ttl, req.label.clone(), req.mode);
         let outcome = self
             .with_conn(move |conn| {
-                // A waiter first looks without the write lock, so polling
-                // waiters do not queue behind each other on BEGIN IMMEDIATE.
-                if peek_first {
-                    if let Some(left) = sql::peek_busy(conn, &key)? {
-                        return Ok(sql::Acquired::Busy { expires_in: left });
+                // Polling waiters look first, so they do not queue behind
+                // each other on BEGIN IMMEDIATE while nothing changes.
+                if peek {
+                    if let Some(busy) = sql::peek(conn, &key, token, mode, ttl)? {
+                        return Ok(busy);
                     }
                 }
-                sql::acquire(conn, &key, token, ttl, &label)
+                sql::acquire(conn, &key, token, mode, ttl, &label, reserve)
             })
             .await?;
-        Ok(match outcome {
-            sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
-            sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in: Some(expires_in) },
-        })
+        match outcome {
+            sql::Acquired::Granted { fence } => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
+            sql::Acquired::Busy { expires_in } => Ok(Attempt::Busy { expires_in: Some(expires_in) }),
+            sql::Acquired::Conflict(reason) => Err(Error::Conflict { key: req.key.to_string(), reason }),
+        }
     }
 }
 
@@ -145,12 +150,13 @@ impl Backend for SqliteBackend {
             // One transaction per tick: slices of random keys would write
             // each table page to the WAL once per slice instead of once.
             renew_slice: None,
+            shared_leases: true,
             ..Capabilities::minimal()
         }
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        Ok(match self.attempt(req, false).await? {
+        Ok(match self.attempt(req, false, false).await? {
             Attempt::Granted(g) => Some(g),
             Attempt::Busy { .. } => None,
         })
@@ -161,7 +167,7 @@ impl Backend for SqliteBackend {
         let mut first = true;
         wait::until_granted(&wakeup, req, self.config.poll, || {
             let peek = !std::mem::take(&mut first);
-            self.attempt(req, peek)
+            self.attempt(req, peek, true)
         })
         .await
     }
@@ -180,15 +186,28 @@ impl Backend for SqliteBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         let k = key.as_str().to_owned();
-        let holder = self.with_conn(move |conn| sql::holder(conn, &k)).await?;
-        Ok(LockStatus {
-            key: key.to_string(),
-            holder: holder.map(|(label, fence, left_ms)| HolderInfo {
+        let rows = self.with_conn(move |conn| sql::status(conn, &k)).await?;
+        let mut status = LockStatus::free(key);
+        for (mode, label, fence, left_ms) in rows {
+            let info = HolderInfo {
                 label,
                 fence,
                 ttl_left: Some(Duration::from_millis(left_ms.max(0) as u64)),
-            }),
-            waiters: None,
-        })
+                weight: mode.weight(),
+            };
+            match mode.limit() {
+                Some(limit) => {
+                    status.limit = Some(limit);
+                    status.shared.push(info);
+                }
+                None => status.holder = Some(info),
+            }
+        }
+        Ok(status)
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let k = key.as_str().to_owned();
+        self.with_conn(move |conn| sql::resize(conn, &k, limit)).await
     }
 }

@@ -5,11 +5,17 @@
 //! they are strictly increasing per key (and globally) across releases,
 //! expiries and restarts, and lease rows can be deleted on release without
 //! losing the count.
+//!
+//! A key has one row per held lease and per waiting request's reservation
+//! (see [`LeaseMode`]); [`admission::decide`] says what an acquire does with
+//! them.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use crate::backend::LeaseMode;
+use crate::backend::admission::{self, Decision, Row};
 use crate::key::OwnerToken;
 
 pub(super) const SCHEMA: &str = "
@@ -18,15 +24,20 @@ CREATE TABLE IF NOT EXISTS holdfast_fence (
     value INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO holdfast_fence (id, value) VALUES (0, 0);
-CREATE TABLE IF NOT EXISTS holdfast_leases (
-    key            TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS holdfast_grants (
+    key            TEXT NOT NULL,
     token          BLOB NOT NULL,
+    mode           INTEGER NOT NULL,
+    weight         INTEGER NOT NULL,
+    limit_n        INTEGER NOT NULL,
+    held           INTEGER NOT NULL,
     fence          INTEGER NOT NULL,
     label          TEXT NOT NULL,
     acquired_at_ms INTEGER NOT NULL,
-    expires_at_ms  INTEGER NOT NULL
+    expires_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (key, token)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS holdfast_leases_expiry ON holdfast_leases (expires_at_ms);
+CREATE INDEX IF NOT EXISTS holdfast_grants_expiry ON holdfast_grants (expires_at_ms);
 ";
 
 /// Switches the file to WAL mode (a no-op if it is already), retrying until
@@ -65,75 +76,143 @@ fn ttl_ms(ttl: Duration) -> i64 {
 pub(super) enum Acquired {
     Granted { fence: u64 },
     Busy { expires_in: Duration },
+    Conflict(String),
 }
 
-/// Reads who holds `key` without taking the write lock; `Some(time left)` if busy.
-pub(super) fn peek_busy(conn: &Connection, key: &str) -> rusqlite::Result<Option<Duration>> {
+/// The key's unexpired rows, and the soonest expiry among held leases.
+fn rows(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<(Vec<Row>, Option<i64>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT token, mode, weight, limit_n, held, fence, expires_at_ms
+           FROM holdfast_grants WHERE key = ?1 AND expires_at_ms > ?2",
+    )?;
+    let mut rows = Vec::new();
+    let mut soonest: Option<i64> = None;
+    let mut q = stmt.query(params![key, now])?;
+    while let Some(r) = q.next()? {
+        let token: Vec<u8> = r.get(0)?;
+        let held: bool = r.get(4)?;
+        let expires: i64 = r.get(6)?;
+        if held {
+            soonest = Some(soonest.map_or(expires, |s| s.min(expires)));
+        }
+        rows.push(Row {
+            token: token.try_into().unwrap_or([0; 16]),
+            mode: admission::decode(r.get(1)?, r.get(2)?, r.get(3)?),
+            held,
+            order: r.get::<_, i64>(5)? as u64,
+        });
+    }
+    Ok((rows, soonest))
+}
+
+fn busy(soonest: Option<i64>, now: i64) -> Acquired {
+    // Only reservations in the way: try again within a poll.
+    Acquired::Busy { expires_in: Duration::from_millis(soonest.map_or(0, |e| (e - now).max(0)) as u64) }
+}
+
+/// Decides without the write lock; `Some(outcome)` if the attempt can stop
+/// here: busy, with this request's reservation (if its mode keeps one) fresh
+/// for more than half the TTL. `None` if a transaction must follow.
+pub(super) fn peek(
+    conn: &Connection,
+    key: &str,
+    token: OwnerToken,
+    mode: LeaseMode,
+    ttl: Duration,
+) -> rusqlite::Result<Option<Acquired>> {
     let now = now_ms();
-    let expires: Option<i64> = conn
-        .prepare_cached("SELECT expires_at_ms FROM holdfast_leases WHERE key = ?1 AND expires_at_ms > ?2")?
-        .query_row(params![key, now], |r| r.get(0))
-        .optional()?;
-    Ok(expires.map(|e| Duration::from_millis((e - now).max(0) as u64)))
+    let (rows, soonest) = rows(conn, key, now)?;
+    Ok(match admission::decide(token.to_bytes(), mode, &rows) {
+        Decision::Refuse { reserve: false, .. } => Some(busy(soonest, now)),
+        Decision::Refuse { reserve: true, keep_order: Some(_) } => {
+            let until: Option<i64> = conn
+                .prepare_cached("SELECT expires_at_ms FROM holdfast_grants WHERE key = ?1 AND token = ?2")?
+                .query_row(params![key, token.to_bytes()], |r| r.get(0))
+                .optional()?;
+            until.filter(|u| *u > now + ttl_ms(ttl) / 2).map(|_| busy(soonest, now))
+        }
+        _ => None,
+    })
 }
 
-/// One `BEGIN IMMEDIATE` transaction: grant `key` to `token` if it is free or expired.
+/// One `BEGIN IMMEDIATE` transaction: grant `key` to `token` in `mode` if the
+/// admission rule allows it; if not and `reserve`, leave (or refresh) the
+/// request's reservation.
 pub(super) fn acquire(
     conn: &mut Connection,
     key: &str,
     token: OwnerToken,
+    mode: LeaseMode,
     ttl: Duration,
     label: &str,
+    reserve: bool,
 ) -> rusqlite::Result<Acquired> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    let current: Option<(Vec<u8>, i64, i64)> = tx
-        .prepare_cached("SELECT token, expires_at_ms, fence FROM holdfast_leases WHERE key = ?1")?
-        .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    if let Some((holder, expires, fence)) = current {
-        if expires > now {
-            if holder == token.to_bytes() {
-                // A retry of an attempt that already succeeded (its reply was
-                // lost): the same grant, with the lease counted from now, as
-                // the client counts it from the retry.
-                tx.prepare_cached("UPDATE holdfast_leases SET expires_at_ms = ?2 WHERE key = ?1")?
-                    .execute(params![key, now + ttl_ms(ttl)])?;
-                tx.commit()?;
-                return Ok(Acquired::Granted { fence: fence as u64 });
-            }
-            return Ok(Acquired::Busy { expires_in: Duration::from_millis((expires - now) as u64) });
+    let (rows, soonest) = rows(&tx, key, now)?;
+    let until = now + ttl_ms(ttl);
+    let (code, weight, limit) = admission::encode(mode);
+    let outcome = match admission::decide(token.to_bytes(), mode, &rows) {
+        Decision::AlreadyHeld { fence } => {
+            // A retry of an attempt that already succeeded (its reply was
+            // lost): the same grant, with the lease counted from now, as
+            // the client counts it from the retry.
+            tx.prepare_cached("UPDATE holdfast_grants SET expires_at_ms = ?3 WHERE key = ?1 AND token = ?2")?
+                .execute(params![key, token.to_bytes(), until])?;
+            Acquired::Granted { fence }
         }
-    }
-    let fence: i64 = tx
-        .prepare_cached("UPDATE holdfast_fence SET value = value + 1 WHERE id = 0 RETURNING value")?
-        .query_row([], |r| r.get(0))?;
-    tx.prepare_cached(
-        "INSERT INTO holdfast_leases (key, token, fence, label, acquired_at_ms, expires_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (key) DO UPDATE SET token = ?2, fence = ?3, label = ?4, acquired_at_ms = ?5, expires_at_ms = ?6",
-    )?
-    .execute(params![key, token.to_bytes(), fence, label, now, now + ttl_ms(ttl)])?;
+        Decision::Grant => {
+            let fence = next_fence(&tx)?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO holdfast_grants
+                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![key, token.to_bytes(), code, weight, limit, fence, label, now, until])?;
+            Acquired::Granted { fence: fence as u64 }
+        }
+        Decision::Refuse { reserve: true, keep_order } if reserve => {
+            let order = match keep_order {
+                Some(order) => order as i64,
+                None => next_fence(&tx)?,
+            };
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO holdfast_grants
+                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![key, token.to_bytes(), code, weight, limit, order, label, now, until])?;
+            busy(soonest, now)
+        }
+        Decision::Refuse { .. } => return Ok(busy(soonest, now)),
+        Decision::Conflict(reason) => return Ok(Acquired::Conflict(reason)),
+    };
     tx.commit()?;
-    Ok(Acquired::Granted { fence: fence as u64 })
+    Ok(outcome)
 }
 
-/// Deletes the grant of `token`; true if it was held and unexpired. Also
-/// sweeps a few rows of holders that died long ago, so the table stays small.
+fn next_fence(tx: &Connection) -> rusqlite::Result<i64> {
+    tx.prepare_cached("UPDATE holdfast_fence SET value = value + 1 WHERE id = 0 RETURNING value")?
+        .query_row([], |r| r.get(0))
+}
+
+/// Deletes the grant or reservation of `token`; true if it held an
+/// unexpired lease. Also sweeps a few rows of holders that died long ago, so
+/// the table stays small.
 pub(super) fn release(conn: &mut Connection, key: &str, token: OwnerToken) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    let expires: Option<i64> = tx
-        .prepare_cached("DELETE FROM holdfast_leases WHERE key = ?1 AND token = ?2 RETURNING expires_at_ms")?
-        .query_row(params![key, token.to_bytes()], |r| r.get(0))
+    let gone: Option<(i64, bool)> = tx
+        .prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2 RETURNING expires_at_ms, held")?
+        .query_row(params![key, token.to_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     tx.prepare_cached(
-        "DELETE FROM holdfast_leases WHERE key IN
-           (SELECT key FROM holdfast_leases WHERE expires_at_ms < ?1 LIMIT 16)",
+        "DELETE FROM holdfast_grants WHERE (key, token) IN
+           (SELECT key, token FROM holdfast_grants WHERE expires_at_ms < ?1 LIMIT 16)",
     )?
     .execute(params![now - 60_000])?;
     tx.commit()?;
-    Ok(expires.is_some_and(|e| e > now))
+    Ok(gone.is_some_and(|(e, held)| held && e > now))
 }
 
 /// Extends every listed lease still owned by its token, in one transaction.
@@ -143,8 +222,8 @@ pub(super) fn renew(conn: &mut Connection, leases: &[(String, OwnerToken, Durati
     let mut held = Vec::with_capacity(leases.len());
     {
         let mut stmt = tx.prepare_cached(
-            "UPDATE holdfast_leases SET expires_at_ms = ?3
-             WHERE key = ?1 AND token = ?2 AND expires_at_ms > ?4",
+            "UPDATE holdfast_grants SET expires_at_ms = ?3
+             WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?4",
         )?;
         for (key, token, ttl) in leases {
             held.push(stmt.execute(params![key, token.to_bytes(), now + ttl_ms(*ttl), now])? == 1);
@@ -154,12 +233,35 @@ pub(super) fn renew(conn: &mut Connection, leases: &[(String, OwnerToken, Durati
     Ok(held)
 }
 
-/// The unexpired holder of `key`: (label, fence, ms left).
-pub(super) fn holder(conn: &Connection, key: &str) -> rusqlite::Result<Option<(String, u64, i64)>> {
+/// Reads the key's unexpired leases: (mode, label, fence, ms left).
+pub(super) fn status(conn: &Connection, key: &str) -> rusqlite::Result<Vec<(LeaseMode, String, u64, i64)>> {
     let now = now_ms();
-    conn.prepare_cached(
-        "SELECT label, fence, expires_at_ms FROM holdfast_leases WHERE key = ?1 AND expires_at_ms > ?2",
-    )?
-    .query_row(params![key, now], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? - now)))
-    .optional()
+    let mut stmt = conn.prepare_cached(
+        "SELECT mode, weight, limit_n, label, fence, expires_at_ms
+           FROM holdfast_grants WHERE key = ?1 AND held = 1 AND expires_at_ms > ?2 ORDER BY fence",
+    )?;
+    let mut out = Vec::new();
+    let mut q = stmt.query(params![key, now])?;
+    while let Some(r) = q.next()? {
+        let mode = admission::decode(r.get(0)?, r.get(1)?, r.get(2)?);
+        out.push((mode, r.get(3)?, r.get::<_, i64>(4)? as u64, r.get::<_, i64>(5)? - now));
+    }
+    Ok(out)
+}
+
+/// Records `limit` with the key's unexpired shared leases and reservations;
+/// returns the weight held.
+pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::Result<u64> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = now_ms();
+    tx.prepare_cached("UPDATE holdfast_grants SET limit_n = ?2 WHERE key = ?1 AND mode = ?3 AND expires_at_ms > ?4")?
+        .execute(params![key, i64::from(limit), admission::MODE_SHARED, now])?;
+    let held: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(SUM(weight), 0) FROM holdfast_grants
+              WHERE key = ?1 AND mode = ?2 AND held = 1 AND expires_at_ms > ?3",
+        )?
+        .query_row(params![key, admission::MODE_SHARED, now], |r| r.get(0))?;
+    tx.commit()?;
+    Ok(held as u64)
 }

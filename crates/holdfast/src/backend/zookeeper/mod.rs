@@ -147,6 +147,7 @@ impl Backend for ZkBackend {
             counts_waiters: true,
             session_bound: true,
             renew_slice: None,
+            shared_leases: false,
             fence_durability: FenceDurability::Durable,
         }
     }

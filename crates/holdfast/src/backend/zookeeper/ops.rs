@@ -360,6 +360,7 @@ impl ZkBackend {
                         label: nodes::label_of(&data),
                         fence: u64::try_from(stat.czxid).unwrap_or(0),
                         ttl_left: None,
+                        weight: 1,
                     });
                     waiters = (queue.len() - i - 1) as u64;
                     break;
@@ -368,6 +369,6 @@ impl ZkBackend {
                 Err(e) => return Err(map_err(e)),
             }
         }
-        Ok(LockStatus { key: key.to_string(), holder, waiters: Some(waiters) })
+        Ok(LockStatus { holder, waiters: Some(waiters), ..LockStatus::free(key) })
     }
 }

@@ -1,0 +1,185 @@
+//! The one admission rule of the lease model ([`LeaseMode`]), for the stores
+//! that keep a key's leases and reservations as rows and decide in a
+//! transaction: they read the key's unexpired rows, ask [`decide`], and
+//! write what it says. Keeping the rule here, once, is what makes a
+//! semaphore or a read-write lock mean the same on every such store.
+
+use crate::backend::{LeaseMode, UNLIMITED};
+
+/// How a lease mode is stored: one small integer plus weight and limit.
+pub const MODE_EXCLUSIVE: i64 = 0;
+/// See [`MODE_EXCLUSIVE`].
+pub const MODE_WRITER: i64 = 1;
+/// See [`MODE_EXCLUSIVE`].
+pub const MODE_SHARED: i64 = 2;
+
+/// `(mode, weight, limit)` as stored; exclusive modes store weight 1, limit 0.
+pub fn encode(mode: LeaseMode) -> (i64, i64, i64) {
+    match mode {
+        LeaseMode::Exclusive => (MODE_EXCLUSIVE, 1, 0),
+        LeaseMode::Writer => (MODE_WRITER, 1, 0),
+        LeaseMode::Shared { weight, limit } => (MODE_SHARED, weight.into(), limit.into()),
+    }
+}
+
+/// The mode stored as `(mode, weight, limit)`; an unknown code reads as
+/// exclusive, the mode that admits least.
+pub fn decode(mode: i64, weight: i64, limit: i64) -> LeaseMode {
+    match mode {
+        MODE_SHARED => LeaseMode::Shared {
+            weight: u32::try_from(weight).unwrap_or(u32::MAX),
+            limit: u32::try_from(limit).unwrap_or(UNLIMITED),
+        },
+        MODE_WRITER => LeaseMode::Writer,
+        _ => LeaseMode::Exclusive,
+    }
+}
+
+/// One unexpired row of a key: a held lease or a waiting request's reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// The owner token's bytes.
+    pub token: [u8; 16],
+    /// The lease's mode.
+    pub mode: LeaseMode,
+    /// `true` for a held lease, `false` for a reservation.
+    pub held: bool,
+    /// A held lease's fence, or a reservation's place (taken from the same
+    /// counter when the reservation was first made, so older is smaller).
+    pub order: u64,
+}
+
+/// What to do with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The token already holds the key (a retry whose reply was lost):
+    /// extend that lease and return its fence.
+    AlreadyHeld {
+        /// The held lease's fence.
+        fence: u64,
+    },
+    /// Grant a new lease (replacing the token's reservation, if any).
+    Grant,
+    /// Refuse. `reserve` says whether a waiting request of this mode leaves
+    /// (or refreshes) a reservation; `keep_order` is the place of the
+    /// token's live reservation, if it has one, to keep when refreshing it.
+    Refuse {
+        /// Whether the mode reserves.
+        reserve: bool,
+        /// The token's existing reservation's place.
+        keep_order: Option<u64>,
+    },
+    /// The request names another limit than the key's shared leases.
+    Conflict(String),
+}
+
+/// Decides a request of `token` in `mode` against the key's unexpired
+/// `rows`, by the rule in [`LeaseMode`]'s docs.
+pub fn decide(token: [u8; 16], mode: LeaseMode, rows: &[Row]) -> Decision {
+    if let Some(own) = rows.iter().find(|r| r.held && r.token == token) {
+        return Decision::AlreadyHeld { fence: own.order };
+    }
+    let own_place = rows.iter().find(|r| !r.held && r.token == token).map(|r| r.order);
+    let refuse = Decision::Refuse { reserve: mode.reserves(), keep_order: own_place };
+    let others = || rows.iter().filter(|r| r.token != token);
+    if mode.is_exclusive() {
+        return if others().any(|r| r.held) { refuse } else { Decision::Grant };
+    }
+    let (weight, limit) = (u64::from(mode.weight()), mode.limit().unwrap_or(UNLIMITED));
+    if let Some(other) = others().filter_map(|r| r.mode.limit()).find(|l| *l != limit) {
+        return Decision::Conflict(conflict_reason(limit, other));
+    }
+    // Older than this request: every reservation when it has none.
+    let older = |r: &&Row| own_place.is_none_or(|mine| r.order < mine);
+    let mut taken = weight;
+    for r in others() {
+        match (r.held, r.mode) {
+            (true, LeaseMode::Shared { weight, .. }) => taken += u64::from(weight),
+            (true, _) => return refuse,
+            (false, LeaseMode::Shared { weight, .. }) if older(&r) => taken += u64::from(weight),
+            (false, LeaseMode::Writer) if older(&r) => return refuse,
+            (false, _) => {}
+        }
+    }
+    if taken <= u64::from(limit) { Decision::Grant } else { refuse }
+}
+
+fn conflict_reason(asked: u32, held: u32) -> String {
+    let name =
+        |l: u32| if l == UNLIMITED { "a read-write lock".to_owned() } else { format!("a semaphore of {l} permits") };
+    format!("asked for a share of {}, but the key is held as {}", name(asked), name(held))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(t: u8, mode: LeaseMode, held: bool, order: u64) -> Row {
+        Row { token: [t; 16], mode, held, order }
+    }
+
+    fn shared(weight: u32, limit: u32) -> LeaseMode {
+        LeaseMode::Shared { weight, limit }
+    }
+
+    #[test]
+    fn exclusive_needs_no_other_lease_and_ignores_reservations() {
+        assert_eq!(decide([1; 16], LeaseMode::Exclusive, &[]), Decision::Grant);
+        let reserved = [row(2, LeaseMode::Writer, false, 5), row(3, shared(1, 4), false, 6)];
+        assert_eq!(decide([1; 16], LeaseMode::Exclusive, &reserved), Decision::Grant);
+        let held = [row(2, shared(1, 4), true, 7)];
+        assert_eq!(decide([1; 16], LeaseMode::Writer, &held), Decision::Refuse { reserve: true, keep_order: None });
+        assert_eq!(decide([1; 16], LeaseMode::Exclusive, &held), Decision::Refuse { reserve: false, keep_order: None });
+    }
+
+    #[test]
+    fn a_retry_finds_its_grant() {
+        let rows = [row(1, LeaseMode::Exclusive, true, 9), row(2, LeaseMode::Exclusive, false, 3)];
+        assert_eq!(decide([1; 16], LeaseMode::Exclusive, &rows), Decision::AlreadyHeld { fence: 9 });
+    }
+
+    #[test]
+    fn permits_sum_to_the_limit() {
+        let rows = [row(2, shared(2, 4), true, 1), row(3, shared(1, 4), true, 2)];
+        assert_eq!(decide([1; 16], shared(1, 4), &rows), Decision::Grant);
+        assert_eq!(decide([1; 16], shared(2, 4), &rows), Decision::Refuse { reserve: true, keep_order: None });
+    }
+
+    #[test]
+    fn an_older_reservation_keeps_its_weight() {
+        // 2 of 4 held; a request for 2 waits (place 5): a later request for
+        // 1 would leave no room for it, so it is refused; the reserved one is not.
+        let rows = [row(2, shared(2, 4), true, 1), row(3, shared(2, 4), false, 5)];
+        assert_eq!(decide([1; 16], shared(1, 4), &rows), Decision::Refuse { reserve: true, keep_order: None });
+        assert_eq!(decide([3; 16], shared(2, 4), &rows), Decision::Grant);
+    }
+
+    #[test]
+    fn a_waiting_writer_holds_back_later_readers_only() {
+        let r = shared(1, UNLIMITED);
+        let rows = [row(2, r, true, 1), row(3, LeaseMode::Writer, false, 5), row(4, r, false, 4)];
+        // A new reader queues behind the writer...
+        assert_eq!(decide([1; 16], r, &rows), Decision::Refuse { reserve: true, keep_order: None });
+        // ...but a reader that waited before the writer came is not held back.
+        assert_eq!(decide([4; 16], r, &rows), Decision::Grant);
+        // The writer waits for the held reader.
+        assert_eq!(decide([3; 16], LeaseMode::Writer, &rows), Decision::Refuse { reserve: true, keep_order: Some(5) });
+    }
+
+    #[test]
+    fn mixed_limits_conflict() {
+        let rows = [row(2, shared(1, 8), true, 1)];
+        assert!(matches!(decide([1; 16], shared(1, 4), &rows), Decision::Conflict(_)));
+        assert!(matches!(decide([1; 16], shared(1, UNLIMITED), &rows), Decision::Conflict(_)));
+        let waiting = [row(2, shared(1, 8), false, 1)];
+        assert!(matches!(decide([1; 16], shared(1, 4), &waiting), Decision::Conflict(_)));
+    }
+
+    #[test]
+    fn modes_round_trip() {
+        for m in [LeaseMode::Exclusive, LeaseMode::Writer, shared(3, 7), shared(1, UNLIMITED)] {
+            let (a, b, c) = encode(m);
+            assert_eq!(decode(a, b, c), m);
+        }
+    }
+}

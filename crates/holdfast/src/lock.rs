@@ -1,0 +1,317 @@
+//! The handle every primitive acquires through ([`Lock`], with a kind
+//! marker): how a lease is asked for, and the cleanup that keeps every way of
+//! abandoning an attempt from leaving a grant or a reservation behind.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, Backend, LeaseMode};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{Guard, GuardKind, Held};
+use crate::key::{LockKey, OwnerToken, check_ttl};
+use crate::lease::{LeaseState, drift_margin};
+use crate::lock_options::LockOptions;
+use crate::release::{Horizon, Release, is_transient};
+use crate::wait::{WaitFailure, wait_for_grant};
+
+/// A named lease handle of kind `K`: a [`Mutex`](crate::Mutex), a
+/// [`Semaphore`](crate::Semaphore), or one side of a
+/// [`RwLock`](crate::RwLock) ([`ReadLock`](crate::ReadLock),
+/// [`WriteLock`](crate::WriteLock)). Cheap to clone; holds nothing by itself.
+/// The builder methods and acquire methods here are the same for every
+/// kind; the guard is a [`Guard`] of the same kind.
+pub struct Lock<K: GuardKind> {
+    client: Client,
+    key: String,
+    pub(crate) opts: LockOptions,
+    /// The weight each acquisition asks for (permits; 1 for the other kinds).
+    pub(crate) weight: u32,
+    /// The limit of shared leases (a semaphore's permits).
+    pub(crate) limit: u32,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: GuardKind> Clone for Lock<K> {
+    fn clone(&self) -> Self {
+        Lock { client: self.client.clone(), key: self.key.clone(), opts: self.opts.clone(), ..*self }
+    }
+}
+
+impl<K: GuardKind> std::fmt::Debug for Lock<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &self.key)
+            .field("mode", &K::mode(self.weight, self.limit))
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an acquire waits.
+#[derive(Clone, Copy)]
+pub(crate) enum Waiting {
+    /// One attempt.
+    No,
+    /// Until granted, or until the deadline if there is one.
+    Until(Option<Instant>),
+}
+
+impl<K: GuardKind> Lock<K> {
+    pub(crate) fn new(client: Client, key: String, opts: LockOptions) -> Self {
+        Lock { client, key, opts, weight: 1, limit: 1, kind: PhantomData }
+    }
+
+    /// Sets the lease TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.opts.ttl = ttl;
+        self
+    }
+
+    /// Sets the renewal period (default `ttl / 3`; see
+    /// [`LockOptions::renew_every`] for the accepted range).
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.opts.renew_every = Some(every);
+        self
+    }
+
+    /// Caps the total hold time: renewal stops after `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.opts.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Turns automatic renewal off: the lease lasts one TTL.
+    pub fn no_renew(mut self) -> Self {
+        self.opts.auto_renew = false;
+        self
+    }
+
+    /// Sets how long [`acquire`](Self::acquire) waits before it fails with
+    /// [`Error::Timeout`] (default: no limit).
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.opts.wait_timeout = Some(timeout);
+        self
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The options this handle acquires with.
+    pub fn options(&self) -> &LockOptions {
+        &self.opts
+    }
+
+    /// One attempt: the guard if the lease was granted, `None` if the key is
+    /// busy (for shared leases: not enough room, or a writer holds or waits).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the future at any await point leaves no grant
+    /// behind. If the store granted the key while the future was dropped, or
+    /// the attempt failed after its request may have been applied (a lost
+    /// reply), the grant is released by its token on a task of its own,
+    /// retried while the store is unreachable.
+    pub async fn try_acquire(&self) -> Result<Option<Guard<K>>> {
+        self.acquire_inner(Waiting::No).await
+    }
+
+    /// Waits for the lease: without limit, or at most
+    /// [`LockOptions::wait_timeout`] if set. See the
+    /// [waiting policy](crate::wait#the-waiting-policy) for what happens when
+    /// the store fails while waiting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any await point leaves no grant
+    /// and no queue entry behind. If the store granted the key while the
+    /// future was being dropped, the grant is released by its token on a task
+    /// of its own, which the drop cannot cancel.
+    pub async fn acquire(&self) -> Result<Guard<K>> {
+        let deadline = self.opts.wait_timeout.map(|t| Instant::now() + t);
+        self.acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| unreachable_busy(&self.key))
+    }
+
+    /// Waits for the lease at most `timeout`, then fails with [`Error::Timeout`]
+    /// (the key stayed busy) or, if the store was failing at the deadline,
+    /// with the store's error.
+    ///
+    /// An attempt that was in flight at the deadline (its reply may have been
+    /// lost) is released by its token before the error is returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire). In particular, dropping this future
+    /// while it releases its in-flight attempt after the deadline (an outer
+    /// timeout that fires on the same tick) does not cancel that release.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard<K>> {
+        let deadline = Some(Instant::now() + timeout);
+        self.acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| unreachable_busy(&self.key))
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) async fn acquire_inner(&self, waiting: Waiting) -> Result<Option<Guard<K>>> {
+        let started = Instant::now();
+        let key = LockKey::new(self.key.clone())?;
+        let ttl = check_ttl(self.opts.ttl)?;
+        let interval = self.opts.renew_interval()?;
+        let inner = self.client.inner();
+        let caps = inner.backend.capabilities();
+        let mode = K::mode(self.weight, self.limit);
+        check_mode(mode)?;
+        if self.opts.fair && !caps.fair {
+            return Err(Error::Unsupported { store: inner.backend.name(), what: "fair locks" });
+        }
+        if mode != LeaseMode::Exclusive && !caps.shared_leases {
+            return Err(Error::Unsupported {
+                store: inner.backend.name(),
+                what: "shared leases (semaphores and read-write locks) yet",
+            });
+        }
+        if let Some(owner) = &self.opts.owner {
+            if let Some(held) = self.client.reenter(&key, owner) {
+                return Ok(Some(Guard::new(held)));
+            }
+        }
+        let req = AcquireRequest::new(key.clone(), OwnerToken::random(), ttl)
+            .with_label(inner.label.clone())
+            .with_fair(self.opts.fair || caps.always_fair)
+            .with_mode(mode);
+        let span = tracing::debug_span!("acquire", key = %key, wait = matches!(waiting, Waiting::Until(_)));
+        let mut cleanup = Cleanup::armed(&inner.backend, &req, caps.session_bound);
+        let outcome = match waiting {
+            Waiting::No => inner.backend.try_acquire(&req).instrument(span).await.map_err(WaitFailure::Store),
+            Waiting::Until(deadline) => wait_for_grant(inner.backend.as_ref(), &req, deadline, inner.store_retry)
+                .instrument(span)
+                .await
+                .map(Some),
+        };
+        let grant = match outcome {
+            Ok(Some(grant)) => grant,
+            Ok(None) => {
+                cleanup.disarm();
+                return Ok(None);
+            }
+            Err(failure) => {
+                // The request may have been applied before the failure (a lost
+                // reply, a grant racing the deadline): release it by token.
+                let release_failed = cleanup.release_now().await;
+                return Err(match failure {
+                    // A waiter parked on a store notification sends nothing, so a
+                    // store that went silent is first noticed by this release:
+                    // if it fails, the deadline found the store failing, not busy.
+                    WaitFailure::Deadline => match release_failed {
+                        Some(e) if is_transient(&e) => e,
+                        _ => Error::Timeout { key: self.key.clone(), waited: started.elapsed() },
+                    },
+                    WaitFailure::Store(e) => e,
+                });
+            }
+        };
+        cleanup.disarm();
+        tracing::debug!(key = %key, fence = grant.fence, "granted");
+        let lease = Arc::new(LeaseState::new(key, req.token, ttl, grant));
+        // Renew at least three times per validity period, which a session
+        // may make shorter than the TTL.
+        let interval = interval.min(lease.valid_for() / 3);
+        let renewal =
+            inner.renewer.register(lease.clone(), self.opts.auto_renew.then_some(interval), self.opts.max_hold);
+        let held = Arc::new(Held {
+            client: self.client.clone(),
+            lease,
+            renewal,
+            owner: self.opts.owner.clone(),
+            holds: AtomicU32::new(1),
+            weight: self.weight,
+        });
+        if let Some(owner) = &self.opts.owner {
+            self.client.register_reentrant(owner, &held);
+        }
+        Ok(Some(Guard::new(held)))
+    }
+}
+
+/// Refuses impossible shared requests before any I/O.
+fn check_mode(mode: LeaseMode) -> Result<()> {
+    if let LeaseMode::Shared { weight, limit } = mode {
+        if limit == 0 {
+            return Err(Error::invalid("permits", "a semaphore needs at least 1 permit"));
+        }
+        if weight == 0 || weight > limit {
+            return Err(Error::invalid(
+                "permits",
+                format!("cannot ask for {weight} permits of a semaphore of {limit}: between 1 and {limit}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn unreachable_busy(key: &str) -> Error {
+    // A waiting acquire only returns with a grant or an error; a backend that
+    // breaks that contract gets a typed error rather than a panic.
+    Error::backend("holdfast", false, format!("backend returned busy to a waiting acquire of {key:?}"))
+}
+
+/// Releases an in-flight attempt's token unless disarmed: the core of cancel
+/// safety. Whatever path abandons the attempt (an error, the deadline, the
+/// future dropped at any await point, even while this cleanup runs), the
+/// release runs on a task of its own and so cannot be cancelled half-way.
+struct Cleanup {
+    armed: Option<(Arc<dyn Backend>, LockKey, OwnerToken)>,
+    ttl: Duration,
+    session_bound: bool,
+}
+
+impl Cleanup {
+    fn armed(backend: &Arc<dyn Backend>, req: &AcquireRequest, session_bound: bool) -> Self {
+        Cleanup { armed: Some((backend.clone(), req.key.clone(), req.token)), ttl: req.ttl, session_bound }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+
+    fn take(&mut self) -> Option<Release> {
+        let (backend, key, token) = self.armed.take()?;
+        // Until when the store could hold what the attempt left: one TTL from
+        // now on a TTL store (a grant cannot be younger than this moment); on
+        // a session-bound store, until its release says the session is gone.
+        let horizon = if self.session_bound {
+            Horizon::Unknown
+        } else {
+            Horizon::At(Instant::now() + self.ttl + 2 * drift_margin(self.ttl))
+        };
+        Some(Release { backend, key, token, horizon })
+    }
+
+    /// Releases now and waits for the first attempt's outcome (its error, if
+    /// it failed); dropping this future does not stop the release.
+    async fn release_now(&mut self) -> Option<Error> {
+        let release = self.take()?;
+        let key = release.key.clone();
+        let e = release.first_outcome().await.err()?;
+        tracing::warn!(key = %key, error = %e, "could not release an abandoned attempt yet; retrying in the background");
+        Some(e)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(release) = self.take() {
+            if release.spawn().is_none() {
+                tracing::debug!("no runtime to release an abandoned attempt in; its lease will expire");
+            }
+        }
+    }
+}
