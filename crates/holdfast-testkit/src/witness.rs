@@ -127,3 +127,106 @@ impl Witness {
         })
     }
 }
+
+/// A witness of a semaphore or a read-write lock, kept outside the store:
+/// holders of shared grants across processes claim files in a directory
+/// with `O_EXCL`, so the files present are the holders inside.
+///
+/// A permit holder claims one of `permits` slot files (`slot-<i>`); if all
+/// are taken, more than `permits` holders are inside. A reader creates a file
+/// of its own and then looks for `writer`; a writer creates `writer` (a second
+/// writer finds it present) and then looks for readers' files. Each creates
+/// before it looks, so of a reader and a writer inside at once at least one
+/// sees the other. Violations go to `violations`, as for [`Witness`].
+#[derive(Debug, Clone)]
+pub struct SharedWitness {
+    dir: PathBuf,
+}
+
+/// Proof of being inside a [`SharedWitness`]; give it back to
+/// [`SharedWitness::exit`].
+#[derive(Debug)]
+pub struct Claimed(Vec<PathBuf>);
+
+impl SharedWitness {
+    /// A witness in `dir`, created if missing.
+    pub fn new(dir: impl AsRef<Path>) -> io::Result<Self> {
+        fs::create_dir_all(dir.as_ref())?;
+        Ok(SharedWitness { dir: dir.as_ref().to_path_buf() })
+    }
+
+    fn create(&self, name: &str) -> io::Result<bool> {
+        match OpenOptions::new().write(true).create_new(true).open(self.dir.join(name)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn violation(&self, line: &str) -> io::Result<()> {
+        let mut f = OpenOptions::new().append(true).create(true).open(self.dir.join("violations"))?;
+        writeln!(f, "{line}")
+    }
+
+    /// Claims `weight` of `permits` slots (call while holding the permits).
+    pub fn enter_permits(&self, weight: u32, permits: u32) -> io::Result<Claimed> {
+        let mut claimed = Vec::new();
+        for i in 0..permits {
+            if claimed.len() as u32 == weight {
+                break;
+            }
+            let name = format!("slot-{i}");
+            if self.create(&name)? {
+                claimed.push(self.dir.join(name));
+            }
+        }
+        if (claimed.len() as u32) < weight {
+            self.violation(&format!("overbooked: {weight} permits wanted, only {} of {permits} free", claimed.len()))?;
+        }
+        Ok(Claimed(claimed))
+    }
+
+    /// Enters as a reader named `me` (unique among readers inside).
+    pub fn enter_reader(&self, me: &str) -> io::Result<Claimed> {
+        let name = format!("reader-{me}");
+        if !self.create(&name)? {
+            self.violation(&format!("reader {me} entered twice"))?;
+        }
+        if self.dir.join("writer").exists() {
+            self.violation(&format!("reader {me} inside with a writer"))?;
+        }
+        Ok(Claimed(vec![self.dir.join(name)]))
+    }
+
+    /// Enters as the writer.
+    pub fn enter_writer(&self) -> io::Result<Claimed> {
+        if !self.create("writer")? {
+            self.violation("two writers inside")?;
+            return Ok(Claimed(Vec::new()));
+        }
+        for entry in fs::read_dir(&self.dir)? {
+            if entry?.file_name().to_string_lossy().starts_with("reader-") {
+                self.violation("writer inside with a reader")?;
+                break;
+            }
+        }
+        Ok(Claimed(vec![self.dir.join("writer")]))
+    }
+
+    /// Leaves: removes the files this holder claimed.
+    pub fn exit(&self, claimed: Claimed) -> io::Result<()> {
+        for f in claimed.0 {
+            fs::remove_file(f)?;
+        }
+        Ok(())
+    }
+
+    /// The violations recorded (empty when all is well).
+    pub fn violations(&self) -> io::Result<Vec<String>> {
+        match fs::read_to_string(self.dir.join("violations")) {
+            Ok(s) => Ok(s.lines().map(str::to_owned).collect()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}

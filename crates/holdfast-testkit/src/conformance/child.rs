@@ -3,10 +3,11 @@
 //! runs [`child_entry`] first, which plays the role and exits.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::witness::Witness;
+use crate::witness::{SharedWitness, Witness};
 use holdfast::Client;
 
 use super::Store;
@@ -16,6 +17,7 @@ const URL: &str = "HOLDFAST_CHILD_URL";
 const KEY: &str = "HOLDFAST_CHILD_KEY";
 const DIR: &str = "HOLDFAST_CHILD_DIR";
 const CYCLES: &str = "HOLDFAST_CHILD_CYCLES";
+const PERMITS: &str = "HOLDFAST_CHILD_PERMITS";
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("child process without {name}"))
@@ -53,6 +55,55 @@ pub fn child_entry<S>(_start: &S) {
                     g.release().await.expect("worker release");
                 }
             }
+            "permit-worker" => {
+                // Two tasks per process on a semaphore of PERMITS, each
+                // asking for 1 or 2 permits per cycle.
+                let witness = SharedWitness::new(env(DIR)).expect("witness");
+                let cycles: u32 = env(CYCLES).parse().expect("cycles");
+                let permits: u32 = env(PERMITS).parse().expect("permits");
+                let tasks = (0..2u32).map(|t| {
+                    let (sem, witness) =
+                        (client.semaphore(&key, permits).ttl(Duration::from_secs(10)), witness.clone());
+                    async move {
+                        for c in 0..cycles {
+                            let n = 1 + (t + c) % 2;
+                            let p = sem.acquire_many_timeout(n, Duration::from_secs(120)).await.expect("permits");
+                            let inside = witness.enter_permits(n, permits).expect("enter");
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            witness.exit(inside).expect("exit");
+                            p.release().await.expect("release permits");
+                        }
+                    }
+                });
+                futures::future::join_all(tasks).await;
+            }
+            "rw-worker" => {
+                // Three readers and one writer per process.
+                let witness = SharedWitness::new(env(DIR)).expect("witness");
+                let cycles: u32 = env(CYCLES).parse().expect("cycles");
+                let tasks = (0..4u32).map(|t| {
+                    let (lock, witness) = (client.rwlock(&key), witness.clone());
+                    async move {
+                        for c in 0..cycles {
+                            if t == 0 {
+                                let g = lock.write().acquire_timeout(Duration::from_secs(120)).await.expect("write");
+                                let inside = witness.enter_writer().expect("enter");
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                                witness.exit(inside).expect("exit");
+                                g.release().await.expect("release");
+                            } else {
+                                let g = lock.read().acquire_timeout(Duration::from_secs(120)).await.expect("read");
+                                let me = format!("{}-{t}-{c}", std::process::id());
+                                let inside = witness.enter_reader(&me).expect("enter");
+                                tokio::time::sleep(Duration::from_millis(3)).await;
+                                witness.exit(inside).expect("exit");
+                                g.release().await.expect("release");
+                            }
+                        }
+                    }
+                });
+                futures::future::join_all(tasks).await;
+            }
             other => panic!("unknown child role {other}"),
         }
     });
@@ -73,24 +124,27 @@ fn child(module_path: &str, test: &str, role: &str, url: &str, key: &str) -> Com
     cmd
 }
 
-/// N OS processes each take the lock K times and increment a counter kept in
-/// a file: the count is exact, no two holders are ever inside, and fences
-/// increase strictly in grant order.
-pub fn multi_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S) {
-    let store = start();
-    let (processes, cycles) = (4u64, 25u64);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let witness = Witness::new(dir.path()).expect("witness");
-    witness.reset(0).expect("reset");
-    let key = super::fresh_key("multi-process");
+/// Runs `processes` children in `role` on `key` until they all exit (180 s
+/// at most), each with `dir` and `cycles` in its environment.
+fn run_children(
+    module_path: &str,
+    test: &str,
+    role: &str,
+    store: &Store,
+    key: &str,
+    dir: &Path,
+    cycles: u64,
+    processes: u64,
+    extra: &[(&str, String)],
+) {
     let mut children: Vec<_> = (0..processes)
         .map(|_| {
-            child(module_path, test, "worker", &store.url, &key)
-                .env(DIR, dir.path())
-                .env(CYCLES, cycles.to_string())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn worker")
+            let mut cmd = child(module_path, test, role, &store.url, key);
+            cmd.env(DIR, dir).env(CYCLES, cycles.to_string()).stdout(Stdio::null());
+            for (k, v) in extra {
+                cmd.env(k, v);
+            }
+            cmd.spawn().expect("spawn worker")
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -109,6 +163,55 @@ pub fn multi_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S)
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Whether the store under test declares shared leases (checked in a
+/// runtime of its own, for the process tests).
+fn store_declares_shared(store: &Store) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    rt.block_on(async { super::client(store, "shared-probe").await.capabilities().shared_leases })
+}
+
+/// C12 across processes: 3 OS processes of 2 tasks each take 1 or 2 of 3
+/// permits per cycle; a witness outside the store (slot files created with
+/// `O_EXCL`) never sees more than 3 taken.
+pub fn c12_permit_bound_processes<S: Fn() -> Store>(module_path: &str, test: &str, start: &S) {
+    let store = start();
+    if !store_declares_shared(&store) {
+        return; // c12_permit_bound checks that the store refuses semaphores
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = super::fresh_key("c12-processes");
+    run_children(module_path, test, "permit-worker", &store, &key, dir.path(), 15, 3, &[(PERMITS, "3".to_owned())]);
+    let seen = SharedWitness::new(dir.path()).expect("witness").violations().expect("violations");
+    assert!(seen.is_empty(), "the permit bound broke across processes: {seen:?}");
+}
+
+/// C14 across processes: 3 OS processes of three readers and one writer
+/// each; a witness outside the store never sees a writer with anyone else.
+pub fn c14_read_write_processes<S: Fn() -> Store>(module_path: &str, test: &str, start: &S) {
+    let store = start();
+    if !store_declares_shared(&store) {
+        return; // c14_read_share_write_exclusion checks that the store refuses them
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = super::fresh_key("c14-processes");
+    run_children(module_path, test, "rw-worker", &store, &key, dir.path(), 12, 3, &[]);
+    let seen = SharedWitness::new(dir.path()).expect("witness").violations().expect("violations");
+    assert!(seen.is_empty(), "read-write exclusion broke across processes: {seen:?}");
+}
+
+/// N OS processes each take the lock K times and increment a counter kept in
+/// a file: the count is exact, no two holders are ever inside, and fences
+/// increase strictly in grant order.
+pub fn multi_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S) {
+    let store = start();
+    let (processes, cycles) = (4u64, 25u64);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let witness = Witness::new(dir.path()).expect("witness");
+    witness.reset(0).expect("reset");
+    let key = super::fresh_key("multi-process");
+    run_children(module_path, test, "worker", &store, &key, dir.path(), cycles, processes, &[]);
     let report = witness.report().expect("report");
     assert_eq!(report.overlaps, 0, "two holders were inside at once: {report:?}");
     assert_eq!(report.counter, (processes * cycles) as i64, "lost updates: {report:?}");

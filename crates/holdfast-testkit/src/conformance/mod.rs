@@ -1,5 +1,5 @@
-//! The conformance suite: one function per clause of the contract (C1..C11
-//! in `shared/DESIGN.md`), run against a real store, plus the fault clauses
+//! The conformance suite: one function per clause of the contract (C1..C15
+//! in `shared/DESIGN.md`; C12..C15 are the shared leases), run against a real store, plus the fault clauses
 //! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].
 //!
@@ -14,18 +14,25 @@ mod child;
 mod clauses;
 mod faults;
 mod scale;
+mod shared;
 
 use std::any::Any;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await};
-pub use child::{c3_expiry_killed_process, child_entry, multi_process};
+pub use child::{
+    c3_expiry_killed_process, c12_permit_bound_processes, c14_read_write_processes, child_entry, multi_process,
+};
 pub use clauses::*;
 pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
 };
 pub use scale::s1_hot_key_every_waiter_acquires;
+pub use shared::{
+    c9_cancel_shared_waits, c10_bad_shared_input, c12_permit_bound, c12_permit_count_lives_with_the_key,
+    c13_dead_permits_return, c14_read_share_write_exclusion, c15_no_writer_starvation,
+};
 
 /// A store under test.
 pub struct Store {
@@ -95,12 +102,26 @@ macro_rules! conformance_suite {
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
-            s1_hot_key_every_waiter_acquires);
+            s1_hot_key_every_waiter_acquires,
+            c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
+            c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input);
 
         #[test]
         fn multi_process() {
             $crate::conformance::child_entry(&$start);
             $crate::conformance::multi_process(module_path!(), "multi_process", &$start);
+        }
+
+        #[test]
+        fn c12_permit_bound_processes() {
+            $crate::conformance::child_entry(&$start);
+            $crate::conformance::c12_permit_bound_processes(module_path!(), "c12_permit_bound_processes", &$start);
+        }
+
+        #[test]
+        fn c14_read_write_processes() {
+            $crate::conformance::child_entry(&$start);
+            $crate::conformance::c14_read_write_processes(module_path!(), "c14_read_write_processes", &$start);
         }
 
         #[test]
