@@ -163,6 +163,15 @@ pub struct RunArgs {
     /// Holder label shown by `status` [default: host:pid].
     #[arg(long)]
     pub label: Option<String>,
+    /// Take one permit of a semaphore of N permits on KEY instead of the
+    /// mutex: at most N commands run at once.
+    #[arg(long, value_name = "N", conflicts_with = "shared")]
+    pub permits: Option<u32>,
+    /// Take a read lock on KEY instead of the mutex: shared with other
+    /// `--shared` runs. A plain `run` on the same KEY excludes them and is
+    /// excluded by them (it does not hold back new readers while it waits).
+    #[arg(long)]
+    pub shared: bool,
     /// The command and its arguments (after `--`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,

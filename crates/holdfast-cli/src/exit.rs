@@ -92,7 +92,7 @@ impl From<holdfast::Error> for Failure {
     fn from(e: holdfast::Error) -> Self {
         use holdfast::Error as E;
         let code = match &e {
-            E::InvalidInput { .. } | E::Unsupported { .. } | E::FeatureDisabled { .. } => USAGE,
+            E::InvalidInput { .. } | E::Unsupported { .. } | E::FeatureDisabled { .. } | E::Conflict { .. } => USAGE,
             E::Backend { .. } => UNAVAILABLE,
             E::Timeout { .. } => BUSY,
             E::Lost { .. } => LEASE_LOST,

@@ -11,10 +11,29 @@ use crate::exit::{Failure, OK};
 struct Row {
     key: String,
     held: bool,
+    /// The exclusive holder.
     holder: Option<String>,
     fence: Option<u64>,
     ttl_left_ms: Option<u64>,
+    /// Holders of shared leases (semaphore permits, readers).
+    shared: Vec<Share>,
+    /// The permit limit recorded with the shared leases (absent: none held,
+    /// or a read-write lock's readers, which have no limit).
+    limit: Option<u32>,
     waiters: Option<u64>,
+}
+
+/// One shared lease.
+#[derive(Debug, Serialize)]
+struct Share {
+    holder: String,
+    fence: u64,
+    ttl_left_ms: Option<u64>,
+    weight: u32,
+}
+
+fn millis(d: Option<std::time::Duration>) -> Option<u64> {
+    d.map(|d| d.as_millis() as u64)
 }
 
 /// Prints the status of every key, in the order given.
@@ -28,10 +47,21 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
         let st = client.status(key).await?;
         rows.push(Row {
             key: st.key,
-            held: st.holder.is_some(),
+            held: st.holder.is_some() || !st.shared.is_empty(),
             holder: st.holder.as_ref().map(|h| h.label.clone()),
             fence: st.holder.as_ref().map(|h| h.fence),
-            ttl_left_ms: st.holder.as_ref().and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
+            ttl_left_ms: millis(st.holder.as_ref().and_then(|h| h.ttl_left)),
+            shared: st
+                .shared
+                .iter()
+                .map(|h| Share {
+                    holder: h.label.clone(),
+                    fence: h.fence,
+                    ttl_left_ms: millis(h.ttl_left),
+                    weight: h.weight,
+                })
+                .collect(),
+            limit: st.limit.filter(|l| *l != holdfast::backend::UNLIMITED),
             waiters: st.waiters,
         });
     }
@@ -45,19 +75,37 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     Ok(OK)
 }
 
+/// One line per holder (a free key: one line saying so).
 fn table(rows: &[Row]) -> String {
     let dash = || "-".to_owned();
-    let mut cells = vec![["KEY".to_owned(), "HOLDER".into(), "FENCE".into(), "TTL LEFT".into(), "WAITERS".into()]];
+    let ttl = |ms: Option<u64>| ms.map_or_else(dash, |ms| duration::show(std::time::Duration::from_millis(ms)));
+    let mut cells =
+        vec![["KEY".to_owned(), "HOLDER".into(), "MODE".into(), "FENCE".into(), "TTL LEFT".into(), "WAITERS".into()]];
     for r in rows {
-        cells.push([
-            r.key.clone(),
-            r.holder.clone().unwrap_or_else(|| "(free)".into()),
-            r.fence.map_or_else(dash, |f| f.to_string()),
-            r.ttl_left_ms.map_or_else(dash, |ms| duration::show(std::time::Duration::from_millis(ms))),
-            r.waiters.map_or_else(dash, |w| w.to_string()),
-        ]);
+        let waiters = r.waiters.map_or_else(dash, |w| w.to_string());
+        if let Some(holder) = &r.holder {
+            let fence = r.fence.map_or_else(dash, |f| f.to_string());
+            cells.push([r.key.clone(), holder.clone(), "exclusive".into(), fence, ttl(r.ttl_left_ms), waiters.clone()]);
+        }
+        for s in &r.shared {
+            let mode = match r.limit {
+                Some(limit) => format!("{} of {limit} permits", s.weight),
+                None => "read".to_owned(),
+            };
+            cells.push([
+                r.key.clone(),
+                s.holder.clone(),
+                mode,
+                s.fence.to_string(),
+                ttl(s.ttl_left_ms),
+                waiters.clone(),
+            ]);
+        }
+        if !r.held {
+            cells.push([r.key.clone(), "(free)".into(), dash(), dash(), dash(), waiters]);
+        }
     }
-    let widths: Vec<usize> = (0..5).map(|i| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..6).map(|i| cells.iter().map(|c| c[i].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for c in &cells {
         let line: Vec<String> = c.iter().zip(&widths).map(|(s, w)| format!("{s:<w$}")).collect();

@@ -7,6 +7,7 @@ mod demo;
 mod errors;
 mod run;
 mod run_faults;
+mod shared;
 mod status;
 mod terminal;
 

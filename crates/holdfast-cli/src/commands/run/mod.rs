@@ -30,6 +30,7 @@ mod timing;
 
 use std::time::Duration;
 
+use holdfast::{Guard, GuardKind, Lock};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -56,149 +57,181 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
 
     // Connecting holds nothing yet: until here SIGINT/SIGTERM simply end holdfast.
     let client = super::connect(&url, args.label.clone()).await?;
-    let mut signals = Signals::new()?;
-    let mut job = JobSignals::new()?;
-    let mut mutex = client.mutex(args.key.as_str()).ttl(args.ttl);
-    if let Some(max_hold) = max_hold {
-        mutex = mutex.max_hold(max_hold);
+    let signals = Signals::new()?;
+    let job = JobSignals::new()?;
+    let under = Under { args: &args, timing, signals, job, program, program_args };
+    // The same supervision whatever the grant: a mutex, permits or a read lock.
+    match (args.permits, args.shared) {
+        (Some(permits), _) => under.run(limits(client.semaphore(args.key.as_str(), permits), &args, max_hold)).await,
+        (None, true) => under.run(limits(client.rwlock(args.key.as_str()).read(), &args, max_hold)).await,
+        (None, false) => under.run(limits(client.mutex(args.key.as_str()), &args, max_hold)).await,
     }
+}
 
-    tracing::debug!(key = %args.key, "waiting for the lock");
-    let acquire = async {
-        match args.wait {
-            Some(wait) if wait.is_zero() => mutex.try_acquire().await?.ok_or_else(|| busy(&args.key, None)),
-            Some(wait) => mutex.acquire_timeout(wait).await.map_err(|e| match e {
-                holdfast::Error::Timeout { waited, .. } => busy(&args.key, Some(waited)),
-                other => other.into(),
-            }),
-            None => Ok(mutex.acquire().await?),
-        }
-    };
-    let guard = tokio::select! {
-        guard = acquire => guard?,
-        signo = signals.recv() => {
-            eprintln!("holdfast: got signal {signo} while waiting for lock {:?}; giving up", args.key);
-            // The dropped acquire releases an attempt that raced the signal in the
-            // background; give that a moment before the runtime stops (past it, such
-            // a grant expires after --ttl).
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            return Ok(128 + signo);
-        }
-    };
-    tracing::info!(key = %args.key, fence = guard.fence(), "lock acquired");
-    if guard.is_lost() {
-        // Lost between the grant and here (a stalled process): do not start CMD unprotected.
-        eprintln!("holdfast: lease on lock {:?} was lost before the command could start", args.key);
-        let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
-        return Ok(LEASE_LOST);
+/// The lock with the run's TTL and hold cap.
+fn limits<K: GuardKind>(lock: Lock<K>, args: &RunArgs, max_hold: Option<Duration>) -> Lock<K> {
+    let lock = lock.ttl(args.ttl);
+    match max_hold {
+        Some(max_hold) => lock.max_hold(max_hold),
+        None => lock,
     }
+}
 
-    let mut placement = Placement::choose();
-    let setup = match &placement {
-        Placement::OwnGroup => Setup { own_group: true, terminal: None },
-        Placement::Foreground(terminal) => match terminal.for_command() {
-            Ok(tty) => Setup { own_group: true, terminal: Some(tty) },
-            // No descriptor to hand over: CMD stays where it can still read the terminal.
-            Err(_) => {
-                placement = Placement::SharedGroup;
-                Setup { own_group: false, terminal: None }
-            }
-        },
-        Placement::SharedGroup => Setup { own_group: false, terminal: None },
-    };
-    let mut command = Command::new(program);
-    command.args(program_args).env(ENV_KEY, &args.key).env(ENV_FENCE, guard.fence().to_string()).kill_on_drop(false);
-    let mut child = match child::spawn(command, setup).await {
-        Ok(child) => child,
-        Err(e) => {
-            release(guard, &args.key).await;
-            // As shells do: 127 when not found, 126 when found but not executable.
-            return Err(if e.kind() == std::io::ErrorKind::NotFound {
-                Failure::new(NOT_FOUND, format!("{program}: command not found"))
-            } else {
-                Failure::new(NOT_EXECUTABLE, format!("{program}: {e}"))
-            });
-        }
-    };
-    let pid = match child.id() {
-        Some(pid) => Pid::from_raw(pid as i32),
-        None => return Err(Failure::new(INTERNAL, "the command's process id is unknown")),
-    };
-    let target = match &mut placement {
-        Placement::SharedGroup => Target::Process(pid),
-        Placement::OwnGroup => Target::Group(pid),
-        Placement::Foreground(terminal) => {
-            terminal.started(pid);
-            Target::Group(pid)
-        }
-    };
+/// What running CMD under a grant needs.
+struct Under<'a> {
+    args: &'a RunArgs,
+    timing: StopTiming,
+    signals: Signals,
+    job: JobSignals,
+    program: &'a String,
+    program_args: &'a [String],
+}
 
-    let expiring = guard.expiring(timing.warning());
-    tokio::pin!(expiring);
-    // holdfast stopped itself with CMD's job (Ctrl-Z) and waits to be continued.
-    let mut suspended = false;
-    let status = loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => break status,
-            _ = &mut expiring => {
-                if guard.is_lost() {
-                    eprintln!(
-                        "holdfast: lease on lock {:?} lost while the command ran; stopping it (SIGTERM, SIGKILL after {})",
-                        args.key,
-                        duration::show(timing.kill_after)
-                    );
-                } else {
-                    eprintln!(
-                        "holdfast: lease on lock {:?} could not be renewed and will be lost within {}; stopping the \
-                         command (SIGTERM, SIGKILL after {})",
-                        args.key,
-                        duration::show(timing.warning()),
-                        duration::show(timing.kill_after)
-                    );
-                }
-                child::stop(&mut child, target, timing.kill_after, timing.margin).await;
-                drop(placement);
-                // Tidy up if the store still has the grant; never hang on a store that is down.
-                let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
-                return Ok(LEASE_LOST);
+impl Under<'_> {
+    /// Waits for the grant of `mutex`, then runs CMD under it.
+    async fn run<K: GuardKind>(self, mutex: Lock<K>) -> Result<u8, Failure> {
+        let Under { args, timing, mut signals, mut job, program, program_args } = self;
+        tracing::debug!(key = %args.key, "waiting for the lock");
+        let acquire = async {
+            match args.wait {
+                Some(wait) if wait.is_zero() => mutex.try_acquire().await?.ok_or_else(|| busy(&args.key, None)),
+                Some(wait) => mutex.acquire_timeout(wait).await.map_err(|e| match e {
+                    holdfast::Error::Timeout { waited, .. } => busy(&args.key, Some(waited)),
+                    other => other.into(),
+                }),
+                None => Ok(mutex.acquire().await?),
             }
+        };
+        let guard = tokio::select! {
+            guard = acquire => guard?,
             signo = signals.recv() => {
-                let sig = Signal::try_from(i32::from(signo)).unwrap_or(Signal::SIGTERM);
-                if matches!(target, Target::Process(_)) && sig == Signal::SIGINT {
-                    tracing::debug!("SIGINT not forwarded: the terminal delivers it to the command's group");
+                eprintln!("holdfast: got signal {signo} while waiting for lock {:?}; giving up", args.key);
+                // The dropped acquire releases an attempt that raced the signal in the
+                // background; give that a moment before the runtime stops (past it, such
+                // a grant expires after --ttl).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Ok(128 + signo);
+            }
+        };
+        tracing::info!(key = %args.key, fence = guard.fence(), "lock acquired");
+        if guard.is_lost() {
+            // Lost between the grant and here (a stalled process): do not start CMD unprotected.
+            eprintln!("holdfast: lease on lock {:?} was lost before the command could start", args.key);
+            let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
+            return Ok(LEASE_LOST);
+        }
+
+        let mut placement = Placement::choose();
+        let setup = match &placement {
+            Placement::OwnGroup => Setup { own_group: true, terminal: None },
+            Placement::Foreground(terminal) => match terminal.for_command() {
+                Ok(tty) => Setup { own_group: true, terminal: Some(tty) },
+                // No descriptor to hand over: CMD stays where it can still read the terminal.
+                Err(_) => {
+                    placement = Placement::SharedGroup;
+                    Setup { own_group: false, terminal: None }
+                }
+            },
+            Placement::SharedGroup => Setup { own_group: false, terminal: None },
+        };
+        let mut command = Command::new(program);
+        command
+            .args(program_args)
+            .env(ENV_KEY, &args.key)
+            .env(ENV_FENCE, guard.fence().to_string())
+            .kill_on_drop(false);
+        let mut child = match child::spawn(command, setup).await {
+            Ok(child) => child,
+            Err(e) => {
+                release(guard, &args.key).await;
+                // As shells do: 127 when not found, 126 when found but not executable.
+                return Err(if e.kind() == std::io::ErrorKind::NotFound {
+                    Failure::new(NOT_FOUND, format!("{program}: command not found"))
                 } else {
-                    tracing::info!(signo, "forwarding signal to the command");
-                    target.send(sig);
+                    Failure::new(NOT_EXECUTABLE, format!("{program}: {e}"))
+                });
+            }
+        };
+        let pid = match child.id() {
+            Some(pid) => Pid::from_raw(pid as i32),
+            None => return Err(Failure::new(INTERNAL, "the command's process id is unknown")),
+        };
+        let target = match &mut placement {
+            Placement::SharedGroup => Target::Process(pid),
+            Placement::OwnGroup => Target::Group(pid),
+            Placement::Foreground(terminal) => {
+                terminal.started(pid);
+                Target::Group(pid)
+            }
+        };
+
+        let expiring = guard.expiring(timing.warning());
+        tokio::pin!(expiring);
+        // holdfast stopped itself with CMD's job (Ctrl-Z) and waits to be continued.
+        let mut suspended = false;
+        let status = loop {
+            tokio::select! {
+                biased;
+                status = child.wait() => break status,
+                _ = &mut expiring => {
+                    if guard.is_lost() {
+                        eprintln!(
+                            "holdfast: lease on lock {:?} lost while the command ran; stopping it (SIGTERM, SIGKILL after {})",
+                            args.key,
+                            duration::show(timing.kill_after)
+                        );
+                    } else {
+                        eprintln!(
+                            "holdfast: lease on lock {:?} could not be renewed and will be lost within {}; stopping the \
+                             command (SIGTERM, SIGKILL after {})",
+                            args.key,
+                            duration::show(timing.warning()),
+                            duration::show(timing.kill_after)
+                        );
+                    }
+                    child::stop(&mut child, target, timing.kill_after, timing.margin).await;
+                    drop(placement);
+                    // Tidy up if the store still has the grant; never hang on a store that is down.
+                    let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
+                    return Ok(LEASE_LOST);
+                }
+                signo = signals.recv() => {
+                    let sig = Signal::try_from(i32::from(signo)).unwrap_or(Signal::SIGTERM);
+                    if matches!(target, Target::Process(_)) && sig == Signal::SIGINT {
+                        tracing::debug!("SIGINT not forwarded: the terminal delivers it to the command's group");
+                    } else {
+                        tracing::info!(signo, "forwarding signal to the command");
+                        target.send(sig);
+                    }
+                }
+                _ = job.child.recv(), if !suspended => {
+                    if let Placement::Foreground(terminal) = &placement
+                        && terminal::is_stopped(pid)
+                    {
+                        suspended = terminal.command_stopped(pid);
+                    }
+                }
+                _ = job.cont.recv(), if suspended => {
+                    if let Placement::Foreground(terminal) = &placement {
+                        terminal.resumed(pid);
+                    }
+                    suspended = false;
                 }
             }
-            _ = job.child.recv(), if !suspended => {
-                if let Placement::Foreground(terminal) = &placement
-                    && terminal::is_stopped(pid)
-                {
-                    suspended = terminal.command_stopped(pid);
-                }
+        };
+        drop(placement);
+        let status = status.map_err(|e| Failure::new(INTERNAL, format!("waiting for the command: {e}")))?;
+        match guard.release().await {
+            Ok(()) => Ok(child::exit_code(status)),
+            Err(holdfast::Error::Lost { .. }) => {
+                eprintln!("holdfast: lease on lock {:?} ran out before the command finished", args.key);
+                Ok(LEASE_LOST)
             }
-            _ = job.cont.recv(), if suspended => {
-                if let Placement::Foreground(terminal) = &placement {
-                    terminal.resumed(pid);
-                }
-                suspended = false;
+            Err(e) => {
+                // The command ran under the lock; only the release failed, and the lease will expire.
+                eprintln!("holdfast: warning: could not release lock {:?} (it expires within its TTL): {e}", args.key);
+                Ok(child::exit_code(status))
             }
-        }
-    };
-    drop(placement);
-    let status = status.map_err(|e| Failure::new(INTERNAL, format!("waiting for the command: {e}")))?;
-    match guard.release().await {
-        Ok(()) => Ok(child::exit_code(status)),
-        Err(holdfast::Error::Lost { .. }) => {
-            eprintln!("holdfast: lease on lock {:?} ran out before the command finished", args.key);
-            Ok(LEASE_LOST)
-        }
-        Err(e) => {
-            // The command ran under the lock; only the release failed, and the lease will expire.
-            eprintln!("holdfast: warning: could not release lock {:?} (it expires within its TTL): {e}", args.key);
-            Ok(child::exit_code(status))
         }
     }
 }
@@ -214,7 +247,7 @@ fn busy(key: &str, waited: Option<Duration>) -> Failure {
     Failure::new(BUSY, msg)
 }
 
-async fn release(guard: holdfast::MutexGuard, key: &str) {
+async fn release<K: GuardKind>(guard: Guard<K>, key: &str) {
     if let Err(e) = guard.release().await {
         eprintln!("holdfast: warning: could not release lock {key:?}: {e}");
     }
