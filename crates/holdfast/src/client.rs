@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::backend::{Backend, LockStatus};
 use crate::capability::Capabilities;
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::guard::{Held, MutexGuard};
 use crate::key::LockKey;
@@ -141,6 +142,18 @@ impl Client {
     /// checked or sent until an acquire; 0 permits is refused there.
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.clone(), key.into(), LockOptions::default()).with_permits(permits)
+    }
+
+    /// A leader election named `name` (its lock key) with default
+    /// [`LockOptions`].
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(self.clone(), name.into(), LockOptions::default())
+    }
+
+    /// A leader election named `name` with the given options for its
+    /// leadership lease.
+    pub fn election_with_options(&self, name: impl Into<String>, options: LockOptions) -> Election {
+        Election::new(self.clone(), name.into(), options)
     }
 
     /// A read-write lock on `key` with default [`LockOptions`].

@@ -144,6 +144,14 @@ impl<K: GuardKind> Guard<K> {
         self.held.weight
     }
 
+    pub(crate) fn token(&self) -> crate::key::OwnerToken {
+        self.held.lease.token
+    }
+
+    pub(crate) fn backend(&self) -> &dyn crate::backend::Backend {
+        self.held.client.inner().backend.as_ref()
+    }
+
     /// The key.
     pub fn key(&self) -> &str {
         self.held.lease.key.as_str()

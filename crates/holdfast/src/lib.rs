@@ -58,6 +58,7 @@
 pub mod backend;
 mod capability;
 mod client;
+mod election;
 mod error;
 mod guard;
 mod key;
@@ -76,6 +77,7 @@ pub mod wait;
 pub use backend::{HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
+pub use election::{Election, Leader, Leadership, MAX_VALUE_BYTES as MAX_ELECTION_VALUE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use guard::{
     Guard, GuardKind, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,

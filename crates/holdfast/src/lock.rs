@@ -34,12 +34,21 @@ pub struct Lock<K: GuardKind> {
     pub(crate) weight: u32,
     /// The limit of shared leases (a semaphore's permits).
     pub(crate) limit: u32,
+    /// The label stored with the grant instead of the client's (an
+    /// election's published value).
+    pub(crate) label: Option<String>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K: GuardKind> Clone for Lock<K> {
     fn clone(&self) -> Self {
-        Lock { client: self.client.clone(), key: self.key.clone(), opts: self.opts.clone(), ..*self }
+        Lock {
+            client: self.client.clone(),
+            key: self.key.clone(),
+            opts: self.opts.clone(),
+            label: self.label.clone(),
+            ..*self
+        }
     }
 }
 
@@ -64,7 +73,7 @@ pub(crate) enum Waiting {
 
 impl<K: GuardKind> Lock<K> {
     pub(crate) fn new(client: Client, key: String, opts: LockOptions) -> Self {
-        Lock { client, key, opts, weight: 1, limit: 1, kind: PhantomData }
+        Lock { client, key, opts, weight: 1, limit: 1, label: None, kind: PhantomData }
     }
 
     /// Sets the lease TTL.
@@ -184,7 +193,7 @@ impl<K: GuardKind> Lock<K> {
             }
         }
         let req = AcquireRequest::new(key.clone(), OwnerToken::random(), ttl)
-            .with_label(inner.label.clone())
+            .with_label(self.label.clone().unwrap_or_else(|| inner.label.clone()))
             .with_fair(self.opts.fair || caps.always_fair)
             .with_mode(mode);
         let span = tracing::debug_span!("acquire", key = %key, wait = matches!(waiting, Waiting::Until(_)));

@@ -124,19 +124,19 @@ fn child(module_path: &str, test: &str, role: &str, url: &str, key: &str) -> Com
     cmd
 }
 
-/// Runs `processes` children in `role` on `key` until they all exit (180 s
-/// at most), each with `dir` and `cycles` in its environment.
-fn run_children(
-    module_path: &str,
-    test: &str,
-    role: &str,
-    store: &Store,
-    key: &str,
-    dir: &Path,
-    cycles: u64,
+/// The worker processes of a process test.
+struct Workers<'a> {
+    role: &'a str,
     processes: u64,
-    extra: &[(&str, String)],
-) {
+    cycles: u64,
+    /// More environment for each worker.
+    extra: &'a [(&'a str, String)],
+}
+
+/// Runs the workers on `key` until they all exit (180 s at most), each with
+/// `dir` and the cycle count in its environment.
+fn run_children(module_path: &str, test: &str, store: &Store, key: &str, dir: &Path, workers: Workers<'_>) {
+    let Workers { role, processes, cycles, extra } = workers;
     let mut children: Vec<_> = (0..processes)
         .map(|_| {
             let mut cmd = child(module_path, test, role, &store.url, key);
@@ -182,7 +182,9 @@ pub fn c12_permit_bound_processes<S: Fn() -> Store>(module_path: &str, test: &st
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let key = super::fresh_key("c12-processes");
-    run_children(module_path, test, "permit-worker", &store, &key, dir.path(), 15, 3, &[(PERMITS, "3".to_owned())]);
+    let extra = [(PERMITS, "3".to_owned())];
+    let workers = Workers { role: "permit-worker", processes: 3, cycles: 15, extra: &extra };
+    run_children(module_path, test, &store, &key, dir.path(), workers);
     let seen = SharedWitness::new(dir.path()).expect("witness").violations().expect("violations");
     assert!(seen.is_empty(), "the permit bound broke across processes: {seen:?}");
 }
@@ -196,7 +198,8 @@ pub fn c14_read_write_processes<S: Fn() -> Store>(module_path: &str, test: &str,
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let key = super::fresh_key("c14-processes");
-    run_children(module_path, test, "rw-worker", &store, &key, dir.path(), 12, 3, &[]);
+    let workers = Workers { role: "rw-worker", processes: 3, cycles: 12, extra: &[] };
+    run_children(module_path, test, &store, &key, dir.path(), workers);
     let seen = SharedWitness::new(dir.path()).expect("witness").violations().expect("violations");
     assert!(seen.is_empty(), "read-write exclusion broke across processes: {seen:?}");
 }
@@ -211,7 +214,8 @@ pub fn multi_process<S: Fn() -> Store>(module_path: &str, test: &str, start: &S)
     let witness = Witness::new(dir.path()).expect("witness");
     witness.reset(0).expect("reset");
     let key = super::fresh_key("multi-process");
-    run_children(module_path, test, "worker", &store, &key, dir.path(), cycles, processes, &[]);
+    let workers = Workers { role: "worker", processes, cycles, extra: &[] };
+    run_children(module_path, test, &store, &key, dir.path(), workers);
     let report = witness.report().expect("report");
     assert_eq!(report.overlaps, 0, "two holders were inside at once: {report:?}");
     assert_eq!(report.counter, (processes * cycles) as i64, "lost updates: {report:?}");

@@ -12,6 +12,7 @@
 mod cancel;
 mod child;
 mod clauses;
+mod election;
 mod faults;
 mod scale;
 mod shared;
@@ -25,6 +26,7 @@ pub use child::{
     c3_expiry_killed_process, c12_permit_bound_processes, c14_read_write_processes, child_entry, multi_process,
 };
 pub use clauses::*;
+pub use election::c16_election_safety;
 pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
 };
@@ -104,7 +106,8 @@ macro_rules! conformance_suite {
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
-            c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input);
+            c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
+            c16_election_safety);
 
         #[test]
         fn multi_process() {

@@ -357,4 +357,16 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         let _ = (key, limit);
         Err(crate::Error::Unsupported { store: self.name(), what: "shared leases" })
     }
+
+    /// Replaces the label stored with `token`'s unexpired grant of `key`
+    /// (an election's published value); `Ok(false)` if `token` holds no
+    /// grant of `key`, changing nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store call: dropped, the label is either changed or not.
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let _ = (key, token, label);
+        Err(crate::Error::Unsupported { store: self.name(), what: "changing a held grant's label" })
+    }
 }

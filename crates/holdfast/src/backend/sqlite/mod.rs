@@ -206,6 +206,11 @@ impl Backend for SqliteBackend {
         Ok(status)
     }
 
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let (k, label) = (key.as_str().to_owned(), label.to_owned());
+        self.with_conn(move |conn| sql::relabel(conn, &k, token, &label)).await
+    }
+
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::resize(conn, &k, limit)).await

@@ -265,3 +265,14 @@ pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::
     tx.commit()?;
     Ok(held as u64)
 }
+
+/// Replaces the label of `token`'s unexpired grant; true if there was one.
+pub(super) fn relabel(conn: &mut Connection, key: &str, token: OwnerToken, label: &str) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE holdfast_grants SET label = ?3
+              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?4",
+        )?
+        .execute(params![key, token.to_bytes(), label, now_ms()])?;
+    Ok(changed == 1)
+}

@@ -1,0 +1,220 @@
+//! Leader election over the lease model: a campaign is a mutex acquire (fair
+//! where the store queues) whose grant carries the candidate's value as its
+//! label; the term is the grant's fence.
+
+use std::time::Duration;
+
+use futures::Stream;
+
+use crate::backend::Backend;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::MutexGuard;
+use crate::key::LockKey;
+use crate::lock_options::LockOptions;
+use crate::mutex::Mutex;
+
+/// The longest value a candidate may publish.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// A named leader election. Cheap to clone; campaigns nothing by itself.
+///
+/// The election named `name` is the lock key `name`: its leader is the key's
+/// holder, the published value is the grant's label (so `holdfast status
+/// NAME` shows the leader), and the **term** is the grant's fence, strictly
+/// increasing across leaders.
+///
+/// - **Safety**: at most one leader at a time on the store's clock, with
+///   the mutex's guarantees: a leader that stops renewing learns it from
+///   [`Leadership::lost`] before the store can elect anyone else.
+/// - **Order**: on a store that queues waiters (declares `fair`: Redis in
+///   fair mode, etcd, ZooKeeper) candidates lead in the order they
+///   campaigned; elsewhere the next leader is whichever candidate's attempt
+///   lands first.
+/// - **Restarts**: a restarted process does not resume an old leadership;
+///   it campaigns anew, and its old grant is released or runs out.
+///
+/// ```no_run
+/// # async fn demo() -> holdfast::Result<()> {
+/// let client = holdfast::Client::connect("sqlite:///tmp/holdfast-doc.db").await?;
+/// let election = client.election("scheduler");
+/// let leading = election.campaign("worker-7:8080").await?;   // resolves when this one leads
+/// println!("leading in term {}", leading.term());
+/// tokio::select! {
+///     _ = leading.lost() => { /* stop scheduling: someone else may lead now */ }
+///     _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => leading.resign().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    mutex: Mutex,
+    /// How often [`observe`](Self::observe) reads the leader.
+    poll: Duration,
+}
+
+/// A leader as observers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The value the leader published.
+    pub value: String,
+    /// Its term: the fence of its grant, strictly increasing across leaders.
+    pub term: u64,
+}
+
+impl Election {
+    pub(crate) fn new(client: Client, name: String, opts: LockOptions) -> Self {
+        Election { mutex: Mutex::new(client, name, opts), poll: Duration::from_millis(100) }
+    }
+
+    /// The election's name (its lock key).
+    pub fn name(&self) -> &str {
+        self.mutex.key()
+    }
+
+    /// Sets the leadership lease's TTL: a leader that dies is replaced
+    /// within it.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.mutex = self.mutex.ttl(ttl);
+        self
+    }
+
+    /// Sets how often [`observe`](Self::observe) reads the leader (default
+    /// 100 ms).
+    pub fn observe_every(mut self, every: Duration) -> Self {
+        self.poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Campaigns with `value` and resolves once this candidate leads.
+    /// Waits without limit, or at most the options' `wait_timeout` (then
+    /// [`Error::Timeout`]). A value over [`MAX_VALUE_BYTES`] is
+    /// [`Error::InvalidInput`] before any I/O.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Mutex::acquire`](crate::Lock::acquire): dropping the future
+    /// withdraws the candidacy, leaving no grant and no queue entry.
+    pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
+        let value = check_value(value.into())?;
+        let fair = self.mutex.client().capabilities().fair;
+        let mut candidate = self.mutex.clone().fair(fair);
+        candidate.label = Some(value.clone());
+        let guard = candidate.acquire().await?;
+        Ok(Leadership { guard, value })
+    }
+
+    /// The current leader, if any.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let status = self.mutex.client().status(self.name()).await?;
+        Ok(status.holder.map(|h| Leader { value: h.label, term: h.fence }))
+    }
+
+    /// A stream of leaders: each new term once, in increasing order of term,
+    /// read every [`observe_every`](Self::observe_every). A term that began
+    /// and ended between two reads is not seen (terms are fences, which are
+    /// not consecutive, so the gap cannot be told either); a store error
+    /// ends nothing and is yielded as an item.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping the stream stops the reads.
+    pub fn observe(&self) -> impl Stream<Item = Result<Leader>> + Send + 'static {
+        let (election, poll) = (self.clone(), self.poll);
+        futures::stream::unfold((election, 0u64, true), move |(election, last, first)| async move {
+            if !first {
+                tokio::time::sleep(poll).await;
+            }
+            let mut last = last;
+            loop {
+                match election.leader().await {
+                    Ok(Some(leader)) if leader.term > last => {
+                        last = leader.term;
+                        return Some((Ok(leader), (election, last, false)));
+                    }
+                    Ok(_) => tokio::time::sleep(poll).await,
+                    Err(e) => return Some((Err(e), (election, last, false))),
+                }
+            }
+        })
+    }
+}
+
+fn check_value(value: String) -> Result<String> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Error::invalid(
+            "value",
+            format!("an election value is at most {MAX_VALUE_BYTES} bytes, got {}", value.len()),
+        ));
+    }
+    Ok(value)
+}
+
+/// This candidate's leadership: a held grant of the election's key.
+/// Dropping it resigns (in the background), as a guard releases.
+#[derive(Debug)]
+#[must_use = "leadership ends when this is dropped"]
+pub struct Leadership {
+    guard: MutexGuard,
+    value: String,
+}
+
+impl Leadership {
+    /// The term: the grant's fence, strictly above every earlier leader's.
+    /// Hand it to whatever the leader writes to, as a fence.
+    pub fn term(&self) -> u64 {
+        self.guard.fence()
+    }
+
+    /// The value this leader published.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Whether leadership is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Resolves when leadership is lost (see [`Guard::lost`](crate::Guard::lost)):
+    /// before the store can elect anyone else.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only observes.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// Publishes a new value without giving up leadership.
+    /// [`Error::Lost`] if leadership was lost; [`Error::Unsupported`] on a
+    /// store that cannot change a held grant's label.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store call: dropped, the value is either published or not (this
+    /// handle's [`value`](Self::value) changes only when it returns).
+    pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
+        let value = check_value(value.into())?;
+        let key = LockKey::new(self.guard.key())?;
+        let backend: &dyn Backend = self.guard.backend();
+        if !backend.relabel(&key, self.guard.token(), &value).await? || self.guard.is_lost() {
+            return Err(Error::Lost { key: key.to_string() });
+        }
+        self.value = value;
+        Ok(())
+    }
+
+    /// Gives up leadership (releases the grant).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Guard::release`](crate::Guard::release).
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+}
