@@ -82,11 +82,11 @@ pub use counter::{CommandCounter, CommandCounts, CountingBackend, RenewPeaks, co
 pub use floor::{Floor, floor_for};
 pub use held::{HeldOptions, HeldResult, run_held};
 pub use hot::{HotOptions, HotResult, WorkerCommand, run_hot, serve_hot_worker};
-pub use locker::{ACQUIRE_LIMIT, FloorLocker, HoldfastLocker, Locker};
+pub use locker::{ACQUIRE_LIMIT, FloorGuard, FloorLocker, HoldfastGuard, HoldfastLocker, Locker, Role};
 pub use machine::Machine;
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
 pub use scale_report::{ProbeStats, RateWindow};
-pub use workload::{CycleSpec, run_cycles, run_many_leases};
+pub use workload::{CycleSpec, Mix, run_cycles, run_many_leases};
 
 use holdfast::{Client, ClientOptions, Error, Result};
 
@@ -108,12 +108,23 @@ pub enum Workload {
     /// W tasks over P processes on one key ([`BenchOptions::hot`]; not run
     /// from [`BenchOptions::workloads`]).
     Hot,
+    /// T tasks (default 64) on one semaphore of N permits (default 8), one
+    /// permit per cycle.
+    Semaphore,
+    /// T tasks (default 32) on one read-write lock, one write in ten cycles.
+    RwLock,
 }
 
 impl Workload {
     /// The workloads `holdfast bench` runs unless told otherwise, in the order they run.
-    pub const ALL: [Workload; 4] =
-        [Workload::Uncontended, Workload::Contended, Workload::ContendedThink, Workload::ManyLeases];
+    pub const ALL: [Workload; 6] = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::ContendedThink,
+        Workload::Semaphore,
+        Workload::RwLock,
+        Workload::ManyLeases,
+    ];
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -124,6 +135,8 @@ impl Workload {
             Workload::ManyLeases => "many-leases",
             Workload::Held => "held",
             Workload::Hot => "hot",
+            Workload::Semaphore => "semaphore",
+            Workload::RwLock => "rwlock",
         }
     }
 }
@@ -138,16 +151,21 @@ impl FromStr for Workload {
     type Err = Error;
 
     /// Parses `uncontended`, `contended`, `contended-think` (or `think`),
-    /// `many-leases` (or `leases`).
+    /// `semaphore`, `rwlock`, `many-leases` (or `leases`).
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "uncontended" | "a" => Ok(Workload::Uncontended),
             "contended" | "b" => Ok(Workload::Contended),
             "contended-think" | "think" | "b2" => Ok(Workload::ContendedThink),
             "many-leases" | "leases" | "c" => Ok(Workload::ManyLeases),
+            "semaphore" => Ok(Workload::Semaphore),
+            "rwlock" | "read-write" => Ok(Workload::RwLock),
             other => Err(Error::invalid(
                 "workload",
-                format!("unknown workload {other:?}; known: uncontended, contended, contended-think, many-leases"),
+                format!(
+                    "unknown workload {other:?}; known: uncontended, contended, contended-think, semaphore, rwlock, \
+                     many-leases"
+                ),
             )),
         }
     }
@@ -163,6 +181,12 @@ pub struct BenchOptions {
     pub tasks_uncontended: usize,
     /// Tasks in the contended workloads (default 16).
     pub tasks_contended: usize,
+    /// Tasks in [`Workload::Semaphore`] (default 64).
+    pub tasks_semaphore: usize,
+    /// Permits of the semaphore in [`Workload::Semaphore`] (default 8).
+    pub permits: u32,
+    /// Tasks in [`Workload::RwLock`] (default 32).
+    pub tasks_rwlock: usize,
     /// How long each workload runs for each subject (holdfast, floor); default 5 s.
     pub duration: Duration,
     /// Stop a cycle workload after this many cycles even if `duration` has not passed.
@@ -199,6 +223,9 @@ impl BenchOptions {
             url: url.into(),
             tasks_uncontended: 64,
             tasks_contended: 16,
+            tasks_semaphore: 64,
+            permits: 8,
+            tasks_rwlock: 32,
             duration: Duration::from_secs(5),
             max_cycles: None,
             think_time: Duration::from_millis(1),
@@ -220,6 +247,9 @@ impl BenchOptions {
         };
         positive("tasks", self.tasks_uncontended)?;
         positive("tasks", self.tasks_contended)?;
+        positive("tasks", self.tasks_semaphore)?;
+        positive("tasks", self.tasks_rwlock)?;
+        positive("permits", self.permits as usize)?;
         positive("leases", self.leases)?;
         positive("rounds", self.rounds as usize)?;
         if self.duration.is_zero() {
@@ -321,6 +351,7 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
 
     let mut results = Vec::new();
     let mut leases = Vec::new();
+    let mut notes = Vec::new();
     for &workload in dedup(&opts.workloads).iter() {
         if workload == Workload::ManyLeases {
             let mut rounds = Vec::new();
@@ -336,7 +367,24 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             leases.push(median);
             continue;
         }
-        let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
+        let (tasks, mix) = match workload {
+            Workload::Uncontended => (opts.tasks_uncontended, Mix::Exclusive),
+            Workload::Semaphore => (opts.tasks_semaphore, Mix::Semaphore { permits: opts.permits }),
+            Workload::RwLock => (opts.tasks_rwlock, Mix::ReadWrite { write_every: 10 }),
+            _ => (opts.tasks_contended, Mix::Exclusive),
+        };
+        let shares = matches!(workload, Workload::Semaphore | Workload::RwLock);
+        if shares && !client.capabilities().shared_leases {
+            notes.push(format!("{workload}: not run: the {} store has no shared leases yet", client.store_name()));
+            continue;
+        }
+        let floor = floor.as_ref().filter(|f| {
+            let has = workload != Workload::RwLock || f.has_rw();
+            if !has {
+                notes.push(format!("{workload}: no raw floor for this store (holdfast measured alone)"));
+            }
+            has
+        });
         let mut hf_rounds = Vec::new();
         let mut floor_rounds = Vec::new();
         for round in 0..opts.rounds {
@@ -348,9 +396,10 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
                 max_cycles: opts.max_cycles,
                 think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
                 key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+                mix,
             };
             hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast"), counter.as_deref(), &progress).await?);
-            if let Some(floor) = &floor {
+            if let Some(floor) = floor {
                 floor_rounds.push(run_cycles(floor.clone(), &spec("floor"), counter.as_deref(), &progress).await?);
             }
         }
@@ -362,6 +411,7 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
     let mut report =
         BenchReport::new(opts, client.store_name(), floor.map(|f| f.describe().to_owned()), results, leases);
     report.machine = machine;
+    report.notes = notes;
     if let Some(held) = &opts.held {
         let prefix = format!("holdfast-bench/{run_id}/held");
         report.held = Some(run_held(&opts.url, held, counter.as_deref(), &prefix, &progress).await?);

@@ -146,6 +146,9 @@ pub struct BenchReport {
     /// The `--hot W` workload, if it ran.
     #[serde(default)]
     pub hot: Option<HotResult>,
+    /// Workloads or subjects that did not run, and why.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl BenchReport {
@@ -171,6 +174,7 @@ impl BenchReport {
             ratios: Vec::new(),
             held: None,
             hot: None,
+            notes: Vec::new(),
         };
         report.compute_ratios();
         report
@@ -315,6 +319,9 @@ impl fmt::Display for BenchReport {
         if let Some(hot) = &self.hot {
             writeln!(f)?;
             crate::scale_report::write_hot(f, hot)?;
+        }
+        for note in &self.notes {
+            writeln!(f, "note: {note}")?;
         }
         Ok(())
     }

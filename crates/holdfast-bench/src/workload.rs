@@ -10,7 +10,7 @@ use holdfast::{Client, Error, Result};
 use tokio::sync::Barrier;
 
 use crate::counter::{CommandCounter, CountingBackend};
-use crate::locker::{ACQUIRE_LIMIT, Locker};
+use crate::locker::{ACQUIRE_LIMIT, Locker, Role};
 use crate::report::{LeaseResult, WorkloadResult};
 use crate::stats::{histogram, quantile_us, record, rss_bytes};
 use crate::{BenchOptions, ProgressEvent, Workload};
@@ -35,15 +35,83 @@ pub struct CycleSpec {
     pub think_time: Duration,
     /// Keys are `{key_prefix}/{task}` (uncontended) or `{key_prefix}/shared`.
     pub key_prefix: String,
+    /// What each cycle asks for.
+    pub mix: Mix,
+}
+
+/// What the cycles of a workload ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    /// The key alone, every cycle.
+    Exclusive,
+    /// One permit of a semaphore of `permits`, every cycle.
+    Semaphore {
+        /// The permit count.
+        permits: u32,
+    },
+    /// A read share, and the write side once in `write_every` cycles.
+    ReadWrite {
+        /// One write in this many cycles (10: 10% writes).
+        write_every: u32,
+    },
+}
+
+impl Mix {
+    /// The role of cycle `n` of task `task`.
+    fn role(self, task: usize, n: u64) -> Role {
+        match self {
+            Mix::Exclusive => Role::Exclusive,
+            Mix::Semaphore { permits } => Role::Permit { permits },
+            Mix::ReadWrite { write_every } => {
+                let every = u64::from(write_every.max(1));
+                if (task as u64 + n).is_multiple_of(every) { Role::Write } else { Role::Read }
+            }
+        }
+    }
 }
 
 struct Shared {
     stop: AtomicBool,
     claimed: AtomicU64,
     done: AtomicU64,
-    /// 0: nobody in the critical section; else the task id + 1.
+    /// 0: nobody in the critical section alone; else the task id + 1.
     holder: AtomicUsize,
+    /// Holders of shares (permits, readers) inside now.
+    sharing: AtomicU64,
     overlaps: AtomicU64,
+}
+
+impl Shared {
+    /// The critical section of a shared key for `role`: enter, check that
+    /// nobody is inside who must not be, leave.
+    fn critical_section(&self, id: usize, role: Role) {
+        let overlap = || {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        };
+        match role {
+            Role::Exclusive | Role::Write => {
+                if self.holder.swap(id + 1, Ordering::SeqCst) != 0 || self.sharing.load(Ordering::SeqCst) != 0 {
+                    overlap();
+                }
+                if self.holder.compare_exchange(id + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    overlap();
+                }
+            }
+            Role::Permit { permits } => {
+                if self.sharing.fetch_add(1, Ordering::SeqCst) >= u64::from(permits) {
+                    overlap();
+                }
+                self.sharing.fetch_sub(1, Ordering::SeqCst);
+            }
+            Role::Read => {
+                self.sharing.fetch_add(1, Ordering::SeqCst);
+                if self.holder.load(Ordering::SeqCst) != 0 {
+                    overlap();
+                }
+                self.sharing.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// One finished lock cycle of one task.
@@ -84,24 +152,20 @@ async fn cycle_task<L: Locker>(
                 break;
             }
         }
+        let role = spec.mix.role(id, out.count);
         let t0 = Instant::now();
-        let guard = locker.acquire(&key).await.map_err(fail)?;
+        let guard = locker.acquire_as(&key, role).await.map_err(fail)?;
         let acquired = Instant::now();
-        // The critical section of a shared key: enter, check that nobody else
-        // is inside, leave. (Uncontended tasks each have their own key.)
+        // (Uncontended tasks each have their own key.)
         if contended {
-            if shared.holder.swap(id + 1, Ordering::AcqRel) != 0 {
-                shared.overlaps.fetch_add(1, Ordering::Relaxed);
-            }
-            if shared.holder.compare_exchange(id + 1, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
-                shared.overlaps.fetch_add(1, Ordering::Relaxed);
-            }
+            shared.critical_section(id, role);
         }
         let releasing = Instant::now();
         locker.release(guard).await.map_err(fail)?;
         let released = Instant::now();
         record(&mut out.acquire, acquired - t0);
-        if contended {
+        // Hand-offs only mean something when one task holds at a time.
+        if contended && spec.mix == Mix::Exclusive {
             out.cycles.push(Cycle { task: id, acquired, releasing, released });
         }
         out.count += 1;
@@ -128,6 +192,7 @@ pub async fn run_cycles<L: Locker>(
         claimed: AtomicU64::new(0),
         done: AtomicU64::new(0),
         holder: AtomicUsize::new(0),
+        sharing: AtomicU64::new(0),
         overlaps: AtomicU64::new(0),
     });
     let barrier = Arc::new(Barrier::new(spec.tasks + 1));
@@ -197,7 +262,8 @@ pub async fn run_cycles<L: Locker>(
     let total: u64 = per_task.iter().sum();
     let mut overlaps = shared.overlaps.load(Ordering::Relaxed);
     let (mut handoff, mut switches) = (histogram()?, 0u64);
-    if contended {
+    let exclusive = contended && spec.mix == Mix::Exclusive;
+    if exclusive {
         cycles.sort_by_key(|c| c.acquired);
         for pair in cycles.windows(2) {
             let (prev, next) = (&pair[0], &pair[1]);
@@ -222,7 +288,7 @@ pub async fn run_cycles<L: Locker>(
         cycles_per_sec: total as f64 / elapsed.as_secs_f64().max(1e-9),
         acquire_p50_us: quantile_us(&acquire, 0.5),
         acquire_p99_us: quantile_us(&acquire, 0.99),
-        handoffs: contended.then_some(switches),
+        handoffs: exclusive.then_some(switches),
         handoff_p50_us: quantile_us(&handoff, 0.5),
         handoff_p99_us: quantile_us(&handoff, 0.99),
         per_task_min: per_task.iter().copied().min().unwrap_or(0),

@@ -9,6 +9,9 @@ fn options(dir: &tempfile::TempDir) -> BenchOptions {
     let mut opts = BenchOptions::new(format!("sqlite://{}/bench.db", dir.path().display()));
     opts.tasks_uncontended = 16;
     opts.tasks_contended = 8;
+    opts.tasks_semaphore = 12;
+    opts.permits = 3;
+    opts.tasks_rwlock = 8;
     opts.duration = Duration::from_millis(300);
     opts.leases = 300;
     opts.lease_ttl = Duration::from_millis(300);
@@ -45,7 +48,22 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
     let report = run(&opts, |e| events.lock().unwrap().push(e)).await.unwrap();
 
     check_invariants(&report, &["holdfast", "floor"]);
-    let workloads = [Workload::Uncontended, Workload::Contended, Workload::ContendedThink];
+    for workload in [Workload::Semaphore, Workload::RwLock] {
+        for subject in ["holdfast", "floor"] {
+            let r = report.result(workload, subject).unwrap_or_else(|| panic!("no {workload} result for {subject}"));
+            assert!(r.cycles > 0 && r.tasks_never_acquired == 0, "{workload}/{subject}: {r:?}");
+            assert_eq!(r.overlaps, 0, "{workload}/{subject}: the permit bound or exclusion broke");
+            assert!(r.handoffs.is_none(), "hand-offs are for one holder at a time");
+        }
+    }
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+    let workloads = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::ContendedThink,
+        Workload::Semaphore,
+        Workload::RwLock,
+    ];
     assert_eq!(report.ratios.len(), workloads.len(), "one holdfast/floor ratio per cycle workload");
     assert!(report.ratios.iter().all(|r| r.baseline == "floor" && r.ratio > 0.0));
 
@@ -59,13 +77,13 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
 
     let events = events.into_inner().unwrap();
     let finished = events.iter().filter(|e| matches!(e, ProgressEvent::Finished { .. })).count();
-    assert_eq!(finished, 3 * 2 + 1, "a Finished event per workload and subject: {events:?}");
+    assert_eq!(finished, 5 * 2 + 1, "a Finished event per workload and subject: {events:?}");
 
     let json = serde_json::to_string(&report).unwrap();
     // serde_json may round a float's last digit, so compare the rest exactly.
     let back: BenchReport = serde_json::from_str(&json).unwrap();
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
-    assert_eq!((back.results.len(), back.leases.len(), back.ratios.len()), (6, 1, 3));
+    assert_eq!((back.results.len(), back.leases.len(), back.ratios.len()), (10, 1, 5));
     for (b, r) in back.results.iter().zip(&report.results) {
         assert_eq!((b.workload, &b.subject, b.cycles, b.overlaps), (r.workload, &r.subject, r.cycles, r.overlaps));
         assert!(close(b.cycles_per_sec, r.cycles_per_sec));

@@ -163,6 +163,7 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
                 max_cycles: opts.max_cycles,
                 think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
                 key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+                mix: holdfast_bench::Mix::Exclusive,
             };
             let counter = counter.as_deref();
             if let Some(h) = &holdfast {

@@ -57,6 +57,25 @@ pub trait Floor: Send + Sync + 'static {
 
     /// Deletes `key` if `token` holds it. `true` if it did.
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool>;
+
+    /// Whether this floor has a read-write lock ([`acquire_rw`](Self::acquire_rw)).
+    fn has_rw(&self) -> bool {
+        false
+    }
+
+    /// One attempt at a read share (`write` false: granted unless a writer
+    /// holds `key`) or the write side (granted if nobody holds it), in one
+    /// command. Floors without one fail with `Unsupported`.
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let _ = (key, token, ttl, write);
+        Err(Error::Unsupported { store: "holdfast-bench", what: "a raw read-write lock floor for this store" })
+    }
+
+    /// Releases a read or write share of `token`. `true` if it held one.
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let _ = (key, token);
+        Err(Error::Unsupported { store: "holdfast-bench", what: "a raw read-write lock floor for this store" })
+    }
 }
 
 /// The floor of the store `url` names (the same URL holdfast connects to).

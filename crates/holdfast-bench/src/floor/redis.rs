@@ -16,6 +16,29 @@ const STORE: &str = "redis";
 const COMPARE_AND_DELETE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
+/// A read share (ARGV[3] = "r": unless the writer key KEYS[2] exists, add the
+/// token to the readers' sorted set KEYS[1], scored by expiry) or the write
+/// side ("w": if no unexpired reader, SET KEYS[2] NX PX); one script call.
+const ACQUIRE_RW: &str = "
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == 'r' then
+  if redis.call('exists', KEYS[2]) == 1 then return 0 end
+  redis.call('zadd', KEYS[1], now + ttl, ARGV[1])
+  redis.call('pexpire', KEYS[1], ttl)
+  return 1
+end
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+if redis.call('zcard', KEYS[1]) > 0 then return 0 end
+if redis.call('set', KEYS[2], ARGV[1], 'NX', 'PX', ttl) then return 1 end
+return 0";
+
+/// Releases the token's write side or read share.
+const RELEASE_RW: &str = "
+if redis.call('get', KEYS[2]) == ARGV[1] then return redis.call('del', KEYS[2]) end
+return redis.call('zrem', KEYS[1], ARGV[1])";
+
 fn map_err(e: redis::RedisError) -> Error {
     let retryable = e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
     Error::backend(STORE, retryable, e)
@@ -42,6 +65,13 @@ pub(crate) async fn plain_connection(url: &str) -> Result<redis::aio::Multiplexe
 pub struct RedisFloor {
     conn: redis::aio::MultiplexedConnection,
     release: redis::Script,
+    acquire_rw: redis::Script,
+    release_rw: redis::Script,
+}
+
+/// The readers' set and the writer's key of a read-write lock, in one slot.
+fn rw_keys(key: &str) -> [String; 2] {
+    [format!("{{{key}}}:r"), format!("{{{key}}}:w")]
 }
 
 impl RedisFloor {
@@ -49,8 +79,11 @@ impl RedisFloor {
     pub async fn connect(url: &str) -> Result<Self> {
         let mut conn = plain_connection(url).await?;
         let release = redis::Script::new(COMPARE_AND_DELETE);
-        let _: String = timed(release.prepare_invoke().load_async(&mut conn)).await?;
-        Ok(RedisFloor { conn, release })
+        let (acquire_rw, release_rw) = (redis::Script::new(ACQUIRE_RW), redis::Script::new(RELEASE_RW));
+        for script in [&release, &acquire_rw, &release_rw] {
+            let _: String = timed(script.prepare_invoke().load_async(&mut conn)).await?;
+        }
+        Ok(RedisFloor { conn, release, acquire_rw, release_rw })
     }
 }
 
@@ -79,5 +112,27 @@ impl Floor for RedisFloor {
         let mut conn = self.conn.clone();
         let deleted: i64 = timed(self.release.key(key).arg(token.to_hex()).invoke_async(&mut conn)).await?;
         Ok(deleted == 1)
+    }
+
+    fn has_rw(&self) -> bool {
+        true
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let [r, w] = rw_keys(key);
+        let mut call = self.acquire_rw.key(r);
+        call.key(w).arg(token.to_hex()).arg(ttl.as_millis() as u64).arg(if write { "w" } else { "r" });
+        let taken: i64 = timed(call.invoke_async(&mut conn)).await?;
+        Ok(taken == 1)
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let mut conn = self.conn.clone();
+        let [r, w] = rw_keys(key);
+        let mut call = self.release_rw.key(r);
+        call.key(w).arg(token.to_hex());
+        let released: i64 = timed(call.invoke_async(&mut conn)).await?;
+        Ok(released == 1)
     }
 }

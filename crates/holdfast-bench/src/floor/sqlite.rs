@@ -19,7 +19,27 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS holdfast_bench_floor (
     key           TEXT PRIMARY KEY,
     token         BLOB NOT NULL,
     expires_at_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS holdfast_bench_floor_rw (
+    key           TEXT NOT NULL,
+    token         BLOB NOT NULL,
+    writer        INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (key, token)
 ) WITHOUT ROWID;";
+
+/// A read share unless an unexpired writer holds the key (one statement;
+/// SQLite runs one writer at a time, so the check and the insert are atomic).
+const ACQUIRE_READ: &str = "INSERT INTO holdfast_bench_floor_rw (key, token, writer, expires_at_ms)
+    SELECT ?1, ?2, 0, ?3 + ?4 WHERE NOT EXISTS
+      (SELECT 1 FROM holdfast_bench_floor_rw WHERE key = ?1 AND writer = 1 AND expires_at_ms > ?3)";
+
+/// The write side if nobody holds the key.
+const ACQUIRE_WRITE: &str = "INSERT INTO holdfast_bench_floor_rw (key, token, writer, expires_at_ms)
+    SELECT ?1, ?2, 1, ?3 + ?4 WHERE NOT EXISTS
+      (SELECT 1 FROM holdfast_bench_floor_rw WHERE key = ?1 AND expires_at_ms > ?3)";
+
+const RELEASE_RW: &str = "DELETE FROM holdfast_bench_floor_rw WHERE key = ?1 AND token = ?2";
 
 const ACQUIRE: &str = "INSERT INTO holdfast_bench_floor (key, token, expires_at_ms) VALUES (?1, ?2, ?3 + ?4)
     ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at_ms = excluded.expires_at_ms
@@ -100,6 +120,29 @@ impl Floor for SqliteFloor {
         let key = key.to_owned();
         self.with_conn(move |c| {
             c.prepare_cached(RELEASE)?.execute(params![key, token.to_bytes().to_vec()]).map(|n| n == 1)
+        })
+        .await
+    }
+
+    fn has_rw(&self) -> bool {
+        true
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let key = key.to_owned();
+        let ttl_ms = ttl.as_millis() as i64;
+        self.with_conn(move |c| {
+            c.prepare_cached(if write { ACQUIRE_WRITE } else { ACQUIRE_READ })?
+                .execute(params![key, token.to_bytes().to_vec(), now_ms(), ttl_ms])
+                .map(|n| n == 1)
+        })
+        .await
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let key = key.to_owned();
+        self.with_conn(move |c| {
+            c.prepare_cached(RELEASE_RW)?.execute(params![key, token.to_bytes().to_vec()]).map(|n| n == 1)
         })
         .await
     }

@@ -47,6 +47,7 @@ pub async fn contended_run(
         max_cycles: None,
         think_time: Duration::ZERO,
         key_prefix: "bench-test".into(),
+        mix: holdfast_bench::Mix::Exclusive,
     };
     let r = run_cycles(Arc::new(FloorLocker::new(floor)), &spec, counter, &|_| {}).await.expect("workload");
     assert!(r.cycles > 0 && r.overlaps == 0, "{r:?}");
