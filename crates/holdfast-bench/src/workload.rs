@@ -64,7 +64,7 @@ impl Mix {
             Mix::Semaphore { permits } => Role::Permit { permits },
             Mix::ReadWrite { write_every } => {
                 let every = u64::from(write_every.max(1));
-                if (task as u64 + n).is_multiple_of(every) { Role::Write } else { Role::Read }
+                if (task as u64 + n) % every == 0 { Role::Write } else { Role::Read }
             }
         }
     }
