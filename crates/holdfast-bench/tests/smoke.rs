@@ -57,13 +57,8 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
         }
     }
     assert!(report.notes.is_empty(), "{:?}", report.notes);
-    let workloads = [
-        Workload::Uncontended,
-        Workload::Contended,
-        Workload::ContendedThink,
-        Workload::Semaphore,
-        Workload::RwLock,
-    ];
+    let workloads =
+        [Workload::Uncontended, Workload::Contended, Workload::ContendedThink, Workload::Semaphore, Workload::RwLock];
     assert_eq!(report.ratios.len(), workloads.len(), "one holdfast/floor ratio per cycle workload");
     assert!(report.ratios.iter().all(|r| r.baseline == "floor" && r.ratio > 0.0));
 

@@ -23,6 +23,10 @@ struct Instrumented {
     largest: AtomicU64,
     down: std::sync::atomic::AtomicBool,
     failed: AtomicU64,
+    /// How long each renew call waits before it reaches the store (ms).
+    renew_delay_ms: AtomicU64,
+    /// Renew calls that have started.
+    renews_started: AtomicU64,
 }
 
 impl Instrumented {
@@ -34,6 +38,8 @@ impl Instrumented {
             largest: AtomicU64::new(0),
             down: false.into(),
             failed: AtomicU64::new(0),
+            renew_delay_ms: AtomicU64::new(0),
+            renews_started: AtomicU64::new(0),
         })
     }
 }
@@ -68,6 +74,8 @@ impl Backend for Instrumented {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.leases.fetch_add(leases.len() as u64, Ordering::SeqCst);
         self.largest.fetch_max(leases.len() as u64, Ordering::SeqCst);
+        self.renews_started.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(self.renew_delay_ms.load(Ordering::SeqCst))).await;
         self.inner.renew(leases).await
     }
     async fn status(&self, key: &LockKey) -> holdfast::Result<LockStatus> {
@@ -357,6 +365,62 @@ fn guard_and_handles_are_send_sync_static() {
     fn check<T: Send + Sync + 'static>() {}
     check::<holdfast::MutexGuard>();
     check::<holdfast::Mutex>();
+    check::<holdfast::Permit>();
+    check::<holdfast::Semaphore>();
+    check::<holdfast::ReadGuard>();
+    check::<holdfast::WriteGuard>();
+    check::<holdfast::RwLock>();
+    check::<holdfast::Election>();
+    check::<holdfast::Leadership>();
     check::<Client>();
     check::<Error>();
+}
+
+/// Log lines, captured from the current thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Leases released while a renewal of them is in flight are not reported as
+/// lost: the renewal finds them gone in the store, and that is the release,
+/// not a loss (it logged hundreds of "lease gone at renewal" warnings).
+#[test]
+fn releasing_during_a_renewal_logs_no_lease_loss() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    // One thread: the renewal task logs where the subscriber is.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Instrumented::open(&dir).await;
+        let client = Client::with_backend(backend.clone(), ClientOptions::default());
+        let mut guards = Vec::new();
+        for i in 0..500 {
+            guards.push(client.mutex(format!("gone/{i}")).ttl(Duration::from_millis(900)).acquire().await.unwrap());
+        }
+        backend.renew_delay_ms.store(150, Ordering::SeqCst);
+        let started = backend.renews_started.load(Ordering::SeqCst);
+        while backend.renews_started.load(Ordering::SeqCst) == started {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // Renewal slices are in flight (each waits 150 ms): release them all now.
+        for g in guards {
+            g.release().await.expect("release");
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(client.renewing_leases(), 0);
+    });
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(!text.contains("lease gone"), "released leases reported lost:\n{text}");
 }
