@@ -386,8 +386,8 @@ fn acl_user_with_minimal_permissions() {
     rt().block_on(async {
         let mut conn = raw(&server).await;
         let rules = "on >s3cret-pw ~{holdfast:* &holdfast:* +evalsha +eval +script|load +subscribe +unsubscribe \
-                     +ping +hello +hget +hmget +hset +hdel +hvals +pexpire +pexpireat +time +exists \
-                     +lindex +lpop +rpush +lrem +publish";
+                     +ping +hello +hget +hmget +hset +hdel +hvals +hgetall +pexpire +pexpireat +pttl +time \
+                     +exists +lindex +lpop +rpush +lrem +publish";
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg("locker");
         for rule in rules.split_whitespace() {
@@ -410,6 +410,18 @@ fn acl_user_with_minimal_permissions() {
             g.release().await.expect("release");
             tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("waiter stuck").expect("task");
         }
+        // Shared leases need nothing more: a waiting writer reserves, readers share.
+        let reader = a.rwlock("acl-rw").read().acquire().await.expect("read as an ACL user");
+        let writer = tokio::spawn({
+            let b = b.clone();
+            async move { b.rwlock("acl-rw").write().acquire_timeout(Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let st = a.status("acl-rw").await.expect("status");
+        assert_eq!(st.shared.len(), 1, "{st:?}");
+        reader.release().await.expect("release");
+        let w = tokio::time::timeout(Duration::from_secs(10), writer).await.expect("writer stuck").expect("task");
+        w.expect("write as an ACL user").release().await.expect("release");
         let bad = format!("redis://locker:wrong-pw@127.0.0.1:{}?timeout_ms=2000", server.port());
         match Client::connect(&bad).await {
             Err(e @ Error::Backend { .. }) => {

@@ -104,7 +104,8 @@ pub fn decide(token: [u8; 16], mode: LeaseMode, rows: &[Row]) -> Decision {
     if taken <= u64::from(limit) { Decision::Grant } else { refuse }
 }
 
-fn conflict_reason(asked: u32, held: u32) -> String {
+/// Why a shared request under `asked` conflicts with a key held under `held`.
+pub fn conflict_reason(asked: u32, held: u32) -> String {
     let name =
         |l: u32| if l == UNLIMITED { "a read-write lock".to_owned() } else { format!("a semaphore of {l} permits") };
     format!("asked for a share of {}, but the key is held as {}", name(asked), name(held))

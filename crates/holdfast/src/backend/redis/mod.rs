@@ -16,7 +16,9 @@ use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ScriptI
 
 pub use config::RedisConfig;
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::backend::{
+    AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest, UNLIMITED, admission,
+};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -35,6 +37,8 @@ fn script(body: &str) -> Script {
 struct Scripts {
     acquire: Script,
     fair_acquire: Script,
+    shared_acquire: Script,
+    shared_admin: Script,
     release: Script,
     renew: Script,
     status: Script,
@@ -45,6 +49,8 @@ impl Scripts {
         Scripts {
             acquire: script(include_str!("scripts/acquire.lua")),
             fair_acquire: script(include_str!("scripts/fair_acquire.lua")),
+            shared_acquire: script(include_str!("scripts/shared_acquire.lua")),
+            shared_admin: script(include_str!("scripts/shared_admin.lua")),
             release: script(include_str!("scripts/release.lua")),
             renew: script(include_str!("scripts/renew.lua")),
             status: script(include_str!("scripts/status.lua")),
@@ -104,12 +110,14 @@ fn timed_out(what: &str, after: Duration) -> Error {
     Error::backend(STORE, true, format!("{what} timed out after {after:?}"))
 }
 
-/// The three keys of one lock; they share the hash tag `{prefix:key}`.
-fn lock_keys(prefix: &str, key: &LockKey) -> [String; 3] {
+/// The four keys of one lock (the lock hash, the fair queue and its
+/// entries, the shares); they share the hash tag `{prefix:key}`.
+fn lock_keys(prefix: &str, key: &LockKey) -> [String; 4] {
     let h = format!("{{{prefix}:{}}}", key.as_str());
     let q = format!("{h}:q");
     let e = format!("{h}:e");
-    [h, q, e]
+    let s = format!("{h}:s");
+    [h, q, e, s]
 }
 
 fn ms(d: Duration) -> u64 {
@@ -235,7 +243,7 @@ impl RedisBackend {
 
     /// One acquire script call: `Granted` or `Busy` with the holder's time left.
     async fn attempt(&self, req: &AcquireRequest, fair: bool) -> Result<Attempt> {
-        let [h, q, e] = lock_keys(&self.inner.config.prefix, &req.key);
+        let [h, q, e, _] = lock_keys(&self.inner.config.prefix, &req.key);
         let mut inv = if fair { self.inner.scripts.fair_acquire.key(h) } else { self.inner.scripts.acquire.key(h) };
         inv.key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
         if fair {
@@ -249,6 +257,26 @@ impl RedisBackend {
         } else {
             Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }
         })
+    }
+
+    /// One attempt of a writer or a share (the lease model's other modes);
+    /// a waiting attempt (`reserve`) leaves a reservation when refused.
+    async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
+        let [h, _, _, s] = lock_keys(&self.inner.config.prefix, &req.key);
+        let (mode, weight, limit) = admission::encode(req.mode);
+        let mut inv = self.inner.scripts.shared_acquire.key(h);
+        inv.key(s).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label).arg(ms(self.inner.config.fence_keep));
+        inv.arg(mode).arg(weight).arg(limit).arg(u8::from(reserve));
+        let started = Instant::now();
+        let (outcome, value): (i64, i64) = self.invoke(&inv).await?;
+        match outcome {
+            1 => Ok(Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))),
+            2 => Err(Error::Conflict {
+                key: req.key.to_string(),
+                reason: admission::conflict_reason(req.mode.limit().unwrap_or(UNLIMITED), value.max(0) as u32),
+            }),
+            _ => Ok(Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }),
+        }
     }
 
     async fn acquire_fair(&self, req: &AcquireRequest) -> Result<Grant> {
@@ -281,7 +309,7 @@ impl RedisBackend {
         // Fast path when no waiter of this client waits on the key: one script
         // call when the key is free. When others wait, the channel is
         // subscribed already and the first attempt comes after joining them.
-        if !notifier.has_waiters(req.key.as_str()) {
+        if !notifier.has_waiters(req.key.as_str()) && req.mode == LeaseMode::Exclusive {
             if let Attempt::Granted(grant) = self.attempt(req, false).await? {
                 return Ok(grant);
             }
@@ -290,7 +318,11 @@ impl RedisBackend {
         // release between a busy attempt and here is seen by that attempt.
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
-        wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false)).await
+        if req.mode == LeaseMode::Exclusive {
+            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false)).await
+        } else {
+            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
+        }
     }
 }
 
@@ -325,21 +357,28 @@ impl Backend for RedisBackend {
             // One script call per slice: Redis runs one script at a time, so
             // a slice is as long as any other client may wait for renewal.
             renew_slice: Some(256),
-            shared_leases: false,
+            shared_leases: true,
         }
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         // One attempt. A fair attempt would queue the token, so a try uses
         // the non-fair script, which still defers to queued waiters.
-        Ok(match self.attempt(req, false).await? {
+        let attempt = if req.mode == LeaseMode::Exclusive {
+            self.attempt(req, false).await?
+        } else {
+            self.attempt_shared(req, false).await?
+        };
+        Ok(match attempt {
             Attempt::Granted(g) => Some(g),
             Attempt::Busy { .. } => None,
         })
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
-        if req.fair || self.inner.config.fair_default {
+        // Writers and shares wait in the order of their reservations, not
+        // on the fair queue.
+        if req.mode == LeaseMode::Exclusive && (req.fair || self.inner.config.fair_default) {
             self.acquire_fair(req).await
         } else {
             self.acquire_waiting(req).await
@@ -348,10 +387,11 @@ impl Backend for RedisBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let config = &self.inner.config;
-        let [h, q, e] = lock_keys(&config.prefix, key);
+        let [h, q, e, s] = lock_keys(&config.prefix, key);
         let mut inv = self.inner.scripts.release.key(h);
         inv.key(q)
             .key(e)
+            .key(s)
             .arg(token.to_hex())
             .arg(ms(config.fence_keep))
             .arg(format!("{}:w:{}", config.prefix, key.as_str()))
@@ -366,8 +406,8 @@ impl Backend for RedisBackend {
             let mut inv = self.inner.scripts.renew.prepare_invoke();
             inv.arg(ms(self.inner.config.fence_keep));
             for lease in chunk {
-                let [h, _, _] = lock_keys(prefix, &lease.key);
-                inv.key(h).arg(lease.token.to_hex()).arg(ms(lease.ttl));
+                let [h, _, _, s] = lock_keys(prefix, &lease.key);
+                inv.key(h).key(s).arg(lease.token.to_hex()).arg(ms(lease.ttl));
             }
             let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
             if held.len() != chunk.len() {
@@ -381,20 +421,49 @@ impl Backend for RedisBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let [h, q, e] = lock_keys(&self.inner.config.prefix, key);
+        let [h, q, e, s] = lock_keys(&self.inner.config.prefix, key);
         let mut inv = self.inner.scripts.status.key(h);
-        inv.key(q).key(e);
-        let (label, fence, ms_left, waiters): (Option<String>, i64, i64, i64) = self.invoke(&inv).await?;
-        Ok(LockStatus {
+        inv.key(q).key(e).key(s);
+        type Share = (String, i64, i64, i64, i64);
+        let (label, fence, ms_left, waiters, shares): (Option<String>, i64, i64, i64, Vec<Share>) =
+            self.invoke(&inv).await?;
+        let left = |ms: i64| (ms >= 0).then(|| Duration::from_millis(ms as u64));
+        let mut status = LockStatus {
             holder: label.map(|label| HolderInfo {
                 label,
                 fence: fence.max(0) as u64,
-                ttl_left: (ms_left >= 0).then(|| Duration::from_millis(ms_left as u64)),
+                ttl_left: left(ms_left),
                 weight: 1,
             }),
             waiters: Some(waiters.max(0) as u64),
             ..LockStatus::free(key)
-        })
+        };
+        for (label, fence, ms_left, weight, limit) in shares {
+            status.limit = Some(limit.clamp(0, i64::from(u32::MAX)) as u32);
+            status.shared.push(HolderInfo {
+                label,
+                fence: fence.max(0) as u64,
+                ttl_left: left(ms_left),
+                weight: weight.clamp(0, i64::from(u32::MAX)) as u32,
+            });
+        }
+        Ok(status)
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
+        let mut inv = self.inner.scripts.shared_admin.key(h);
+        inv.key(s).arg("limit").arg(limit);
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held.max(0) as u64)
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
+        let mut inv = self.inner.scripts.shared_admin.key(h);
+        inv.key(s).arg("label").arg(token.to_hex()).arg(label);
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held == 1)
     }
 }
 
@@ -405,13 +474,14 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag_and_never_collide() {
         let k = |s: &str| lock_keys("holdfast", &LockKey::new(s).unwrap());
-        let [h, q, e] = k("orders/42");
+        let [h, q, e, s] = k("orders/42");
         assert_eq!(h, "{holdfast:orders/42}");
         assert_eq!(q, "{holdfast:orders/42}:q");
         assert_eq!(e, "{holdfast:orders/42}:e");
+        assert_eq!(s, "{holdfast:orders/42}:s");
         // A key that looks like another key's suffix still maps to other names.
         let all: std::collections::HashSet<String> =
-            ["a", "a}:q", "a}:e", "a}", "a}:q}"].iter().flat_map(|s| k(s)).collect();
-        assert_eq!(all.len(), 15);
+            ["a", "a}:q", "a}:e", "a}:s", "a}", "a}:q}"].iter().flat_map(|s| k(s)).collect();
+        assert_eq!(all.len(), 24);
     }
 }

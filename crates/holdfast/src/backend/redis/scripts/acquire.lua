@@ -8,6 +8,7 @@ local now = math.floor(us / 1000)
 local o = holder(s, now)
 if o == token then return regrant(h, s, now, ttl, keep) end
 if o then return {0, s.x - now} end
+if s.sx > now then return {0, s.sx - now} end
 if redis.call('EXISTS', q) == 1 and purge(q, e, now) then
   -- Fair waiters are queued: they go first.
   return {0, -1}

@@ -11,6 +11,12 @@
 --       fence survives a lease that expired as well as one that was released.
 --   Q = {PREFIX:KEY}:q  list of queued fair waiters' tokens, in request order
 --   E = {PREFIX:KEY}:e  hash: token -> "expiry_ms ttl_ms client_id label" of each queued waiter
+--   S = {PREFIX:KEY}:s  hash: token -> "held mode weight limit order expiry_ms label" of each
+--       shared lease (held 1) and each waiting request's reservation (held 0);
+--       mode 0 exclusive, 1 writer, 2 shared; order = a held lease's fence or a
+--       reservation's place. H's field sx = the latest expiry of a held
+--       shared lease, so an exclusive acquire sees shares in the one HMGET
+--       it already makes.
 -- Time comes only from the server (TIME), never from a client.
 
 local function now_us()
@@ -24,9 +30,9 @@ end
 
 -- The lock's state, in one read.
 local function read_lock(h)
-  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l')
+  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx')
   return { o = v[1], f = tonumber(v[2] or '0') or 0, x = tonumber(v[3] or '0') or 0,
-           e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6] }
+           e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6], sx = tonumber(v[7] or '0') or 0 }
 end
 
 -- The token holding the lock at server time now_ms, or nil.
@@ -53,6 +59,73 @@ local function write(h, s, lease_end, keep_ms, ...)
   if move then at = lease_end + keep_ms + math.floor(keep_ms / 2) end
   redis.call('HSET', h, 'e', int(at), ...)
   if move then redis.call('PEXPIREAT', h, int(at)) end
+  s.e = at
+  return at
+end
+
+-- One entry of S, parsed (t = its token).
+local function parse_share(t, v)
+  local held, m, w, l, ord, x, label = string.match(v, '^(%d) (%d) (%d+) (%d+) (%d+) (%d+) (.*)$')
+  if not held then return nil end
+  return { t = t, held = held == '1', m = tonumber(m), w = tonumber(w), l = tonumber(l),
+           ord = tonumber(ord), x = tonumber(x), label = label }
+end
+
+local function share_entry(r)
+  return (r.held and '1' or '0') .. ' ' .. int(r.m) .. ' ' .. int(r.w) .. ' ' .. int(r.l) .. ' ' ..
+         int(r.ord) .. ' ' .. int(r.x) .. ' ' .. r.label
+end
+
+-- The unexpired entries of S (expired ones are deleted), and the latest
+-- expiry of a held one (0 if none).
+local function read_shares(sk, now_ms)
+  local rows, latest = {}, 0
+  local kv = redis.call('HGETALL', sk)
+  for i = 1, #kv, 2 do
+    local r = parse_share(kv[i], kv[i + 1])
+    if r and r.x > now_ms then
+      rows[#rows + 1] = r
+      if r.held and r.x > latest then latest = r.x end
+    else
+      redis.call('HDEL', sk, kv[i])
+    end
+  end
+  return rows, latest
+end
+
+-- The admission rule of the lease model (holdfast's backend/admission.rs,
+-- the same rule): 'held', fence | 'grant' | 'refuse', own place or nil |
+-- 'conflict', the other limit.
+local function decide(token, m, w, lim, rows)
+  local own = nil
+  for _, r in ipairs(rows) do
+    if r.t == token then
+      if r.held then return 'held', r.ord end
+      own = r.ord
+    end
+  end
+  if m ~= 2 then
+    for _, r in ipairs(rows) do
+      if r.t ~= token and r.held then return 'refuse', own end
+    end
+    return 'grant'
+  end
+  for _, r in ipairs(rows) do
+    if r.t ~= token and r.m == 2 and r.l ~= lim then return 'conflict', r.l end
+  end
+  local taken = w
+  for _, r in ipairs(rows) do
+    if r.t ~= token then
+      local older = (own == nil) or (r.ord < own)
+      if r.held then
+        if r.m == 2 then taken = taken + r.w else return 'refuse', own end
+      elseif older then
+        if r.m == 2 then taken = taken + r.w elseif r.m == 1 then return 'refuse', own end
+      end
+    end
+  end
+  if taken <= lim then return 'grant' end
+  return 'refuse', own
 end
 
 -- A retry by the token that holds the lock (its reply was lost, or it was

@@ -12,6 +12,11 @@ local now = math.floor(us / 1000)
 local o = holder(s, now)
 if o == token then return regrant(h, s, now, ttl, keep) end
 local head = purge(q, e, now)
+if not o and s.sx > now then
+  -- Shared leases hold the lock: queue like behind a holder.
+  o = ''
+  s.x = s.sx
+end
 if not o then
   if not head or head == token then
     if head then

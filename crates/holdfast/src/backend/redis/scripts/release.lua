@@ -1,17 +1,32 @@
 -- Release by token, and removal of the token's queue entry (a cancelled waiter).
--- KEYS: H, Q, E. ARGV: token, fence_keep_ms, lock channel, client channel prefix.
+-- KEYS: H, Q, E, S. ARGV: token, fence_keep_ms, lock channel, client channel prefix.
 -- Returns 1 if the token held the lock, or had released it already (a
 -- re-sent release whose first reply was lost), else 0.
 -- When fair waiters are queued, the lock goes straight to the live head waiter
 -- (new owner, new fence, a claim window of its entry's remaining life) and only
 -- that waiter's client is told; otherwise the lock channel is told, once.
-local h, q, e = KEYS[1], KEYS[2], KEYS[3]
+local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, keep, chan, cprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 local o = holder(s, now)
 if o ~= token then
+  -- A shared lease or a reservation: gone, and the lock's channel told (a
+  -- release, or a writer that stopped waiting, may admit waiters).
+  local v = redis.call('HGET', sk, token)
+  if v then
+    redis.call('HDEL', sk, token)
+    local r = parse_share(token, v)
+    local live = r and r.held and r.x > now
+    if r and r.held and redis.call('EXISTS', h) == 1 then
+      local _, latest = read_shares(sk, now)
+      redis.call('HSET', h, 'sx', int(latest), 'r', token)
+    end
+    redis.call('PUBLISH', chan, '')
+    if live then return 1 end
+    return 0
+  end
   -- Not the holder: maybe a cancelled fair waiter (the owner is never queued).
   if redis.call('HDEL', e, token) == 1 then
     redis.call('LREM', q, 1, token)

@@ -1,12 +1,21 @@
--- Status of a lock. KEYS: H, Q, E.
--- Returns {label or false, fence, ms_left, live queued waiters}.
-local h, q, e = KEYS[1], KEYS[2], KEYS[3]
+-- Status of a lock. KEYS: H, Q, E, S.
+-- Returns {label or false, fence, ms_left, live queued waiters, shares}, shares
+-- a list of {label, fence, ms_left, weight, limit}, one per held shared lease.
+local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_ms = math.floor(now_us() / 1000)
 local waiters = 0
 for _, v in ipairs(redis.call('HVALS', e)) do
   local exp = parse_entry(v)
   if exp and exp > now_ms then waiters = waiters + 1 end
 end
+local shares = {}
+local kv = redis.call('HGETALL', sk)
+for i = 1, #kv, 2 do
+  local r = parse_share(kv[i], kv[i + 1])
+  if r and r.held and r.x > now_ms then
+    shares[#shares + 1] = { r.label, r.ord, r.x - now_ms, r.w, r.l }
+  end
+end
 local s = read_lock(h)
-if not holder(s, now_ms) then return {false, 0, 0, waiters} end
-return {s.l or '', s.f, s.x - now_ms, waiters}
+if not holder(s, now_ms) then return {false, 0, 0, waiters, shares} end
+return {s.l or '', s.f, s.x - now_ms, waiters, shares}

@@ -1,0 +1,55 @@
+-- Acquire of a lease model mode other than the plain mutex: a writer (mode 1)
+-- or a share (mode 2) under a limit. KEYS: H, S.
+-- ARGV: token, ttl_ms, label, fence_keep_ms, mode, weight, limit, reserve (1:
+-- a waiting attempt, which leaves a reservation when refused).
+-- Returns {1, fence} granted, {0, ms_left or -1} refused, {2, other limit} conflict.
+local h, sk = KEYS[1], KEYS[2]
+local token, ttl, label, keep = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local m, w, lim, reserve = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+local s = read_lock(h)
+local us = now_us()
+local now = math.floor(us / 1000)
+local rows, latest = read_shares(sk, now)
+local o = holder(s, now)
+if o then rows[#rows + 1] = { t = o, held = true, m = 0, w = 1, l = 0, ord = s.f } end
+local d, v = decide(token, m, w, lim, rows)
+if d == 'held' then
+  if o == token then return regrant(h, s, now, ttl, keep) end
+  for _, r in ipairs(rows) do
+    if r.t == token then
+      r.x = now + ttl
+      redis.call('HSET', sk, token, share_entry(r))
+      local sx = s.sx
+      if r.x > sx then sx = r.x end
+      redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
+      return {1, r.ord}
+    end
+  end
+end
+if d == 'grant' then
+  local f = next_fence(s, us)
+  if m == 2 then
+    redis.call('HSET', sk, token, share_entry({ held = true, m = m, w = w, l = lim, ord = f, x = now + ttl, label = label }))
+    local sx = s.sx
+    if now + ttl > sx then sx = now + ttl end
+    redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx))))
+  else
+    redis.call('HDEL', sk, token)
+    write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
+  end
+  return {1, f}
+end
+if d == 'conflict' then return {2, v} end
+if reserve then
+  local place = v
+  if not place then
+    -- A new place, from the fence counter, so later places and fences are higher.
+    place = next_fence(s, us)
+    write(h, s, now + ttl, keep, 'f', int(place))
+  end
+  redis.call('HSET', sk, token, share_entry({ held = false, m = m, w = w, l = lim, ord = place, x = now + ttl, label = label }))
+  if redis.call('PTTL', sk) < ttl then redis.call('PEXPIRE', sk, ttl * 2) end
+end
+if o then return {0, s.x - now} end
+if latest > now then return {0, latest - now} end
+return {0, -1}
