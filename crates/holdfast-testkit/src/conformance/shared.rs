@@ -146,7 +146,10 @@ pub async fn c14_read_share_write_exclusion(store: &Store) {
     let last_read = r2.fence();
     r1.release().await.expect("release");
     r2.release().await.expect("release");
-    let w = rb.write().acquire().await.expect("write");
+    // Released shares free the key at once, not when their leases would have ended.
+    let m = a.mutex(&key).try_acquire().await.expect("try").expect("a mutex right after the readers left");
+    m.release().await.expect("release");
+    let w = rb.write().try_acquire().await.expect("try").expect("a writer right after the readers left");
     assert!(w.fence() > last_read, "the writer's fence is not above the readers'");
     assert!(ra.read().try_acquire().await.expect("try").is_none(), "a reader got in with a writer");
     assert!(ra.write().try_acquire().await.expect("try").is_none(), "two writers");

@@ -7,6 +7,7 @@ mod error;
 mod listener;
 mod pool;
 mod pooler;
+mod shares;
 mod sql;
 mod tls;
 
@@ -20,7 +21,7 @@ use tokio_postgres::types::Type;
 pub use config::{PostgresConfig, Prepared, SslMode};
 pub use error::PgError;
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -35,6 +36,7 @@ const STORE: &str = "postgres";
 struct Inner {
     config: PostgresConfig,
     sql: sql::Statements,
+    shares: shares::ShareSql,
     channel: String,
     pool: Pool,
     wakeups: Arc<LocalWakeups>,
@@ -99,11 +101,14 @@ impl PostgresBackend {
             tls,
             slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             renewal: tokio::sync::Mutex::new(None),
+            txn: tokio::sync::Mutex::new(None),
+            txn_turn: tokio::sync::Mutex::new(()),
             next: AtomicUsize::new(0),
             prepared: config.prepared,
         };
         let inner = Inner {
             sql: sql::Statements::new(&config),
+            shares: shares::ShareSql::new(&config),
             channel: config.channel(),
             config,
             pool,
@@ -132,12 +137,17 @@ impl Backend for PostgresBackend {
         Capabilities {
             store_notification: self.inner.config.listen.is_some(),
             fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
+            shared_leases: true,
             ..Capabilities::minimal()
         }
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        Ok(match self.attempt(req, false).await? {
+        let attempt = match req.mode {
+            LeaseMode::Exclusive => self.attempt(req, false).await?,
+            _ => self.attempt_shared(req, false).await?,
+        };
+        Ok(match attempt {
             Attempt::Granted(g) => Some(g),
             Attempt::Busy { .. } => None,
         })
@@ -146,6 +156,10 @@ impl Backend for PostgresBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let _waiting = self.inner.waiting.enter(req.key.as_str());
         let wakeup = self.inner.wakeups.subscribe(req.key.as_str());
+        if req.mode != LeaseMode::Exclusive {
+            self.ensure_listener().await;
+            return wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await;
+        }
         if !self.listening() {
             // A free key needs no listener: a client that never meets a busy
             // key never opens one (and never receives every release's NOTIFY).
@@ -171,6 +185,13 @@ impl Backend for PostgresBackend {
             .await?;
         let released = match rows.first() {
             Some(row) => {
+                if row.try_get::<_, bool>(2).map_err(map_err)? {
+                    // A held share: its key's gate comes down to the shares left.
+                    if let Err(e) = self.shrink_gate(key.as_str()).await {
+                        tracing::warn!(key = %key, error = %e, "could not shrink the key's gate after a share was \
+                            released; exclusive grants wait until the released share's lease would have ended");
+                    }
+                }
                 // With a live listener the NOTIFY wakes one waiter here as in
                 // every other client; without one, wake a local waiter directly.
                 if !self.listening() {
@@ -191,12 +212,18 @@ impl Backend for PostgresBackend {
         let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
         let tokens: Vec<Vec<u8>> = leases.iter().map(|l| l.token.to_bytes().to_vec()).collect();
         let ttls: Vec<i64> = leases.iter().map(|l| l.ttl.as_millis() as i64).collect();
+        let gate = shares::GATE.to_vec();
         let rows = self
             .query(
                 "renew",
                 None,
                 Stmt::Renew,
-                &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
+                &[
+                    (&keys, Type::TEXT_ARRAY),
+                    (&tokens, Type::BYTEA_ARRAY),
+                    (&ttls, Type::INT8_ARRAY),
+                    (&gate, Type::BYTEA),
+                ],
             )
             .await?;
         let mut held = vec![false; leases.len()];
@@ -210,7 +237,10 @@ impl Backend for PostgresBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let rows = self.query("status", Some(key.as_str()), Stmt::Status, &[(&key.as_str(), Type::TEXT)]).await?;
+        let gate = shares::GATE.to_vec();
+        let rows = self
+            .query("status", Some(key.as_str()), Stmt::Status, &[(&key.as_str(), Type::TEXT), (&gate, Type::BYTEA)])
+            .await?;
         let holder = match rows.first() {
             Some(row) => {
                 let label: String = row.try_get(0).map_err(map_err)?;
@@ -225,6 +255,15 @@ impl Backend for PostgresBackend {
             }
             None => None,
         };
-        Ok(LockStatus { holder, ..LockStatus::free(key) })
+        let (shared, limit) = self.shares_of(key).await?;
+        Ok(LockStatus { holder, shared, limit, ..LockStatus::free(key) })
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        self.resize_shares(key, limit).await
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        self.relabel_lease(key, token, label).await
     }
 }

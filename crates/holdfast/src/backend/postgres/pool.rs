@@ -33,6 +33,11 @@ pub(super) struct Pool {
     /// either order; a renewal after the release finds no row, and the
     /// client ignores it for a lease it released.)
     pub(super) renewal: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection of shared-lease transactions (a transaction needs a
+    /// connection to itself; the slots are shared by pipelined statements),
+    /// and the turn to use it: held for a whole transaction.
+    pub(super) txn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    pub(super) txn_turn: tokio::sync::Mutex<()>,
     /// Round-robin position for statements about no single key.
     pub(super) next: AtomicUsize,
     /// Where named prepared statements may be used.
@@ -47,6 +52,8 @@ pub(super) struct Conn {
     pub(super) named: bool,
     /// The statements prepared on it, indexed by [`Stmt`](super::sql::Stmt).
     pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; 5],
+    /// Left inside a transaction by a caller that gave up: not to be used again.
+    pub(super) broken: std::sync::atomic::AtomicBool,
 }
 
 /// Errors that mean a named prepared statement is not where it was prepared
@@ -71,10 +78,15 @@ impl Pool {
         self.open_in(&self.renewal).await
     }
 
+    /// The transaction connection (hold [`txn_turn`](Self::txn_turn) while using it).
+    pub(super) async fn txn(&self) -> Result<Arc<Conn>> {
+        self.open_in(&self.txn).await
+    }
+
     /// The live connection of `slot`, opened if there is none.
     async fn open_in(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>) -> Result<Arc<Conn>> {
         let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed() && !c.broken.load(Ordering::Relaxed)) {
             return Ok(c.clone());
         }
         *slot = None;
@@ -107,7 +119,7 @@ impl Pool {
         if named && (self.prepared == Prepared::Auto || pooler::is_direct(&client).await.map_err(map_err)?) {
             client.batch_execute("SET enable_seqscan = off").await.map_err(map_err)?;
         }
-        let conn = Arc::new(Conn { client, named, prepared: Default::default() });
+        let conn = Arc::new(Conn { client, named, prepared: Default::default(), broken: Default::default() });
         *slot = Some(conn.clone());
         Ok(conn)
     }

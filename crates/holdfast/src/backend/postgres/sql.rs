@@ -31,17 +31,20 @@ pub(super) struct Statements {
     pub lease_regclass: String,
     /// `"schema"."table_fence"` as text, for `to_regclass`.
     pub fence_regclass: String,
+    /// `"schema"."table_shares"` as text, for `to_regclass`.
+    pub shares_regclass: String,
     /// Creates the schema, the tables and the counter row; run in one
     /// transaction under a transaction-scoped advisory lock.
     pub create: String,
     /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool)` ->
     /// `(granted fence, own fence, holder ms left, registered)`.
     pub acquire: String,
-    /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired)` if the token held the key.
+    /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired, _, a
+    /// held share)` if the token held the key, a share or a reservation.
     pub release: String,
-    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed.
+    /// `$1 keys[], $2 tokens[], $3 ttl_ms[], $4 gate token` -> the 1-based positions renewed.
     pub renew: String,
-    /// `$1 key` -> `(label, fence, ms left)` of the unexpired holder.
+    /// `$1 key, $2 gate token` -> `(label, fence, ms left)` of the unexpired exclusive holder.
     pub status: String,
     /// Deletes up to 16 rows whose lease ran out more than a minute ago.
     pub sweep: String,
@@ -64,11 +67,13 @@ impl Statements {
         let schema = format!("\"{}\"", config.schema);
         let t = format!("{schema}.\"{}\"", config.table);
         let f = format!("{schema}.\"{}_fence\"", config.table);
+        let sh = format!("{schema}.\"{}_shares\"", config.table);
         // The advisory lock only serialises concurrent first-use DDL of this namespace.
         let lock_id = config.namespace_hash() as i64;
         Statements {
             lease_regclass: t.clone(),
             fence_regclass: f.clone(),
+            shares_regclass: sh.clone(),
             create: format!(
                 "BEGIN;
                  SELECT pg_advisory_xact_lock({lock_id});
@@ -88,6 +93,19 @@ impl Statements {
                      value bigint  NOT NULL
                  );
                  INSERT INTO {f} (id, value) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
+                 CREATE TABLE IF NOT EXISTS {sh} (
+                     key         text        NOT NULL,
+                     token       bytea       NOT NULL,
+                     mode        smallint    NOT NULL,
+                     weight      bigint      NOT NULL,
+                     limit_n     bigint      NOT NULL,
+                     held        boolean     NOT NULL,
+                     fence       bigint      NOT NULL,
+                     label       text        NOT NULL,
+                     acquired_at timestamptz NOT NULL,
+                     expires_at  timestamptz NOT NULL,
+                     PRIMARY KEY (key, token)
+                 );
                  COMMIT;"
             ),
             // cur: the unexpired holder, if any (statement snapshot).
@@ -144,22 +162,45 @@ impl Statements {
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
             // its commit; payload = the key.
+            // A share or a reservation released: the waiters are told (a
+            // freed share, or a writer that stopped waiting, may admit them);
+            // the caller then shrinks the key's gate row (see `shares`).
             release: format!(
                 "WITH d AS (
                      DELETE FROM {t} WHERE key = $1 AND token = $2
                      RETURNING expires_at > clock_timestamp() AS live, wanted
+                 ), s AS (
+                     DELETE FROM {sh} WHERE key = $1 AND token = $2
+                     RETURNING held AND expires_at > clock_timestamp() AS live, held
                  )
-                 SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END FROM d"
+                 SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END, false FROM d
+                 UNION ALL
+                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s"
             ),
+            // Shares renew like grants, and move their key's gate row up
+            // (its `token` is the gate token only while shares hold the key).
             renew: format!(
-                "UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
-                 FROM unnest($1::text[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(key, token, ttl_ms, i)
-                 WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
-                 RETURNING r.i"
+                "WITH r AS (
+                     SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(key, token, ttl_ms, i)
+                 ), l AS (
+                     UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
+                     FROM r WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
+                     RETURNING r.i
+                 ), s AS (
+                     UPDATE {sh} AS x SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
+                     FROM r WHERE x.key = r.key AND x.token = r.token AND x.held AND x.expires_at > clock_timestamp()
+                     RETURNING r.i, x.key, x.expires_at
+                 ), g AS (
+                     UPDATE {t} AS gt SET expires_at = greatest(gt.expires_at, m.e)
+                     FROM (SELECT key, max(expires_at) AS e FROM s GROUP BY key) m
+                     WHERE gt.key = m.key AND gt.token = $4
+                     RETURNING 1
+                 )
+                 SELECT i FROM l UNION ALL SELECT i FROM s"
             ),
             status: format!(
                 "SELECT label, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8
-                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp()"
+                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND token <> $2"
             ),
             sweep: format!(
                 "DELETE FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds' AND key IN (
@@ -210,10 +251,14 @@ impl PostgresBackend {
             let row = c
                 .client
                 .query_typed_one(
-                    "SELECT to_regclass($2) IS NOT NULL AND EXISTS (
+                    "SELECT to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND EXISTS (
                                 SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
                             current_setting('fsync'), current_setting('synchronous_commit')",
-                    &[(&i.sql.lease_regclass, Type::TEXT), (&i.sql.fence_regclass, Type::TEXT)],
+                    &[
+                        (&i.sql.lease_regclass, Type::TEXT),
+                        (&i.sql.fence_regclass, Type::TEXT),
+                        (&i.sql.shares_regclass, Type::TEXT),
+                    ],
                 )
                 .await
                 .map_err(map_err)?;
@@ -224,8 +269,8 @@ impl PostgresBackend {
                         STORE,
                         false,
                         format!(
-                            "tables {} / {} do not exist and create=false; run the migration in the store docs",
-                            i.sql.lease_regclass, i.sql.fence_regclass
+                            "tables {} / {} / {} do not exist and create=false; run the migration in the store docs",
+                            i.sql.lease_regclass, i.sql.fence_regclass, i.sql.shares_regclass
                         ),
                     ));
                 }
