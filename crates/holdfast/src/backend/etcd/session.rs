@@ -222,6 +222,10 @@ impl KeepAlive {
                     }
                     Ok(Ok(Some(_))) => {
                         tracing::warn!(lease = self.lease, "etcd session lease expired or revoked: session lost");
+                        // Mark the session lost before answering: a renewal
+                        // reading this answer must find every grant on it gone,
+                        // not a retryable error.
+                        self.lost.cancel();
                         for tx in waiting {
                             let _ = tx.send(Err(session_lost()));
                         }

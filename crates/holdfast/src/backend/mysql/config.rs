@@ -186,6 +186,11 @@ impl MysqlConfig {
         format!("{}_fence", self.namespace)
     }
 
+    /// The shared leases table's name.
+    pub(super) fn shares_table(&self) -> String {
+        format!("{}_shares", self.namespace)
+    }
+
     /// The password, for tools that open their own connection with the same
     /// settings (the raw-floor benchmark). Never shown by `Debug`.
     pub fn password(&self) -> Option<&str> {

@@ -2,6 +2,7 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+mod shares;
 mod sql;
 
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 pub use config::{MysqlConfig, SslMode};
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -75,6 +76,7 @@ pub struct MysqlBackend {
     renew_pool: Pool,
     config: Arc<MysqlConfig>,
     sql: Arc<sql::Statements>,
+    shares: Arc<shares::ShareSql>,
     wakeups: Arc<LocalWakeups>,
     releases: Arc<AtomicU64>,
     fence_durability: FenceDurability,
@@ -157,6 +159,7 @@ impl MysqlBackend {
                 .with_reset_connection(false),
         );
         let statements = sql::Statements::new(&config.leases_table(), &config.fence_table());
+        let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
         let wakeups =
             shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
         let backend = MysqlBackend {
@@ -164,6 +167,7 @@ impl MysqlBackend {
             renew_pool: Pool::new(renew_opts),
             config: Arc::new(config),
             sql: Arc::new(statements),
+            shares: Arc::new(share_sql),
             wakeups,
             releases: Arc::default(),
             fence_durability: FenceDurability::Durable,
@@ -171,7 +175,7 @@ impl MysqlBackend {
         let flush = backend
             .timed(async {
                 let mut conn = backend.pool.get_conn().await?;
-                for stmt in &backend.sql.schema {
+                for stmt in backend.sql.schema.iter().chain([&backend.shares.schema]) {
                     conn.query_drop(stmt.as_str()).await?;
                 }
                 conn.query_first::<Option<i64>, _>("SELECT @@innodb_flush_log_at_trx_commit").await
@@ -268,13 +272,36 @@ impl MysqlBackend {
         })
     }
 
+    /// One attempt of a writer or a share (see `shares`); a waiting one
+    /// (`reserve`) leaves a reservation when refused.
+    async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let key = req.key.as_str();
+        let ask = || shares::Ask { key, token: req.token, mode: req.mode, ttl: req.ttl, label: &req.label, reserve };
+        let outcome = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                shares::acquire(&mut conn, &self.shares, ask()).await
+            })
+            .await?;
+        match outcome {
+            shares::Shared::Granted(fence) => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
+            shares::Shared::Busy(expires_in) => Ok(Attempt::Busy { expires_in }),
+            shares::Shared::Conflict(reason) => Err(Error::Conflict { key: key.to_owned(), reason }),
+        }
+    }
+
     /// An attempt made while waiting: a deadlock or lock wait timeout is
     /// contention for the key and counts as busy, so the wait goes on. Any
     /// other error, retryable or not (a server that went away), is the
     /// caller's: counted as busy it would turn a dead store into an endless
     /// wait, or a timeout that reads as "busy".
     async fn waiting_attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
-        match self.attempt(req, peek_first).await {
+        let attempt = match req.mode {
+            LeaseMode::Exclusive => self.attempt(req, peek_first).await,
+            _ => self.attempt_shared(req, true).await,
+        };
+        match attempt {
             Err(e) if is_contention(&e) => Ok(Attempt::Busy { expires_in: None }),
             other => other,
         }
@@ -288,13 +315,19 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { fence_durability: self.fence_durability, ..Capabilities::minimal() }
+        Capabilities { fence_durability: self.fence_durability, shared_leases: true, ..Capabilities::minimal() }
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         // A deadlock or lock wait timeout is contention: try again a
         // couple of times before reporting it.
-        match self.retry_contention(|| self.attempt(req, false)).await? {
+        let attempt = || async {
+            match req.mode {
+                LeaseMode::Exclusive => self.attempt(req, false).await,
+                _ => self.attempt_shared(req, false).await,
+            }
+        };
+        match self.retry_contention(attempt).await? {
             Attempt::Granted(g) => Ok(Some(g)),
             Attempt::Busy { .. } => Ok(None),
         }
@@ -317,7 +350,11 @@ impl Backend for MysqlBackend {
             .retry_contention(|| {
                 self.timed(async {
                     let mut conn = self.conn().await?;
-                    sql::release(&mut conn, &self.sql, key.as_str(), token).await
+                    if sql::release(&mut conn, &self.sql, key.as_str(), token).await? {
+                        return Ok(true);
+                    }
+                    // Not a grant of the lease row: maybe a share or a reservation.
+                    Ok(shares::release(&mut conn, &self.shares, key.as_str(), token).await?.unwrap_or(false))
                 })
             })
             .await?;
@@ -344,7 +381,16 @@ impl Backend for MysqlBackend {
         self.retry_contention(|| {
             self.timed(async {
                 let mut conn = self.renew_pool.get_conn().await?;
-                sql::renew(&mut conn, &self.sql, &batch).await
+                let mut held = sql::renew(&mut conn, &self.sql, &batch).await?;
+                // Leases not in the lease table: shares (or lost grants).
+                let rest: Vec<usize> = (0..held.len()).filter(|&i| !held[i]).collect();
+                if !rest.is_empty() {
+                    let asked: Vec<_> = rest.iter().map(|&i| (batch[i].0.as_str(), batch[i].1, batch[i].2)).collect();
+                    for (i, extended) in rest.into_iter().zip(shares::renew(&mut conn, &self.shares, &asked).await?) {
+                        held[i] = extended;
+                    }
+                }
+                Ok(held)
             })
         })
         .await
@@ -357,9 +403,37 @@ impl Backend for MysqlBackend {
                 sql::holder(&mut conn, &self.sql, key.as_str()).await
             })
             .await?;
-        Ok(LockStatus {
+        let listed = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                shares::list(&mut conn, &self.shares, key.as_str()).await
+            })
+            .await?;
+        let mut status = LockStatus {
             holder: holder.map(|(label, fence, left)| HolderInfo { label, fence, ttl_left: Some(left), weight: 1 }),
             ..LockStatus::free(key)
+        };
+        for (label, fence, left, weight, limit) in listed {
+            status.limit = Some(u32::try_from(limit).unwrap_or(u32::MAX));
+            let weight = u32::try_from(weight).unwrap_or(u32::MAX);
+            status.shared.push(HolderInfo { label, fence, ttl_left: Some(left), weight });
+        }
+        Ok(status)
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            shares::resize(&mut conn, &self.shares, key.as_str(), limit).await
         })
+        .await
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            shares::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
+        })
+        .await
     }
 }

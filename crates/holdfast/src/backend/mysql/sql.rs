@@ -94,9 +94,10 @@ impl Statements {
                 "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
                  WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
+            // Not the gate of shares (the all-zero token, see `shares`).
             holder: format!(
                 "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
-                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6)"
+                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> X'00000000000000000000000000000000'"
             ),
             leases: l,
         }
