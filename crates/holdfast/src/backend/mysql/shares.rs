@@ -22,6 +22,10 @@ use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
 use crate::key::OwnerToken;
 
+/// A row of the shares table as `rows` reads it: token, mode code, weight,
+/// limit, held, fence, microseconds left.
+type ShareRow = (Vec<u8>, u8, u64, u64, u8, u64, Option<i64>);
+
 /// The token of a key's lease row while shares hold the key.
 pub(super) const GATE: [u8; 16] = [0; 16];
 
@@ -194,7 +198,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
         soonest = left;
         rows.push(Row { token: t, mode: LeaseMode::Exclusive, held: true, order: fence });
     }
-    let shares: Vec<(Vec<u8>, u8, u64, u64, u8, u64, Option<i64>)> = tx.exec(q.rows.as_str(), (k,)).await?;
+    let shares: Vec<ShareRow> = tx.exec(q.rows.as_str(), (k,)).await?;
     for (t, m, w, l, held, fence, left) in shares {
         if held == 1 {
             soonest = match (soonest, left) {
