@@ -1,7 +1,8 @@
-//! The one admission rule of the lease model ([`LeaseMode`]), for the stores
+//! The one admission rule of the lease model ([`LeaseMode`]). The stores
 //! that keep a key's leases and reservations as rows and decide in a
-//! transaction: they read the key's unexpired rows, ask [`decide`], and
-//! write what it says. Keeping the rule here, once, is what makes a
+//! transaction read the key's unexpired rows, ask [`decide`], and write
+//! what it says; the stores that keep them as a queue in arrival order ask
+//! [`admitted_in_queue`], the same rule over a queue. Keeping the rule here, once, is what makes a
 //! semaphore or a read-write lock mean the same on every such store.
 
 use crate::backend::{LeaseMode, UNLIMITED};
@@ -104,6 +105,43 @@ pub fn decide(token: [u8; 16], mode: LeaseMode, rows: &[Row]) -> Decision {
     if taken <= u64::from(limit) { Decision::Grant } else { refuse }
 }
 
+/// For the stores that keep a key's leases as one queue in arrival order
+/// (etcd, ZooKeeper): how many entries, from the head, hold the key. The
+/// rule is the same as [`decide`]'s with every entry ahead of a request
+/// counted as held, which makes the queue strictly fair: an exclusive
+/// entry is admitted only at the head; a shared one when no exclusive entry
+/// is ahead and its weight plus those ahead is at most its limit. An entry
+/// that is not admitted holds back every entry behind it (a waiting writer
+/// holds back later readers, a large request later small ones), so the
+/// admitted entries are always a prefix of the queue, and a later entry is
+/// never admitted before an earlier one.
+pub fn admitted_in_queue(queue: impl IntoIterator<Item = LeaseMode>) -> usize {
+    let mut taken = 0u64;
+    let mut admitted = 0;
+    for mode in queue {
+        match mode {
+            LeaseMode::Shared { weight, limit } if taken + u64::from(weight) <= u64::from(limit) => {
+                taken += u64::from(weight);
+            }
+            _ if admitted == 0 && mode.is_exclusive() => return 1,
+            _ => break,
+        }
+        admitted += 1;
+    }
+    admitted
+}
+
+/// For queue stores: the conflict of a shared request in `mode` with the
+/// shared entries `ahead` of it, which name another limit; checked when the
+/// request first joins the queue (a later [`Backend::resize`] rewrites
+/// every entry's limit, its own too).
+///
+/// [`Backend::resize`]: crate::backend::Backend::resize
+pub fn conflict_in_queue(mode: LeaseMode, ahead: impl IntoIterator<Item = LeaseMode>) -> Option<String> {
+    let asked = mode.limit()?;
+    ahead.into_iter().filter_map(|m| m.limit()).find(|l| *l != asked).map(|held| conflict_reason(asked, held))
+}
+
 /// Why a shared request under `asked` conflicts with a key held under `held`.
 pub fn conflict_reason(asked: u32, held: u32) -> String {
     let name =
@@ -174,6 +212,27 @@ mod tests {
         assert!(matches!(decide([1; 16], shared(1, UNLIMITED), &rows), Decision::Conflict(_)));
         let waiting = [row(2, shared(1, 8), false, 1)];
         assert!(matches!(decide([1; 16], shared(1, 4), &waiting), Decision::Conflict(_)));
+    }
+
+    #[test]
+    fn a_queue_admits_a_prefix_in_order() {
+        let (r, w, x) = (shared(1, UNLIMITED), LeaseMode::Writer, LeaseMode::Exclusive);
+        assert_eq!(admitted_in_queue([]), 0);
+        assert_eq!(admitted_in_queue([x, r]), 1);
+        assert_eq!(admitted_in_queue([r, r, w, r]), 2, "a waiting writer holds back later readers");
+        assert_eq!(admitted_in_queue([w, r]), 1);
+        assert_eq!(admitted_in_queue([r, x]), 1);
+        // 4 permits: 2 + 1 fit, the next 2 does not, and the 1 behind it waits too.
+        assert_eq!(admitted_in_queue([shared(2, 4), shared(1, 4), shared(2, 4), shared(1, 4)]), 2);
+        assert_eq!(admitted_in_queue([shared(4, 4), shared(1, 4)]), 1);
+    }
+
+    #[test]
+    fn a_queue_conflict_is_another_limit_ahead() {
+        assert!(conflict_in_queue(shared(1, 4), [LeaseMode::Exclusive, shared(2, 4)]).is_none());
+        assert!(conflict_in_queue(shared(1, 4), [shared(1, 5)]).is_some());
+        assert!(conflict_in_queue(shared(1, UNLIMITED), [shared(1, 5)]).is_some());
+        assert!(conflict_in_queue(LeaseMode::Writer, [shared(1, 5)]).is_none());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::key::OwnerToken;
 const RECHECK: Duration = Duration::from_secs(10);
 
 /// The error of an attempt whose key was deleted while it waited.
-fn key_deleted() -> Error {
+pub(super) fn key_deleted() -> Error {
     Error::backend(
         STORE,
         true,
@@ -31,10 +31,14 @@ fn key_deleted() -> Error {
 impl Shared {
     /// One attempt: put our key if the lock is free.
     pub(super) async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        if !req.mode.is_exclusive() {
+            return self.share(req, false).await;
+        }
         let started = Instant::now();
         let prefix = self.prefix(&req.key);
-        let own = ops::own_key(&prefix, req.token);
-        let make = |lease| ops::try_acquire(&prefix, &own, &req.label, lease);
+        let own = ops::own_key(&prefix, req.token, req.mode);
+        let value = ops::entry_value(req.mode, &req.label);
+        let make = |lease| ops::try_acquire(&prefix, &own, &value, lease);
         let (session, gone, resp) = self.write_first(req, &own, "try acquire", make).await?;
         let read_at = ops::revision(&resp);
         let fence = if resp.succeeded() {
@@ -56,13 +60,17 @@ impl Shared {
 
     /// Joins the lock's queue and waits until no key older than ours is left.
     pub(super) async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        if !req.mode.is_exclusive() {
+            return self.share(req, true).await?.ok_or_else(key_deleted);
+        }
         let started = Instant::now();
         let prefix = self.prefix(&req.key);
-        let own = ops::own_key(&prefix, req.token);
+        let own = ops::own_key(&prefix, req.token, req.mode);
+        let value = ops::entry_value(req.mode, &req.label);
         // A new attempt of the same token (after its session was lost while
         // it waited) replaces the old one, whose key, if it still exists, the
         // enqueue puts on the new session.
-        let make = |lease| ops::enqueue(&prefix, &own, &req.label, lease);
+        let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
         let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
         let read_at = ops::revision(&resp);
         // From now on, a deletion of our key (the session revoked, or the key
@@ -90,7 +98,7 @@ impl Shared {
     /// TTL. A request refused because that lease is gone (revoked before the
     /// keep-alive could tell) wrote nothing: the session is lost, and the
     /// request is made once more on a new one.
-    async fn write_first(
+    pub(super) async fn write_first(
         &self,
         req: &AcquireRequest,
         own: &[u8],
@@ -151,7 +159,7 @@ impl Shared {
     /// the key and its session are there. The store keeps it `req.ttl` from
     /// `started`, or less if the session lease runs out sooner (it was last
     /// confirmed a while ago, and nothing renews it in between).
-    fn granted(
+    pub(super) fn granted(
         &self,
         req: &AcquireRequest,
         session: &Session,
@@ -210,7 +218,7 @@ impl Shared {
     /// (revoked, or expired while this process was paused), make sure the
     /// session knows before the client's next attempt picks one: ask etcd
     /// now rather than at the next keep-alive.
-    async fn key_gone(&self, session: &Session, e: Error) -> Error {
+    pub(super) async fn key_gone(&self, session: &Session, e: Error) -> Error {
         if !session.lost.is_cancelled() {
             let _ = tokio::time::timeout(self.conn.timeout, session.confirm()).await;
         }
@@ -225,7 +233,7 @@ impl Shared {
     /// 100 ms catch-up loop, which would add up to 100 ms to hand-offs. If the
     /// store moved on between our read and the watch, one read of the key
     /// closes the gap.
-    async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
+    pub(super) async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
         let watching = self.conn.call("watch", |mut c| {
             let k = key.clone();
             async move { c.watch(k, None).await }

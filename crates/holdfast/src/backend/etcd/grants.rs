@@ -81,6 +81,12 @@ impl Grants {
         lock(&self.entries).get_mut(&id(key, token)).map(|e| e.granted = true)
     }
 
+    /// The key of `token`'s live grant of `key`, if it has one.
+    pub(super) fn granted_key(&self, key: &LockKey, token: OwnerToken) -> Option<Vec<u8>> {
+        let entries = lock(&self.entries);
+        entries.get(&id(key, token)).filter(|e| e.granted && !e.gone.is_cancelled()).map(|e| e.own.clone())
+    }
+
     /// Forgets an attempt that wrote nothing.
     pub(super) fn forget(&self, watcher: &KeyWatch, key: &LockKey, token: OwnerToken) {
         if let Some(w) = lock(&self.entries).remove(&id(key, token)).and_then(|e| e.watch) {

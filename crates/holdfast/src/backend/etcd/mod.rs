@@ -6,6 +6,7 @@ mod config;
 mod grants;
 mod ops;
 mod session;
+mod shares;
 mod watch;
 
 use std::fmt;
@@ -149,7 +150,7 @@ impl Backend for EtcdBackend {
             counts_waiters: true,
             session_bound: true,
             renew_slice: None,
-            shared_leases: false,
+            shared_leases: true,
             fence_durability: FenceDurability::Durable,
         }
     }
@@ -173,5 +174,13 @@ impl Backend for EtcdBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         ops::status(&self.shared.conn, key, &self.shared.prefix(key)).await
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        self.shared.resize(key, limit).await
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        self.shared.relabel(key, token, label).await
     }
 }

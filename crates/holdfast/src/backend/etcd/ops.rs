@@ -16,7 +16,7 @@ use etcd_client::{
 };
 
 use super::STORE;
-use crate::backend::{HolderInfo, LockStatus};
+use crate::backend::{HolderInfo, LeaseMode, LockStatus};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 
@@ -150,11 +150,46 @@ pub(super) fn lock_prefix(namespace: &str, key: &LockKey) -> Vec<u8> {
     p.into_bytes()
 }
 
-/// The key of one waiter (or the holder) under a lock prefix.
-pub(super) fn own_key(prefix: &[u8], token: OwnerToken) -> Vec<u8> {
+/// The key of one waiter (or holder) under a lock prefix: the token, and
+/// for a writer or a share a suffix naming the mode (`~w`, `~s`), so that
+/// a mutex's keys and values are what they were and any key read tells
+/// its mode.
+pub(super) fn own_key(prefix: &[u8], token: OwnerToken, mode: LeaseMode) -> Vec<u8> {
     let mut k = prefix.to_vec();
     k.extend_from_slice(token.to_hex().as_bytes());
+    k.extend_from_slice(match mode {
+        LeaseMode::Shared { .. } => b"~s",
+        LeaseMode::Writer => b"~w",
+        _ => b"",
+    });
     k
+}
+
+/// The value of a queue key: the label, after `weight limit\n` for a share
+/// (rewritten by `resize`).
+pub(super) fn entry_value(mode: LeaseMode, label: &str) -> String {
+    match mode {
+        LeaseMode::Shared { weight, limit } => format!("{weight} {limit}\n{label}"),
+        _ => label.to_owned(),
+    }
+}
+
+/// The mode and label of a queue key, as [`own_key`] and [`entry_value`]
+/// wrote them. A share whose value does not parse reads as exclusive, the
+/// mode that admits least.
+pub(super) fn entry_of(kv: &KeyValue) -> (LeaseMode, String) {
+    let text = String::from_utf8_lossy(kv.value());
+    if kv.key().ends_with(b"~w") {
+        return (LeaseMode::Writer, text.into_owned());
+    }
+    if !kv.key().ends_with(b"~s") {
+        return (LeaseMode::Exclusive, text.into_owned());
+    }
+    let parsed = text.split_once('\n').and_then(|(head, label)| {
+        let (w, l) = head.split_once(' ')?;
+        Some((LeaseMode::Shared { weight: w.parse().ok()?, limit: l.parse().ok()? }, label.to_owned()))
+    });
+    parsed.unwrap_or((LeaseMode::Exclusive, text.into_owned()))
 }
 
 fn by_create(order: SortOrder) -> GetOptions {
@@ -163,10 +198,10 @@ fn by_create(order: SortOrder) -> GetOptions {
 
 /// One attempt without waiting: put our key only if the lock's prefix is
 /// empty; otherwise read the holder (which may be us, on a retried request).
-pub(super) fn try_acquire(prefix: &[u8], own: &[u8], label: &str, lease: i64) -> Txn {
+pub(super) fn try_acquire(prefix: &[u8], own: &[u8], value: &str, lease: i64) -> Txn {
     Txn::new()
         .when([Compare::create_revision(prefix.to_vec(), CompareOp::Equal, 0).with_prefix()])
-        .and_then([TxnOp::put(own.to_vec(), label, Some(PutOptions::new().with_lease(lease)))])
+        .and_then([TxnOp::put(own.to_vec(), value, Some(PutOptions::new().with_lease(lease)))])
         .or_else([TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_limit(1)))])
 }
 
@@ -174,8 +209,8 @@ pub(super) fn try_acquire(prefix: &[u8], own: &[u8], label: &str, lease: i64) ->
 /// and our predecessor's. If our key exists already (a retried request, or
 /// an attempt made again after its session was lost while the key lived
 /// on), it is put again on `lease`, keeping its place, and read back.
-pub(super) fn enqueue(prefix: &[u8], own: &[u8], label: &str, lease: i64) -> Txn {
-    let put = || TxnOp::put(own.to_vec(), label, Some(PutOptions::new().with_lease(lease)));
+pub(super) fn enqueue(prefix: &[u8], own: &[u8], value: &str, lease: i64) -> Txn {
+    let put = || TxnOp::put(own.to_vec(), value, Some(PutOptions::new().with_lease(lease)));
     Txn::new()
         .when([Compare::create_revision(own.to_vec(), CompareOp::Equal, 0)])
         .and_then([put(), TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Descend).with_limit(2)))])
@@ -194,6 +229,20 @@ pub(super) fn position(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
     ])
 }
 
+/// Our key (does it still exist, in which mode?) and every key created
+/// before ours, oldest first: what a share's admission depends on.
+pub(super) fn ahead(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
+    Txn::new().and_then([
+        TxnOp::get(own.to_vec(), None),
+        TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_max_create_revision(my_rev - 1))),
+    ])
+}
+
+/// Every key of a lock, oldest first.
+pub(super) fn queue(prefix: &[u8]) -> Txn {
+    Txn::new().and_then([TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend)))])
+}
+
 /// The header revision of a transaction's response.
 pub(super) fn revision(resp: &TxnResponse) -> i64 {
     resp.header().map(|h| h.revision()).unwrap_or(0)
@@ -207,36 +256,56 @@ pub(super) fn kvs(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
     }
 }
 
-/// The holder of the lock under `prefix` (its label, fence and session
-/// lease's time left) and the number of waiters.
+/// The holders of the lock under `prefix` (label, fence, and their session
+/// lease's time left) and the number of waiters. A key whose head is
+/// exclusive is answered from its head and a count; a shared key's queue
+/// is read whole, to tell the admitted prefix from the waiters.
 pub(super) async fn status(conn: &Conn, key: &LockKey, prefix: &[u8]) -> Result<LockStatus> {
-    let opts = by_create(SortOrder::Ascend).with_limit(1);
-    let resp = conn
-        .call("status", |mut c| {
-            let (p, o) = (prefix.to_vec(), opts.clone());
+    let read = |limit: i64| {
+        let (p, o) = (prefix.to_vec(), by_create(SortOrder::Ascend).with_limit(limit));
+        conn.call("status", move |mut c| {
+            let (p, o) = (p.clone(), o.clone());
             async move { c.get(p, Some(o)).await }
         })
-        .await?;
-    let count = resp.count().max(0) as u64;
-    let holder = match resp.kvs().first() {
-        None => None,
-        Some(kv) => {
-            let lease = kv.lease();
-            let ttl = if lease == 0 {
-                None
-            } else {
-                let r = conn.call("lease ttl", |mut c| async move { c.lease_time_to_live(lease, None).await }).await?;
-                (r.ttl() >= 0).then(|| Duration::from_secs(r.ttl() as u64))
-            };
-            Some(HolderInfo {
-                label: String::from_utf8_lossy(kv.value()).into_owned(),
-                fence: kv.create_revision().max(0) as u64,
-                ttl_left: ttl,
-                weight: 1,
-            })
-        }
     };
-    Ok(LockStatus { holder, waiters: Some(count.saturating_sub(1)), ..LockStatus::free(key) })
+    let mut resp = read(1).await?;
+    let count = resp.count().max(0) as u64;
+    let head_shared = resp.kvs().first().is_some_and(|kv| !entry_of(kv).0.is_exclusive());
+    if head_shared && count > 1 {
+        resp = read(0).await?;
+    }
+    let queue: Vec<(LeaseMode, String, &KeyValue)> = resp
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let (mode, label) = entry_of(kv);
+            (mode, label, kv)
+        })
+        .collect();
+    let admitted = crate::backend::admission::admitted_in_queue(queue.iter().map(|(m, _, _)| *m));
+    let mut status = LockStatus { waiters: Some(count.saturating_sub(admitted as u64)), ..LockStatus::free(key) };
+    let mut ttls: Vec<(i64, Option<Duration>)> = Vec::new();
+    for (mode, label, kv) in queue.into_iter().take(admitted) {
+        let lease = kv.lease();
+        let ttl_left = match ttls.iter().find(|(l, _)| *l == lease) {
+            Some((_, t)) => *t,
+            None if lease == 0 => None,
+            None => {
+                let r = conn.call("lease ttl", |mut c| async move { c.lease_time_to_live(lease, None).await }).await?;
+                let t = (r.ttl() >= 0).then(|| Duration::from_secs(r.ttl() as u64));
+                ttls.push((lease, t));
+                t
+            }
+        };
+        let info = HolderInfo { label, fence: kv.create_revision().max(0) as u64, ttl_left, weight: mode.weight() };
+        if mode.is_exclusive() {
+            status.holder = Some(info);
+        } else {
+            status.limit = mode.limit();
+            status.shared.push(info);
+        }
+    }
+    Ok(status)
 }
 
 #[cfg(test)]

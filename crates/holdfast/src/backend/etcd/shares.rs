@@ -1,0 +1,212 @@
+//! Shared leases (semaphore permits, readers) on etcd: a share is a key in
+//! the lock's queue like a mutex's, and is admitted by the lease model's
+//! queue rule (`admission::admitted_in_queue`) over the keys ahead of it.
+//! Writers are exclusive keys (suffix `~w`) and wait as a mutex's do.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp};
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::acquire::key_deleted;
+use super::ops;
+use crate::backend::admission::{admitted_in_queue, conflict_in_queue};
+use crate::backend::{AcquireRequest, Grant, LeaseMode};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+
+/// How long a waiting share trusts its watch before it re-reads the queue anyway.
+const RECHECK: Duration = Duration::from_secs(10);
+
+/// Keys rewritten by one `resize` transaction: etcd refuses transactions of
+/// more than `--max-txn-ops` (128 by default) operations.
+const RESIZE_CHUNK: usize = 64;
+
+impl Shared {
+    /// A share of the lock: joins the queue, then is admitted, waits (if
+    /// `wait`) until it is, or leaves the queue (refused, or in conflict
+    /// with the limit of the shares ahead).
+    pub(super) async fn share(&self, req: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let prefix = self.prefix(&req.key);
+        let own = ops::own_key(&prefix, req.token, req.mode);
+        let value = ops::entry_value(req.mode, &req.label);
+        let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
+        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
+        let read_at = ops::revision(&resp);
+        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        let my_rev = if resp.succeeded() {
+            read_at
+        } else {
+            ops::kvs(&resp, 1).first().map(|kv| kv.create_revision()).ok_or_else(key_deleted)?
+        };
+        let mut joined = true;
+        loop {
+            let sent = Instant::now();
+            let resp = self.conn.txn("queue position", ops::ahead(&prefix, &own, my_rev)).await?;
+            let Some(mine) = ops::kvs(&resp, 0).into_iter().next() else {
+                return Err(self.key_gone(&session, key_deleted()).await);
+            };
+            // Our own mode as stored: a resize may have rewritten its limit.
+            let mode = ops::entry_of(&mine).0;
+            let ahead: Vec<KeyValue> = ops::kvs(&resp, 1);
+            let modes = || ahead.iter().map(|kv| ops::entry_of(kv).0);
+            if std::mem::take(&mut joined) {
+                if let Some(reason) = conflict_in_queue(mode, modes()) {
+                    self.leave(req).await?;
+                    return Err(Error::Conflict { key: req.key.to_string(), reason });
+                }
+            }
+            if admitted_in_queue(modes().chain([mode])) > ahead.len() {
+                return self.granted(req, &session, &gone, my_rev, sent).map(Some);
+            }
+            if !wait {
+                self.leave(req).await?;
+                return Ok(None);
+            }
+            let read_at = ops::revision(&resp);
+            // Behind an exclusive key, only its deletion can admit us (no
+            // herd: the readers behind a writer wake when it goes); behind
+            // shares only, any key ahead that goes may.
+            let waited = match ahead.iter().rev().find(|kv| ops::entry_of(kv).0.is_exclusive()) {
+                Some(kv) => self.wait_deleted(kv.key().to_vec(), read_at, &gone).await,
+                None => {
+                    let seen = ahead.iter().map(|kv| (kv.key().to_vec(), kv.mod_revision())).collect();
+                    self.wait_queue_change(&prefix, &own, my_rev, seen, read_at, &gone).await
+                }
+            };
+            match waited {
+                Err(e) if gone.is_cancelled() => return Err(self.key_gone(&session, e).await),
+                other => other?,
+            }
+        }
+    }
+
+    /// Deletes this attempt's key (a refused try, or a conflict).
+    async fn leave(&self, req: &AcquireRequest) -> Result<()> {
+        self.grants.release(&self.conn, &self.watch, &req.key, req.token).await.map(|_| ())
+    }
+
+    /// Resolves when a key under `prefix` is deleted or rewritten (a resize)
+    /// after revision `read_at`, when the watch fails, or after [`RECHECK`];
+    /// errors if our own key is gone. New keys (behind us) do not wake it.
+    ///
+    /// The watch starts at the current revision (a watch started in the past
+    /// is served by etcd's 100 ms catch-up loop); if the store moved on
+    /// since `read_at`, one read of the keys ahead (`seen`: key and mod
+    /// revision) closes the gap.
+    async fn wait_queue_change(
+        &self,
+        prefix: &[u8],
+        own: &[u8],
+        my_rev: i64,
+        seen: Vec<(Vec<u8>, i64)>,
+        read_at: i64,
+        gone: &CancellationToken,
+    ) -> Result<()> {
+        let watching = self.conn.call("watch", |mut c| {
+            let p = prefix.to_vec();
+            async move { c.watch(p, Some(etcd_client::WatchOptions::new().with_prefix())).await }
+        });
+        let mut stream = tokio::select! {
+            _ = gone.cancelled() => return Err(key_deleted()),
+            s = watching => s?,
+        };
+        let recheck = tokio::time::sleep(RECHECK);
+        tokio::pin!(recheck);
+        loop {
+            tokio::select! {
+                _ = gone.cancelled() => return Err(key_deleted()),
+                _ = &mut recheck => return Ok(()),
+                msg = stream.message() => match msg {
+                    Ok(Some(resp)) => {
+                        let changed = resp.events().iter().any(|e| {
+                            e.event_type() == EventType::Delete
+                                || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision())
+                        });
+                        if resp.canceled() || resp.compact_revision() > 0 || changed {
+                            return Ok(());
+                        }
+                        // Started after the store moved on: re-read rather than
+                        // miss what happened in between.
+                        if resp.created() && resp.header().is_some_and(|h| h.revision() > read_at) {
+                            let now = self.conn.txn("queue position", ops::ahead(prefix, own, my_rev)).await?;
+                            let ahead = ops::kvs(&now, 1);
+                            let same = ahead.len() == seen.len()
+                                && ahead.iter().zip(&seen).all(|(kv, (k, m))| kv.key() == k.as_slice() && kv.mod_revision() == *m);
+                            if !same || ops::kvs(&now, 0).is_empty() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    other => {
+                        tracing::debug!(?other, "etcd watch ended; re-reading the queue");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        return Ok(());
+                    }
+                },
+            }
+        }
+    }
+
+    /// Rewrites the limit of every share of `key` (held or waiting) and
+    /// returns the weight held. Each transaction checks that the keys it
+    /// rewrites are as read; one that lost a race reads the queue again.
+    pub(super) async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let prefix = self.prefix(key);
+        for _ in 0..8 {
+            let resp = self.conn.txn("status", ops::queue(&prefix)).await?;
+            let queue: Vec<(LeaseMode, String, KeyValue)> = ops::kvs(&resp, 0)
+                .into_iter()
+                .map(|kv| {
+                    let (mode, label) = ops::entry_of(&kv);
+                    (mode, label, kv)
+                })
+                .collect();
+            let admitted = admitted_in_queue(queue.iter().map(|(m, _, _)| *m));
+            let held: u64 =
+                queue[..admitted].iter().filter(|(m, _, _)| !m.is_exclusive()).map(|(m, _, _)| u64::from(m.weight())).sum();
+            let shares: Vec<_> = queue.iter().filter(|(m, _, _)| !m.is_exclusive()).collect();
+            let mut raced = false;
+            for chunk in shares.chunks(RESIZE_CHUNK) {
+                let same = chunk.iter().map(|(_, _, kv)| {
+                    Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision())
+                });
+                let puts = chunk.iter().map(|(m, label, kv)| {
+                    let mode = LeaseMode::Shared { weight: m.weight(), limit };
+                    let opts = PutOptions::new().with_ignore_lease();
+                    TxnOp::put(kv.key().to_vec(), ops::entry_value(mode, label), Some(opts))
+                });
+                let txn = Txn::new().when(same.collect::<Vec<_>>()).and_then(puts.collect::<Vec<_>>());
+                if !self.conn.txn("resize", txn).await?.succeeded() {
+                    raced = true;
+                    break;
+                }
+            }
+            if !raced {
+                return Ok(held);
+            }
+        }
+        Err(Error::backend(super::STORE, true, "the lock's queue kept changing while it was resized"))
+    }
+
+    /// Replaces the label of `token`'s live grant of `key`, keeping its mode.
+    pub(super) async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let Some(own) = self.grants.granted_key(key, token) else { return Ok(false) };
+        for _ in 0..8 {
+            let read = Txn::new().and_then([TxnOp::get(own.clone(), None)]);
+            let Some(kv) = ops::kvs(&self.conn.txn("get", read).await?, 0).into_iter().next() else {
+                return Ok(false);
+            };
+            let value = ops::entry_value(ops::entry_of(&kv).0, label);
+            let put = TxnOp::put(own.clone(), value, Some(PutOptions::new().with_ignore_lease()));
+            let txn = Txn::new()
+                .when([Compare::mod_revision(own.clone(), CompareOp::Equal, kv.mod_revision())])
+                .and_then([put]);
+            if self.conn.txn("relabel", txn).await?.succeeded() {
+                return Ok(true);
+            }
+        }
+        Err(Error::backend(super::STORE, true, "the grant's key kept changing while it was relabelled"))
+    }
+}
