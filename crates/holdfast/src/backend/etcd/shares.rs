@@ -164,14 +164,17 @@ impl Shared {
                 })
                 .collect();
             let admitted = admitted_in_queue(queue.iter().map(|(m, _, _)| *m));
-            let held: u64 =
-                queue[..admitted].iter().filter(|(m, _, _)| !m.is_exclusive()).map(|(m, _, _)| u64::from(m.weight())).sum();
+            let held: u64 = queue[..admitted]
+                .iter()
+                .filter(|(m, _, _)| !m.is_exclusive())
+                .map(|(m, _, _)| u64::from(m.weight()))
+                .sum();
             let shares: Vec<_> = queue.iter().filter(|(m, _, _)| !m.is_exclusive()).collect();
             let mut raced = false;
             for chunk in shares.chunks(RESIZE_CHUNK) {
-                let same = chunk.iter().map(|(_, _, kv)| {
-                    Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision())
-                });
+                let same = chunk
+                    .iter()
+                    .map(|(_, _, kv)| Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision()));
                 let puts = chunk.iter().map(|(m, label, kv)| {
                     let mode = LeaseMode::Shared { weight: m.weight(), limit };
                     let opts = PutOptions::new().with_ignore_lease();

@@ -5,6 +5,7 @@ mod config;
 mod nodes;
 mod ops;
 mod session;
+mod shares;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -147,7 +148,7 @@ impl Backend for ZkBackend {
             counts_waiters: true,
             session_bound: true,
             renew_slice: None,
-            shared_leases: false,
+            shared_leases: true,
             fence_durability: FenceDurability::Durable,
         }
     }
@@ -172,5 +173,13 @@ impl Backend for ZkBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         self.status_of(key).await
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        self.resize_shares(key, limit).await
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        self.relabel_node(key, token, label).await
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! {root}/{enc(key)}                    CONTAINER node, one per key (deleted by the server once empty)
-//! {root}/{enc(key)}/lk-{token}-{seq}   EPHEMERAL_SEQUENTIAL node, one per holder or waiter
+//! {root}/{enc(key)}/{tag}-{token}-{seq} EPHEMERAL_SEQUENTIAL node, one per holder or waiter;
+//!                                      tag: lk (exclusive), wr (writer), sh{weight} (share)
 //! ```
 //!
 //! The queue is in sequence order while the sequences are unique, and in
@@ -11,10 +12,50 @@
 
 use zookeeper_client as zk;
 
+use crate::backend::LeaseMode;
 use crate::key::OwnerToken;
 
-/// Node-name prefix of queue nodes.
-const PREFIX: &str = "lk-";
+/// The kind of a queue node, told by its name's tag: `lk` for an exclusive
+/// lease (a mutex's nodes are named as they always were), `wr` for a
+/// writer, `sh{weight}` for a share (a permit or a reader). A share's limit
+/// is in its data, where `resize` can change it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// An exclusive lease.
+    Exclusive,
+    /// A read-write lock's writer.
+    Writer,
+    /// A share of this weight.
+    Share(u32),
+}
+
+impl NodeKind {
+    /// The kind of node a request in `mode` creates.
+    pub fn of(mode: LeaseMode) -> Self {
+        match mode {
+            LeaseMode::Shared { weight, .. } => NodeKind::Share(weight),
+            LeaseMode::Writer => NodeKind::Writer,
+            _ => NodeKind::Exclusive,
+        }
+    }
+
+    fn tag(self) -> String {
+        match self {
+            NodeKind::Exclusive => "lk".to_owned(),
+            NodeKind::Writer => "wr".to_owned(),
+            NodeKind::Share(w) => format!("sh{w}"),
+        }
+    }
+
+    /// The lease mode of a node of this kind, a share's under `limit`.
+    pub fn mode(self, limit: u32) -> LeaseMode {
+        match self {
+            NodeKind::Exclusive => LeaseMode::Exclusive,
+            NodeKind::Writer => LeaseMode::Writer,
+            NodeKind::Share(weight) => LeaseMode::Shared { weight, limit },
+        }
+    }
+}
 
 /// Encodes a lock key into one path segment: ASCII letters, digits, `-` and
 /// `_` stay, every other byte of the UTF-8 becomes `%XX`. So `/`, `.`, `..`,
@@ -37,19 +78,24 @@ pub fn parent_path(root: &str, key: &str) -> String {
     format!("{root}/{}", encode_key(key))
 }
 
-/// The path prefix a waiter creates its sequential node with.
-pub fn node_prefix(parent: &str, token: OwnerToken) -> String {
-    format!("{parent}/{}", node_name_prefix(token))
+/// The path prefix a waiter in `mode` creates its sequential node with.
+pub fn node_prefix(parent: &str, token: OwnerToken, mode: LeaseMode) -> String {
+    format!("{parent}/{}", node_name_prefix(token, mode))
 }
 
-/// The name prefix of `token`'s node: `lk-{32 hex}-`.
-pub fn node_name_prefix(token: OwnerToken) -> String {
-    format!("{PREFIX}{}-", token.to_hex())
+/// The name prefix of `token`'s node in `mode`: `{tag}-{32 hex}-`.
+pub fn node_name_prefix(token: OwnerToken, mode: LeaseMode) -> String {
+    format!("{}-{}-", NodeKind::of(mode).tag(), token.to_hex())
 }
 
-/// The data stored in a queue node: the token and the holder's label.
-pub fn node_data(token: OwnerToken, label: &str) -> Vec<u8> {
-    format!("{}\n{label}", token.to_hex()).into_bytes()
+/// The data stored in a queue node: the token (and a share's limit) on the
+/// first line, the holder's label after it.
+pub fn node_data(token: OwnerToken, mode: LeaseMode, label: &str) -> Vec<u8> {
+    match mode.limit() {
+        Some(limit) => format!("{} {limit}\n{label}", token.to_hex()),
+        None => format!("{}\n{label}", token.to_hex()),
+    }
+    .into_bytes()
 }
 
 /// The label from a node's data.
@@ -58,11 +104,37 @@ pub fn label_of(data: &[u8]) -> String {
     text.split_once('\n').map(|(_, l)| l.to_owned()).unwrap_or_default()
 }
 
-/// The sequence number ZooKeeper appended to a queue node's name, `None`
-/// for foreign children. ZooKeeper formats its signed 32-bit counter with
-/// `%010d`: `0000000042`, and past the wrap `-2147483648` or `-000000042`.
-pub fn sequence_of(name: &str) -> Option<i64> {
-    let rest = name.strip_prefix(PREFIX)?;
+/// A share's limit from its node's data.
+pub fn limit_of(data: &[u8]) -> Option<u32> {
+    let text = String::from_utf8_lossy(data);
+    let first = text.split('\n').next()?;
+    first.split_once(' ')?.1.parse().ok()
+}
+
+/// A node's data with its label replaced, and its limit if `limit` is set.
+pub fn with_label(data: &[u8], limit: Option<u32>, label: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(data);
+    let first = text.split('\n').next().unwrap_or_default();
+    let token = first.split(' ').next().unwrap_or_default();
+    let limit = limit.or_else(|| limit_of(data));
+    match limit {
+        Some(limit) => format!("{token} {limit}\n{label}"),
+        None => format!("{token}\n{label}"),
+    }
+    .into_bytes()
+}
+
+/// A queue node's kind, token (hex) and the sequence number ZooKeeper
+/// appended to its name; `None` for foreign children. ZooKeeper formats its
+/// signed 32-bit counter with `%010d`: `0000000042`, and past the wrap
+/// `-2147483648` or `-000000042`.
+pub fn parse_name(name: &str) -> Option<(NodeKind, &str, i64)> {
+    let (tag, rest) = name.split_once('-')?;
+    let kind = match tag {
+        "lk" => NodeKind::Exclusive,
+        "wr" => NodeKind::Writer,
+        t => NodeKind::Share(t.strip_prefix("sh")?.parse().ok().filter(|w| *w > 0)?),
+    };
     let (token, seq) = rest.split_at_checked(32)?;
     let seq = seq.strip_prefix('-')?;
     let digits = seq.strip_prefix('-').unwrap_or(seq);
@@ -70,7 +142,28 @@ pub fn sequence_of(name: &str) -> Option<i64> {
         && seq.len() >= 10
         && !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit());
-    if ok { seq.parse().ok() } else { None }
+    if ok { Some((kind, token, seq.parse().ok()?)) } else { None }
+}
+
+/// The sequence number of a queue node's name, `None` for foreign children.
+pub fn sequence_of(name: &str) -> Option<i64> {
+    parse_name(name).map(|(_, _, seq)| seq)
+}
+
+/// The kind of a queue node by its name (foreign names read as exclusive).
+pub fn kind_of(name: &str) -> NodeKind {
+    parse_name(name).map_or(NodeKind::Exclusive, |(kind, _, _)| kind)
+}
+
+/// Whether `name` is a queue node of `token`, of any kind.
+pub fn is_of_token(name: &str, token: OwnerToken) -> bool {
+    parse_name(name).is_some_and(|(_, t, _)| t == token.to_hex())
+}
+
+/// How many nodes of `queue` (in grant order), from the head, hold the key
+/// by the lease model's queue rule, shares read under `limit`.
+pub fn admitted(queue: &[String], limit: u32) -> usize {
+    crate::backend::admission::admitted_in_queue(queue.iter().map(|n| kind_of(n).mode(limit)))
 }
 
 /// The queue nodes among a parent's children (foreign names dropped), unordered.
@@ -134,12 +227,36 @@ mod tests {
     #[test]
     fn queue_order_by_sequence() {
         let t = OwnerToken::random();
-        let a = format!("{}0000000010", node_name_prefix(t));
-        let b = format!("{}0000000002", node_name_prefix(OwnerToken::random()));
+        let a = format!("{}0000000010", node_name_prefix(t, LeaseMode::Exclusive));
+        let b = format!("{}0000000002", node_name_prefix(OwnerToken::random(), LeaseMode::Writer));
         let q = by_sequence(vec![a.clone(), "foreign".into(), b.clone(), "lk-x".into(), "lk-".into()]);
-        assert_eq!(q, Ok(vec![b, a.clone()]));
+        assert_eq!(q, Ok(vec![b.clone(), a.clone()]));
         assert_eq!(sequence_of(&a), Some(10));
-        assert_eq!(label_of(&node_data(t, "host:1")), "host:1");
+        assert_eq!(label_of(&node_data(t, LeaseMode::Exclusive, "host:1")), "host:1");
+        assert!(is_of_token(&a, t) && !is_of_token(&b, t));
+    }
+
+    #[test]
+    fn names_and_data_tell_the_mode() {
+        let t = OwnerToken::random();
+        let share = LeaseMode::Shared { weight: 3, limit: 8 };
+        let name = format!("{}0000000007", node_name_prefix(t, share));
+        assert_eq!(parse_name(&name).map(|(k, _, s)| (k, s)), Some((NodeKind::Share(3), 7)));
+        assert_eq!(kind_of(&name).mode(8), share);
+        let data = node_data(t, share, "me\nand more");
+        assert_eq!((limit_of(&data), label_of(&data)), (Some(8), "me\nand more".to_owned()));
+        let resized = with_label(&data, Some(5), "you");
+        assert_eq!((limit_of(&resized), label_of(&resized)), (Some(5), "you".to_owned()));
+        assert_eq!(limit_of(&node_data(t, LeaseMode::Exclusive, "x 9")), None);
+        for bad in ["sh0-", "sh-", "shx-", "xx-"] {
+            assert_eq!(parse_name(&format!("{bad}{}-0000000001", t.to_hex())), None, "{bad}");
+        }
+        let q: Vec<String> = [share, share, LeaseMode::Writer, share]
+            .iter()
+            .map(|m| format!("{}0000000001", node_name_prefix(OwnerToken::random(), *m)))
+            .collect();
+        assert_eq!(admitted(&q, 8), 2);
+        assert_eq!(admitted(&q, 5), 1);
     }
 
     /// The names ZooKeeper writes at and past the wrap of a parent's child
@@ -148,7 +265,7 @@ mod tests {
     /// `-2147483645` must not sort ahead of the holder.
     #[test]
     fn names_past_the_wrap_are_ordered_by_creation() {
-        let name = |seq: &str| format!("{}{seq}", node_name_prefix(OwnerToken::random()));
+        let name = |seq: &str| format!("{}{seq}", node_name_prefix(OwnerToken::random(), LeaseMode::Exclusive));
         let holder = name("2147483646");
         assert_eq!(sequence_of(&holder), Some(2_147_483_646));
         for (seq, n) in [

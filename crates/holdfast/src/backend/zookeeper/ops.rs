@@ -7,7 +7,8 @@ use std::time::Instant;
 use zookeeper_client as zk;
 
 use super::{STORE, Session, ZkBackend, map_err, nodes, timed};
-use crate::backend::{AcquireRequest, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::backend::admission::conflict_in_queue;
+use crate::backend::{AcquireRequest, Grant, LeaseMode, RenewRequest};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 
@@ -41,12 +42,12 @@ struct Created {
     listed: Option<(Instant, Vec<String>)>,
 }
 
-fn path_of(parent: &str, name: &str) -> String {
+pub(super) fn path_of(parent: &str, name: &str) -> String {
     format!("{parent}/{name}")
 }
 
 impl ZkBackend {
-    fn parent_of(&self, key: &str) -> String {
+    pub(super) fn parent_of(&self, key: &str) -> String {
         nodes::parent_path(&self.cfg().root, key)
     }
 
@@ -63,6 +64,14 @@ impl ZkBackend {
         });
         let key = req.key.as_str().to_owned();
         attempts.insert(req.token.as_u128(), Attempt { key, session, node, granted });
+    }
+
+    /// The path of `token`'s node of `key` if it holds a grant on the live session.
+    pub(super) fn granted_path(&self, key: &LockKey, token: OwnerToken) -> Option<String> {
+        let a = self.attempt_of(token).filter(|a| a.granted && a.key == key.as_str())?;
+        let live = self.inner.sessions.live()?;
+        let node = a.node.filter(|_| a.session == live.id)?;
+        Some(path_of(&self.parent_of(&a.key), &node.name))
     }
 
     fn mark_granted(&self, token: OwnerToken) {
@@ -85,7 +94,7 @@ impl ZkBackend {
     }
 
     /// The queue of `parent` in grant order; empty if the parent is gone.
-    async fn queue(&self, s: &Session, parent: &str) -> Result<Vec<String>> {
+    pub(super) async fn queue(&self, s: &Session, parent: &str) -> Result<Vec<String>> {
         let children = self.children(s, parent).await?;
         self.order(s, parent, children).await
     }
@@ -118,9 +127,8 @@ impl ZkBackend {
     /// Normally one node; more only if an attempt moved to a new session
     /// before its old one ended.
     async fn delete_token_nodes(&self, s: &Session, parent: &str, token: OwnerToken) -> Result<bool> {
-        let prefix = nodes::node_name_prefix(token);
         let mut deleted = false;
-        for name in self.children(s, parent).await?.iter().filter(|n| n.starts_with(&prefix)) {
+        for name in self.children(s, parent).await?.iter().filter(|n| nodes::is_of_token(n, token)) {
             deleted |= self.delete(s, &path_of(parent, name)).await?;
         }
         Ok(deleted)
@@ -131,9 +139,8 @@ impl ZkBackend {
     /// earlier session of this client is deleted: that session was
     /// abandoned, and its node would only hold the new one's place.
     async fn find_own(&self, s: &Session, parent: &str, token: OwnerToken) -> Result<Option<Node>> {
-        let prefix = nodes::node_name_prefix(token);
         let mut found = None;
-        for name in self.children(s, parent).await?.into_iter().filter(|n| n.starts_with(&prefix)) {
+        for name in self.children(s, parent).await?.into_iter().filter(|n| nodes::is_of_token(n, token)) {
             let path = path_of(parent, &name);
             match timed(self.cfg().timeout, "stat", s.client.check_stat(&path)).await?.map_err(map_err)? {
                 Some(st) if st.ephemeral_owner == s.id && found.is_none() => {
@@ -155,8 +162,8 @@ impl ZkBackend {
         let acls = nodes::acls(self.cfg().credentials.is_some());
         let node = zk::CreateMode::EphemeralSequential.with_acls(acls);
         let container = zk::CreateMode::Container.with_acls(acls);
-        let prefix = nodes::node_prefix(parent, req.token);
-        let data = nodes::node_data(req.token, &req.label);
+        let prefix = nodes::node_prefix(parent, req.token, req.mode);
+        let data = nodes::node_data(req.token, req.mode, &req.label);
         let limit = self.cfg().timeout;
         for _ in 0..5 {
             let sent = Instant::now();
@@ -168,7 +175,7 @@ impl ZkBackend {
                 .map_err(|_| Error::backend(STORE, true, format!("ZooKeeper create timed out after {limit:?}")))?;
             match created {
                 Ok((stat, seq)) => {
-                    let name = format!("{}{seq}", nodes::node_name_prefix(req.token));
+                    let name = format!("{}{seq}", nodes::node_name_prefix(req.token, req.mode));
                     let listed = listed.ok().filter(|l| l.contains(&name)).map(|l| (sent, l));
                     return Ok(Created { node: Node { name, czxid: stat.czxid }, listed });
                 }
@@ -205,10 +212,14 @@ impl ZkBackend {
         let found = match &prior {
             Some(Attempt { session, node: Some(node), .. }) if *session == s.id => Some(node.clone()),
             Some(_) => self.find_own(&s, &parent, req.token).await?,
-            // Busy: answered without writing anything.
-            None if !wait && !self.children(&s, &parent).await?.is_empty() => return Ok(None),
+            // Busy: answered without writing anything. (A share may be
+            // admitted on a busy key: it joins the queue to find out.)
+            None if !wait && req.mode.is_exclusive() && !self.children(&s, &parent).await?.is_empty() => {
+                return Ok(None);
+            }
             None => None,
         };
+        let created = found.is_none();
         let (mine, mut listed) = match found {
             Some(node) => {
                 self.record(req, s.id, Some(node.clone()));
@@ -223,6 +234,12 @@ impl ZkBackend {
                 (created.node, created.listed)
             }
         };
+        let share = !req.mode.is_exclusive();
+        // A share's limit as stored: a resize may rewrite it while it waits.
+        let mut limit = req.mode.limit().unwrap_or(1);
+        let mut joined = share && created;
+        // A children watch set by the listing to be checked next.
+        let mut armed: Option<(zk::OneshotWatcher, zk::StateWatcher)> = None;
         loop {
             let (observed, queue) = match listed.take() {
                 Some((sent, children)) => (sent, self.order(&s, &parent, children).await?),
@@ -238,7 +255,14 @@ impl ZkBackend {
                 self.forget(req.token);
                 return Err(Error::backend(STORE, true, "this attempt's queue node vanished"));
             };
-            if pos == 0 {
+            if std::mem::take(&mut joined) {
+                if let Some(reason) = self.limit_conflict(&s, &parent, &queue[..pos], req.mode).await? {
+                    self.delete(&s, &path_of(&parent, &mine.name)).await?;
+                    self.forget(req.token);
+                    return Err(Error::Conflict { key: req.key.to_string(), reason });
+                }
+            }
+            if nodes::admitted(&queue[..=pos], limit) > pos {
                 // Believe a grant only on a session that vouches for it.
                 if !s.vouches() {
                     return Err(Error::backend(STORE, true, "ZooKeeper session not connected"));
@@ -257,15 +281,47 @@ impl ZkBackend {
                 self.forget(req.token);
                 return Ok(None);
             }
-            // Armed before the check, so no state change is missed.
-            let mut state = s.client.state_watcher();
-            s.ready()?;
-            let before = path_of(&parent, &queue[pos - 1]);
-            let watched = timed(self.cfg().timeout, "watch", s.client.check_and_watch_stat(&before)).await?;
-            let (stat, watcher) = watched.map_err(map_err)?;
-            if stat.is_none() {
-                continue;
-            }
+            let (watcher, mut state) = match armed.take() {
+                Some(pair) => pair,
+                None => {
+                    // Armed before the check, so no state change is missed.
+                    let state = s.client.state_watcher();
+                    s.ready()?;
+                    // An exclusive node waits for the node before it; a share
+                    // for the newest exclusive node ahead (readers behind a
+                    // writer wake when it goes); behind shares only, for any
+                    // change of the queue, read again with its watch set.
+                    let before = if share {
+                        queue[..pos].iter().rev().find(|n| !matches!(nodes::kind_of(n), nodes::NodeKind::Share(_)))
+                    } else {
+                        Some(&queue[pos - 1])
+                    };
+                    let Some(before) = before else {
+                        let sent = Instant::now();
+                        let own = path_of(&parent, &mine.name);
+                        let (children, data) = tokio::time::timeout(self.cfg().timeout, async {
+                            tokio::join!(s.client.list_and_watch_children(&parent), s.client.get_data(&own))
+                        })
+                        .await
+                        .map_err(|_| Error::backend(STORE, true, "ZooKeeper list timed out"))?;
+                        let (children, watcher) = children.map_err(map_err)?;
+                        if let Ok((data, _)) = data {
+                            limit = nodes::limit_of(&data).unwrap_or(limit);
+                        }
+                        listed = Some((sent, children));
+                        armed = Some((watcher, state));
+                        continue;
+                    };
+                    let watched =
+                        timed(self.cfg().timeout, "watch", s.client.check_and_watch_stat(&path_of(&parent, before)))
+                            .await?;
+                    let (stat, watcher) = watched.map_err(map_err)?;
+                    if stat.is_none() {
+                        continue;
+                    }
+                    (watcher, state)
+                }
+            };
             tokio::select! {
                 _ = watcher.changed() => {}
                 // Disconnected or lost: the next turn of the loop says so.
@@ -274,6 +330,29 @@ impl ZkBackend {
                 _ = tokio::time::sleep(self.cfg().poll) => {}
             }
         }
+    }
+
+    /// The conflict of a share just queued in `mode` with the limit of the
+    /// shares `ahead` of it, read from the oldest one still there (every
+    /// share of a key carries the same limit: a resize rewrites them all).
+    async fn limit_conflict(
+        &self,
+        s: &Session,
+        parent: &str,
+        ahead: &[String],
+        mode: LeaseMode,
+    ) -> Result<Option<String>> {
+        for name in ahead.iter().filter(|n| matches!(nodes::kind_of(n), nodes::NodeKind::Share(_))) {
+            match timed(self.cfg().timeout, "get", s.client.get_data(&path_of(parent, name))).await? {
+                Ok((data, _)) => {
+                    let held = nodes::kind_of(name).mode(nodes::limit_of(&data).unwrap_or(0));
+                    return Ok(conflict_in_queue(mode, [held]));
+                }
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes `token`'s node under `key`: one round trip when this client
@@ -344,31 +423,5 @@ impl ZkBackend {
         }
         let probe_held = stat.is_some_and(|st| st.ephemeral_owner == s.id);
         Ok(held.iter().enumerate().map(|(i, h)| h.is_some() && (i != probe || probe_held)).collect())
-    }
-
-    /// The holder (first node whose data could still be read) and waiters.
-    pub(super) async fn status_of(&self, key: &LockKey) -> Result<LockStatus> {
-        let s = self.session().await?;
-        let parent = self.parent_of(key.as_str());
-        let queue = self.queue(&s, &parent).await?;
-        let mut holder = None;
-        let mut waiters = 0;
-        for (i, name) in queue.iter().enumerate() {
-            match timed(self.cfg().timeout, "get", s.client.get_data(&path_of(&parent, name))).await? {
-                Ok((data, stat)) => {
-                    holder = Some(HolderInfo {
-                        label: nodes::label_of(&data),
-                        fence: u64::try_from(stat.czxid).unwrap_or(0),
-                        ttl_left: None,
-                        weight: 1,
-                    });
-                    waiters = (queue.len() - i - 1) as u64;
-                    break;
-                }
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(map_err(e)),
-            }
-        }
-        Ok(LockStatus { holder, waiters: Some(waiters), ..LockStatus::free(key) })
     }
 }

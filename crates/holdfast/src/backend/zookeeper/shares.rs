@@ -1,0 +1,145 @@
+//! What a key's whole queue tells, now that it may hold shares: status
+//! (the admitted prefix and the waiters), resize (every share's limit
+//! rewritten in one atomic multi), relabel (a holder's node data).
+
+use zookeeper_client as zk;
+
+use super::ops::path_of;
+use super::{STORE, ZkBackend, map_err, nodes, timed};
+use crate::backend::{HolderInfo, LockStatus};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+
+/// How often a resize or relabel that lost a race to a queue change reads again.
+const RACES: usize = 8;
+
+fn late(what: &str) -> Error {
+    Error::backend(STORE, true, format!("ZooKeeper {what} timed out"))
+}
+
+fn is_share(name: &str) -> bool {
+    matches!(nodes::kind_of(name), nodes::NodeKind::Share(_))
+}
+
+impl ZkBackend {
+    /// The holders (the admitted prefix of the queue, whose data could still
+    /// be read) and the waiters behind them. A share's limit is read from
+    /// the oldest share's data.
+    pub(super) async fn status_of(&self, key: &LockKey) -> Result<LockStatus> {
+        let s = self.session().await?;
+        let parent = self.parent_of(key.as_str());
+        let queue = self.queue(&s, &parent).await?;
+        let mut status = LockStatus::free(key);
+        let mut alive: Vec<String> = Vec::new();
+        let mut limit = None;
+        let mut seen = 0;
+        for name in &queue {
+            let (data, stat) =
+                match timed(self.cfg().timeout, "get", s.client.get_data(&path_of(&parent, name))).await? {
+                    Ok(read) => read,
+                    Err(zk::Error::NoNode) => {
+                        seen += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(map_err(e)),
+                };
+            if is_share(name) {
+                limit = limit.or_else(|| nodes::limit_of(&data));
+            }
+            alive.push(name.clone());
+            if nodes::admitted(&alive, limit.unwrap_or(0)) < alive.len() {
+                break;
+            }
+            seen += 1;
+            let kind = nodes::kind_of(name);
+            let info = HolderInfo {
+                label: nodes::label_of(&data),
+                fence: u64::try_from(stat.czxid).unwrap_or(0),
+                ttl_left: None,
+                weight: kind.mode(0).weight(),
+            };
+            if is_share(name) {
+                status.limit = limit;
+                status.shared.push(info);
+            } else {
+                status.holder = Some(info);
+                break;
+            }
+        }
+        status.waiters = Some((queue.len() - seen) as u64);
+        Ok(status)
+    }
+
+    /// Rewrites the limit in every share node of `key` (held or waiting) in
+    /// one multi that checks each node's version, and returns the weight
+    /// held; a multi that lost a race to a queue change reads again.
+    pub(super) async fn resize_shares(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let s = self.session().await?;
+        let parent = self.parent_of(key.as_str());
+        let budget = self.cfg().timeout;
+        for _ in 0..RACES {
+            s.ready()?;
+            let queue = self.queue(&s, &parent).await?;
+            let shares: Vec<&String> = queue.iter().filter(|n| is_share(n)).collect();
+            let reads = shares.iter().map(|n| s.client.get_data(&path_of(&parent, n))).collect::<Vec<_>>();
+            let reads =
+                tokio::time::timeout(budget, futures::future::join_all(reads)).await.map_err(|_| late("get"))?;
+            let mut present = Vec::new();
+            for (name, read) in shares.into_iter().zip(reads) {
+                match read {
+                    Ok((data, stat)) => present.push((name.clone(), data, stat.version)),
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+            let old = present.first().and_then(|(_, d, _)| nodes::limit_of(d)).unwrap_or(limit);
+            let alive: Vec<String> =
+                queue.into_iter().filter(|n| !is_share(n) || present.iter().any(|(p, _, _)| p == n)).collect();
+            let admitted = nodes::admitted(&alive, old);
+            let held = alive[..admitted].iter().map(|n| match nodes::kind_of(n) {
+                nodes::NodeKind::Share(w) => u64::from(w),
+                _ => 0,
+            });
+            let held = held.sum();
+            if present.is_empty() {
+                return Ok(held);
+            }
+            let mut multi = s.client.new_multi_writer();
+            for (name, data, version) in &present {
+                let rewritten = nodes::with_label(data, Some(limit), &nodes::label_of(data));
+                multi.add_set_data(&path_of(&parent, name), &rewritten, Some(*version)).map_err(map_err)?;
+            }
+            match tokio::time::timeout(budget, multi.commit()).await.map_err(|_| late("resize"))? {
+                Ok(_) => return Ok(held),
+                Err(zk::MultiWriteError::OperationFailed {
+                    source: zk::Error::BadVersion | zk::Error::NoNode, ..
+                }) => {}
+                Err(e) => return Err(map_err(e.into())),
+            }
+        }
+        Err(Error::backend(STORE, true, "the lock's queue kept changing while it was resized"))
+    }
+
+    /// Replaces the label in the data of `token`'s granted node of `key`.
+    pub(super) async fn relabel_node(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let Some(path) = self.granted_path(key, token) else { return Ok(false) };
+        let s = self.session().await?;
+        let budget = self.cfg().timeout;
+        for _ in 0..RACES {
+            s.ready()?;
+            let (data, stat) = match timed(budget, "get", s.client.get_data(&path)).await? {
+                Ok(read) => read,
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(map_err(e)),
+            };
+            let relabelled = nodes::with_label(&data, None, label);
+            match timed(budget, "relabel", s.client.set_data(&path, &relabelled, Some(stat.version))).await? {
+                Ok(_) => return Ok(true),
+                Err(zk::Error::BadVersion) => {}
+                Err(zk::Error::NoNode) => return Ok(false),
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        Err(Error::backend(STORE, true, "the grant's node kept changing while it was relabelled"))
+    }
+}
