@@ -1,5 +1,5 @@
-//! The conformance suite: one function per clause of the contract (C1..C15
-//! in `shared/DESIGN.md`; C12..C15 are the shared leases), run against a real store, plus the fault clauses
+//! The conformance suite: one function per clause of the contract (C1..C16
+//! in `shared/DESIGN.md`; C12..C15 are the shared leases, C16 elections), run against a real store, plus the fault clauses
 //! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].
 //!

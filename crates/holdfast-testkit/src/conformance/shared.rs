@@ -77,6 +77,11 @@ pub async fn c12_permit_count_lives_with_the_key(store: &Store) {
     }
     let four = a.semaphore(&key, 4);
     let held = four.acquire_many(3).await.expect("3 of 4");
+    let status = b.status(&key).await.expect("status");
+    let weights: Vec<u32> = status.shared.iter().map(|h| h.weight).collect();
+    assert_eq!((weights, status.limit), (vec![3], Some(4)), "status of 3 of 4 permits: {status:?}");
+    assert_eq!(status.shared[0].fence, held.fence(), "status shows another fence");
+    assert!(status.holder.is_none(), "a share shown as the exclusive holder");
     match b.semaphore(&key, 5).try_acquire().await {
         Err(Error::Conflict { .. }) => {}
         other => panic!("another permit count on a live key should be a Conflict, got {other:?}"),
@@ -88,6 +93,7 @@ pub async fn c12_permit_count_lives_with_the_key(store: &Store) {
     let mut two = b.semaphore(&key, 4);
     assert_eq!(two.resize(2).await.expect("resize"), 3, "resize reports the permits held");
     assert_eq!(two.permits(), 2);
+    assert_eq!(b.status(&key).await.expect("status").limit, Some(2), "status after the resize");
     // The holder above the lowered limit keeps its permits...
     assert!(!held.is_lost());
     // ...and no permit is granted until the count is under the new limit.

@@ -116,11 +116,22 @@ pub fn decide(token: [u8; 16], mode: LeaseMode, rows: &[Row]) -> Decision {
 /// admitted entries are always a prefix of the queue, and a later entry is
 /// never admitted before an earlier one.
 pub fn admitted_in_queue(queue: impl IntoIterator<Item = LeaseMode>) -> usize {
+    holding_in_queue(queue.into_iter().map(|m| (m, false)))
+}
+
+/// [`admitted_in_queue`] for a queue whose entries may be marked as
+/// holding (`true`): a [`Backend::resize`](crate::backend::Backend::resize)
+/// marks the entries that held before it, so that holders above a lowered
+/// limit are still told apart from waiters. A marked entry holds whatever
+/// the limit; its weight counts against the entries behind it. (Marks never
+/// change who is admitted next: every entry ahead of a waiter counts
+/// against it either way.)
+pub fn holding_in_queue(queue: impl IntoIterator<Item = (LeaseMode, bool)>) -> usize {
     let mut taken = 0u64;
     let mut admitted = 0;
-    for mode in queue {
+    for (mode, marked) in queue {
         match mode {
-            LeaseMode::Shared { weight, limit } if taken + u64::from(weight) <= u64::from(limit) => {
+            LeaseMode::Shared { weight, limit } if marked || taken + u64::from(weight) <= u64::from(limit) => {
                 taken += u64::from(weight);
             }
             _ if admitted == 0 && mode.is_exclusive() => return 1,
@@ -225,6 +236,16 @@ mod tests {
         // 4 permits: 2 + 1 fit, the next 2 does not, and the 1 behind it waits too.
         assert_eq!(admitted_in_queue([shared(2, 4), shared(1, 4), shared(2, 4), shared(1, 4)]), 2);
         assert_eq!(admitted_in_queue([shared(4, 4), shared(1, 4)]), 1);
+    }
+
+    #[test]
+    fn marked_holders_hold_above_a_lowered_limit() {
+        // 2 + 1 held of 4, resized to 2: both still hold, a new 1 waits.
+        let queue = [(shared(2, 2), true), (shared(1, 2), true), (shared(1, 2), false)];
+        assert_eq!(holding_in_queue(queue), 2);
+        assert_eq!(admitted_in_queue(queue.map(|(m, _)| m)), 1, "unmarked, the second looks like a waiter");
+        // Once the first goes, the second (1 of 2) and the next (2 of 2) fit.
+        assert_eq!(holding_in_queue([(shared(1, 2), true), (shared(1, 2), false)]), 2);
     }
 
     #[test]

@@ -37,7 +37,7 @@ impl Shared {
         let started = Instant::now();
         let prefix = self.prefix(&req.key);
         let own = ops::own_key(&prefix, req.token, req.mode);
-        let value = ops::entry_value(req.mode, &req.label);
+        let value = ops::entry_value(req.mode, &req.label, false);
         let make = |lease| ops::try_acquire(&prefix, &own, &value, lease);
         let (session, gone, resp) = self.write_first(req, &own, "try acquire", make).await?;
         let read_at = ops::revision(&resp);
@@ -66,7 +66,7 @@ impl Shared {
         let started = Instant::now();
         let prefix = self.prefix(&req.key);
         let own = ops::own_key(&prefix, req.token, req.mode);
-        let value = ops::entry_value(req.mode, &req.label);
+        let value = ops::entry_value(req.mode, &req.label, false);
         // A new attempt of the same token (after its session was lost while
         // it waited) replaces the old one, whose key, if it still exists, the
         // enqueue puts on the new session.

@@ -166,30 +166,43 @@ pub(super) fn own_key(prefix: &[u8], token: OwnerToken, mode: LeaseMode) -> Vec<
 }
 
 /// The value of a queue key: the label, after `weight limit\n` for a share
-/// (rewritten by `resize`).
-pub(super) fn entry_value(mode: LeaseMode, label: &str) -> String {
+/// (`weight limit held\n` once a resize marked it as holding, see
+/// `admission::holding_in_queue`).
+pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String {
     match mode {
+        LeaseMode::Shared { weight, limit } if marked => format!("{weight} {limit} held\n{label}"),
         LeaseMode::Shared { weight, limit } => format!("{weight} {limit}\n{label}"),
         _ => label.to_owned(),
     }
 }
 
-/// The mode and label of a queue key, as [`own_key`] and [`entry_value`]
-/// wrote them. A share whose value does not parse reads as exclusive, the
-/// mode that admits least.
-pub(super) fn entry_of(kv: &KeyValue) -> (LeaseMode, String) {
+/// A queue key as [`own_key`] and [`entry_value`] wrote it.
+pub(super) struct Entry {
+    pub(super) mode: LeaseMode,
+    pub(super) label: String,
+    /// Marked as holding by a resize.
+    pub(super) marked: bool,
+}
+
+/// The mode, label and mark of a queue key. A share whose value does not
+/// parse reads as exclusive, the mode that admits least.
+pub(super) fn entry_of(kv: &KeyValue) -> Entry {
     let text = String::from_utf8_lossy(kv.value());
+    let plain = |mode| Entry { mode, label: text.clone().into_owned(), marked: false };
     if kv.key().ends_with(b"~w") {
-        return (LeaseMode::Writer, text.into_owned());
+        return plain(LeaseMode::Writer);
     }
     if !kv.key().ends_with(b"~s") {
-        return (LeaseMode::Exclusive, text.into_owned());
+        return plain(LeaseMode::Exclusive);
     }
     let parsed = text.split_once('\n').and_then(|(head, label)| {
-        let (w, l) = head.split_once(' ')?;
-        Some((LeaseMode::Shared { weight: w.parse().ok()?, limit: l.parse().ok()? }, label.to_owned()))
+        let mut fields = head.split(' ');
+        let weight = fields.next()?.parse().ok()?;
+        let limit = fields.next()?.parse().ok()?;
+        let marked = fields.next() == Some("held");
+        Some(Entry { mode: LeaseMode::Shared { weight, limit }, label: label.to_owned(), marked })
     });
-    parsed.unwrap_or((LeaseMode::Exclusive, text.into_owned()))
+    parsed.unwrap_or_else(|| plain(LeaseMode::Exclusive))
 }
 
 fn by_create(order: SortOrder) -> GetOptions {
@@ -270,22 +283,15 @@ pub(super) async fn status(conn: &Conn, key: &LockKey, prefix: &[u8]) -> Result<
     };
     let mut resp = read(1).await?;
     let count = resp.count().max(0) as u64;
-    let head_shared = resp.kvs().first().is_some_and(|kv| !entry_of(kv).0.is_exclusive());
+    let head_shared = resp.kvs().first().is_some_and(|kv| !entry_of(kv).mode.is_exclusive());
     if head_shared && count > 1 {
         resp = read(0).await?;
     }
-    let queue: Vec<(LeaseMode, String, &KeyValue)> = resp
-        .kvs()
-        .iter()
-        .map(|kv| {
-            let (mode, label) = entry_of(kv);
-            (mode, label, kv)
-        })
-        .collect();
-    let admitted = crate::backend::admission::admitted_in_queue(queue.iter().map(|(m, _, _)| *m));
+    let queue: Vec<(Entry, &KeyValue)> = resp.kvs().iter().map(|kv| (entry_of(kv), kv)).collect();
+    let admitted = crate::backend::admission::holding_in_queue(queue.iter().map(|(e, _)| (e.mode, e.marked)));
     let mut status = LockStatus { waiters: Some(count.saturating_sub(admitted as u64)), ..LockStatus::free(key) };
     let mut ttls: Vec<(i64, Option<Duration>)> = Vec::new();
-    for (mode, label, kv) in queue.into_iter().take(admitted) {
+    for (Entry { mode, label, .. }, kv) in queue.into_iter().take(admitted) {
         let lease = kv.lease();
         let ttl_left = match ttls.iter().find(|(l, _)| *l == lease) {
             Some((_, t)) => *t,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::acquire::key_deleted;
 use super::ops;
-use crate::backend::admission::{admitted_in_queue, conflict_in_queue};
+use crate::backend::admission::{admitted_in_queue, conflict_in_queue, holding_in_queue};
 use crate::backend::{AcquireRequest, Grant, LeaseMode};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -30,7 +30,7 @@ impl Shared {
     pub(super) async fn share(&self, req: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
         let prefix = self.prefix(&req.key);
         let own = ops::own_key(&prefix, req.token, req.mode);
-        let value = ops::entry_value(req.mode, &req.label);
+        let value = ops::entry_value(req.mode, &req.label, false);
         let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
         let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
         let read_at = ops::revision(&resp);
@@ -48,9 +48,9 @@ impl Shared {
                 return Err(self.key_gone(&session, key_deleted()).await);
             };
             // Our own mode as stored: a resize may have rewritten its limit.
-            let mode = ops::entry_of(&mine).0;
+            let mode = ops::entry_of(&mine).mode;
             let ahead: Vec<KeyValue> = ops::kvs(&resp, 1);
-            let modes = || ahead.iter().map(|kv| ops::entry_of(kv).0);
+            let modes = || ahead.iter().map(|kv| ops::entry_of(kv).mode);
             if std::mem::take(&mut joined) {
                 if let Some(reason) = conflict_in_queue(mode, modes()) {
                     self.leave(req).await?;
@@ -68,7 +68,7 @@ impl Shared {
             // Behind an exclusive key, only its deletion can admit us (no
             // herd: the readers behind a writer wake when it goes); behind
             // shares only, any key ahead that goes may.
-            let waited = match ahead.iter().rev().find(|kv| ops::entry_of(kv).0.is_exclusive()) {
+            let waited = match ahead.iter().rev().find(|kv| ops::entry_of(kv).mode.is_exclusive()) {
                 Some(kv) => self.wait_deleted(kv.key().to_vec(), read_at, &gone).await,
                 None => {
                     let seen = ahead.iter().map(|kv| (kv.key().to_vec(), kv.mod_revision())).collect();
@@ -156,29 +156,29 @@ impl Shared {
         let prefix = self.prefix(key);
         for _ in 0..8 {
             let resp = self.conn.txn("status", ops::queue(&prefix)).await?;
-            let queue: Vec<(LeaseMode, String, KeyValue)> = ops::kvs(&resp, 0)
-                .into_iter()
-                .map(|kv| {
-                    let (mode, label) = ops::entry_of(&kv);
-                    (mode, label, kv)
-                })
-                .collect();
-            let admitted = admitted_in_queue(queue.iter().map(|(m, _, _)| *m));
-            let held: u64 = queue[..admitted]
+            let queue: Vec<(ops::Entry, KeyValue)> =
+                ops::kvs(&resp, 0).into_iter().map(|kv| (ops::entry_of(&kv), kv)).collect();
+            let holding = holding_in_queue(queue.iter().map(|(e, _)| (e.mode, e.marked)));
+            let shares_of = |q: &[(ops::Entry, KeyValue)]| -> u64 {
+                q.iter().filter(|(e, _)| !e.mode.is_exclusive()).map(|(e, _)| u64::from(e.mode.weight())).sum()
+            };
+            let held = shares_of(&queue[..holding]);
+            // The shares to rewrite, each with whether it holds now (marked).
+            let shares: Vec<_> = queue
                 .iter()
-                .filter(|(m, _, _)| !m.is_exclusive())
-                .map(|(m, _, _)| u64::from(m.weight()))
-                .sum();
-            let shares: Vec<_> = queue.iter().filter(|(m, _, _)| !m.is_exclusive()).collect();
+                .enumerate()
+                .filter(|(_, (e, _))| !e.mode.is_exclusive())
+                .map(|(i, (e, kv))| (e, kv, i < holding))
+                .collect();
             let mut raced = false;
             for chunk in shares.chunks(RESIZE_CHUNK) {
                 let same = chunk
                     .iter()
-                    .map(|(_, _, kv)| Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision()));
-                let puts = chunk.iter().map(|(m, label, kv)| {
-                    let mode = LeaseMode::Shared { weight: m.weight(), limit };
+                    .map(|(_, kv, _)| Compare::mod_revision(kv.key().to_vec(), CompareOp::Equal, kv.mod_revision()));
+                let puts = chunk.iter().map(|(e, kv, holds)| {
+                    let mode = LeaseMode::Shared { weight: e.mode.weight(), limit };
                     let opts = PutOptions::new().with_ignore_lease();
-                    TxnOp::put(kv.key().to_vec(), ops::entry_value(mode, label), Some(opts))
+                    TxnOp::put(kv.key().to_vec(), ops::entry_value(mode, &e.label, *holds), Some(opts))
                 });
                 let txn = Txn::new().when(same.collect::<Vec<_>>()).and_then(puts.collect::<Vec<_>>());
                 if !self.conn.txn("resize", txn).await?.succeeded() {
@@ -201,7 +201,8 @@ impl Shared {
             let Some(kv) = ops::kvs(&self.conn.txn("get", read).await?, 0).into_iter().next() else {
                 return Ok(false);
             };
-            let value = ops::entry_value(ops::entry_of(&kv).0, label);
+            let entry = ops::entry_of(&kv);
+            let value = ops::entry_value(entry.mode, label, entry.marked);
             let put = TxnOp::put(own.clone(), value, Some(PutOptions::new().with_ignore_lease()));
             let txn = Txn::new()
                 .when([Compare::mod_revision(own.clone(), CompareOp::Equal, kv.mod_revision())])

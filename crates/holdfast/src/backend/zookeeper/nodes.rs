@@ -107,19 +107,26 @@ pub fn label_of(data: &[u8]) -> String {
 /// A share's limit from its node's data.
 pub fn limit_of(data: &[u8]) -> Option<u32> {
     let text = String::from_utf8_lossy(data);
-    let first = text.split('\n').next()?;
-    first.split_once(' ')?.1.parse().ok()
+    text.split('\n').next()?.split(' ').nth(1)?.parse().ok()
 }
 
-/// A node's data with its label replaced, and its limit if `limit` is set.
-pub fn with_label(data: &[u8], limit: Option<u32>, label: &str) -> Vec<u8> {
+/// Whether a resize marked the node's share as holding (see
+/// `admission::holding_in_queue`).
+pub fn marked_of(data: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(data);
+    text.split('\n').next().and_then(|first| first.split(' ').nth(2)) == Some("held")
+}
+
+/// A node's data with its label replaced, and a share's limit and mark
+/// replaced where given.
+pub fn rewrite(data: &[u8], limit: Option<u32>, marked: Option<bool>, label: &str) -> Vec<u8> {
     let text = String::from_utf8_lossy(data);
     let first = text.split('\n').next().unwrap_or_default();
     let token = first.split(' ').next().unwrap_or_default();
-    let limit = limit.or_else(|| limit_of(data));
-    match limit {
-        Some(limit) => format!("{token} {limit}\n{label}"),
-        None => format!("{token}\n{label}"),
+    match (limit.or_else(|| limit_of(data)), marked.unwrap_or_else(|| marked_of(data))) {
+        (Some(limit), true) => format!("{token} {limit} held\n{label}"),
+        (Some(limit), false) => format!("{token} {limit}\n{label}"),
+        (None, _) => format!("{token}\n{label}"),
     }
     .into_bytes()
 }
@@ -245,8 +252,11 @@ mod tests {
         assert_eq!(kind_of(&name).mode(8), share);
         let data = node_data(t, share, "me\nand more");
         assert_eq!((limit_of(&data), label_of(&data)), (Some(8), "me\nand more".to_owned()));
-        let resized = with_label(&data, Some(5), "you");
-        assert_eq!((limit_of(&resized), label_of(&resized)), (Some(5), "you".to_owned()));
+        let resized = rewrite(&data, Some(5), Some(true), "you");
+        assert_eq!((limit_of(&resized), label_of(&resized), marked_of(&resized)), (Some(5), "you".to_owned(), true));
+        let relabelled = rewrite(&resized, None, None, "them");
+        assert_eq!((limit_of(&relabelled), marked_of(&relabelled)), (Some(5), true));
+        assert!(!marked_of(&data));
         assert_eq!(limit_of(&node_data(t, LeaseMode::Exclusive, "x 9")), None);
         for bad in ["sh0-", "sh-", "shx-", "xx-"] {
             assert_eq!(parse_name(&format!("{bad}{}-0000000001", t.to_hex())), None, "{bad}");

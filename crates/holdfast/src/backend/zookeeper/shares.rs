@@ -6,7 +6,8 @@ use zookeeper_client as zk;
 
 use super::ops::path_of;
 use super::{STORE, ZkBackend, map_err, nodes, timed};
-use crate::backend::{HolderInfo, LockStatus};
+use crate::backend::admission::holding_in_queue;
+use crate::backend::{HolderInfo, LeaseMode, LockStatus};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 
@@ -30,7 +31,7 @@ impl ZkBackend {
         let parent = self.parent_of(key.as_str());
         let queue = self.queue(&s, &parent).await?;
         let mut status = LockStatus::free(key);
-        let mut alive: Vec<String> = Vec::new();
+        let mut alive: Vec<(LeaseMode, bool)> = Vec::new();
         let mut limit = None;
         let mut seen = 0;
         for name in &queue {
@@ -46,8 +47,8 @@ impl ZkBackend {
             if is_share(name) {
                 limit = limit.or_else(|| nodes::limit_of(&data));
             }
-            alive.push(name.clone());
-            if nodes::admitted(&alive, limit.unwrap_or(0)) < alive.len() {
+            alive.push((nodes::kind_of(name).mode(limit.unwrap_or(0)), nodes::marked_of(&data)));
+            if holding_in_queue(alive.iter().copied()) < alive.len() {
                 break;
             }
             seen += 1;
@@ -93,20 +94,26 @@ impl ZkBackend {
                 }
             }
             let old = present.first().and_then(|(_, d, _)| nodes::limit_of(d)).unwrap_or(limit);
-            let alive: Vec<String> =
-                queue.into_iter().filter(|n| !is_share(n) || present.iter().any(|(p, _, _)| p == n)).collect();
-            let admitted = nodes::admitted(&alive, old);
-            let held = alive[..admitted].iter().map(|n| match nodes::kind_of(n) {
-                nodes::NodeKind::Share(w) => u64::from(w),
-                _ => 0,
-            });
-            let held = held.sum();
+            // The queue without shares that vanished, each share with its mark.
+            let alive: Vec<(&String, LeaseMode, bool)> = queue
+                .iter()
+                .filter_map(|n| match present.iter().find(|(p, _, _)| p == n) {
+                    Some((_, data, _)) => Some((n, nodes::kind_of(n).mode(old), nodes::marked_of(data))),
+                    None if is_share(n) => None,
+                    None => Some((n, nodes::kind_of(n).mode(old), false)),
+                })
+                .collect();
+            let holding = holding_in_queue(alive.iter().map(|(_, m, marked)| (*m, *marked)));
+            let holders = &alive[..holding];
+            let held =
+                holders.iter().filter(|(_, m, _)| !m.is_exclusive()).map(|(_, m, _)| u64::from(m.weight())).sum();
             if present.is_empty() {
                 return Ok(held);
             }
             let mut multi = s.client.new_multi_writer();
             for (name, data, version) in &present {
-                let rewritten = nodes::with_label(data, Some(limit), &nodes::label_of(data));
+                let holds = holders.iter().any(|(n, _, _)| *n == name);
+                let rewritten = nodes::rewrite(data, Some(limit), Some(holds), &nodes::label_of(data));
                 multi.add_set_data(&path_of(&parent, name), &rewritten, Some(*version)).map_err(map_err)?;
             }
             match tokio::time::timeout(budget, multi.commit()).await.map_err(|_| late("resize"))? {
@@ -132,7 +139,7 @@ impl ZkBackend {
                 Err(zk::Error::NoNode) => return Ok(false),
                 Err(e) => return Err(map_err(e)),
             };
-            let relabelled = nodes::with_label(&data, None, label);
+            let relabelled = nodes::rewrite(&data, None, None, label);
             match timed(budget, "relabel", s.client.set_data(&path, &relabelled, Some(stat.version))).await? {
                 Ok(_) => return Ok(true),
                 Err(zk::Error::BadVersion) => {}
