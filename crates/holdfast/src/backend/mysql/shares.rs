@@ -215,6 +215,21 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
     }
     let (code, weight, limit) = admission::encode(mode);
     let ttl_us = micros(ttl);
+    // The share row, held or a reservation, at `order` (its fence or place).
+    let upsert = |held: bool, order: u64| {
+        let row: Vec<Value> = vec![
+            k.into(),
+            tok[..].into(),
+            code.into(),
+            weight.into(),
+            limit.into(),
+            u8::from(held).into(),
+            order.into(),
+            label.as_str().into(),
+            ttl_us.into(),
+        ];
+        Params::Positional(row)
+    };
     let outcome = match admission::decide(tok, mode, &rows) {
         Decision::AlreadyHeld { fence } => {
             if gate_holder == Some(tok) {
@@ -235,18 +250,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
                 tx.exec_drop(q.grant_writer.as_str(), (k, &tok[..], fence, &label, ttl_us)).await?;
                 tx.exec_drop(q.drop_own.as_str(), (k, &tok[..])).await?;
             } else {
-                let params: Vec<Value> = vec![
-                    k.into(),
-                    tok[..].into(),
-                    code.into(),
-                    weight.into(),
-                    limit.into(),
-                    1u8.into(),
-                    fence.into(),
-                    label.as_str().into(),
-                    ttl_us.into(),
-                ];
-                tx.exec_drop(q.upsert.as_str(), Params::Positional(params)).await?;
+                tx.exec_drop(q.upsert.as_str(), upsert(true, fence)).await?;
                 tx.exec_drop(q.gate_to_shares.as_str(), (k, &GATE[..], fence, ttl_us)).await?;
             }
             Shared::Granted(fence)
@@ -259,18 +263,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
                     tx.last_insert_id().unwrap_or(0)
                 }
             };
-            let params: Vec<Value> = vec![
-                k.into(),
-                tok[..].into(),
-                code.into(),
-                weight.into(),
-                limit.into(),
-                0u8.into(),
-                place.into(),
-                label.as_str().into(),
-                ttl_us.into(),
-            ];
-            tx.exec_drop(q.upsert.as_str(), Params::Positional(params)).await?;
+            tx.exec_drop(q.upsert.as_str(), upsert(false, place)).await?;
             tx.commit().await?;
             return Ok(Shared::Busy(soonest.map(|us| Duration::from_micros(us.max(0) as u64))));
         }

@@ -228,6 +228,21 @@ impl PostgresBackend {
                     c.query_typed_one(&sql.fence_next, &[]).await.map_err(map_err)?.try_get(0).map_err(map_err)
                 };
                 let base = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&ttl_ms, Type::INT8)];
+                // The share row, held or a reservation, at `order` (its fence or place).
+                let upsert = async |held: bool, order: i64| -> Result<()> {
+                    let row = [
+                        base[0].clone(),
+                        base[1].clone(),
+                        (&tok, Type::BYTEA),
+                        (&mode, Type::INT2),
+                        (&weight, Type::INT8),
+                        (&limit, Type::INT8),
+                        (&held, Type::BOOL),
+                        (&order, Type::INT8),
+                        (&req.label, Type::TEXT),
+                    ];
+                    c.query_typed(&sql.upsert, &row).await.map_err(map_err).map(|_| ())
+                };
                 Ok(match admission::decide(token, req.mode, &rows) {
                     Decision::AlreadyHeld { fence } => {
                         // A retry whose reply was lost: the lease counted from now.
@@ -266,23 +281,7 @@ impl PostgresBackend {
                                 .await
                                 .map_err(map_err)?;
                         } else {
-                            let held = true;
-                            c.query_typed(
-                                &sql.upsert,
-                                &[
-                                    base[0].clone(),
-                                    base[1].clone(),
-                                    (&tok, Type::BYTEA),
-                                    (&mode, Type::INT2),
-                                    (&weight, Type::INT8),
-                                    (&limit, Type::INT8),
-                                    (&held, Type::BOOL),
-                                    (&fence, Type::INT8),
-                                    (&req.label, Type::TEXT),
-                                ],
-                            )
-                            .await
-                            .map_err(map_err)?;
+                            upsert(true, fence).await?;
                             c.query_typed(
                                 &sql.gate_to_shares,
                                 &[base[0].clone(), base[1].clone(), (&gate, Type::BYTEA), (&fence, Type::INT8)],
@@ -297,23 +296,7 @@ impl PostgresBackend {
                             Some(place) => place as i64,
                             None => fence_next().await?,
                         };
-                        let held = false;
-                        c.query_typed(
-                            &sql.upsert,
-                            &[
-                                base[0].clone(),
-                                base[1].clone(),
-                                (&tok, Type::BYTEA),
-                                (&mode, Type::INT2),
-                                (&weight, Type::INT8),
-                                (&limit, Type::INT8),
-                                (&held, Type::BOOL),
-                                (&place, Type::INT8),
-                                (&req.label, Type::TEXT),
-                            ],
-                        )
-                        .await
-                        .map_err(map_err)?;
+                        upsert(false, place).await?;
                         // So that the releases that may admit it notify.
                         c.query_typed(&sql.mark_wanted, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
                         Outcome::Busy(soonest)
