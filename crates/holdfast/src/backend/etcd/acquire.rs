@@ -1,10 +1,11 @@
 //! Acquiring: one attempt, or a place in the lock's queue and the wait for
 //! the keys before it to go.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::EventType;
+use etcd_client::{EventType, WatchOptions, WatchResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -227,16 +228,33 @@ impl Shared {
 
     /// Resolves when `key`, seen at revision `read_at`, is deleted, when the
     /// watch fails, or after [`RECHECK`]; errors if our own key is gone.
+    pub(super) async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
+        let deleted = |resp: &WatchResponse| resp.events().iter().any(|e| e.event_type() == EventType::Delete);
+        let (conn, k) = (&self.conn, &key);
+        let missed = || async move { Ok(!conn.exists(k).await?.0) };
+        self.watch_until(key.clone(), None, read_at, gone, deleted, missed).await
+    }
+
+    /// Watches `key` (a prefix, with `opts`) until a response `wakes` us,
+    /// the watch fails, or after [`RECHECK`]; errors if our own key is gone.
     ///
     /// The watch starts at the current revision rather than at `read_at + 1`:
     /// etcd delivers events to a watch that starts in the past only from its
     /// 100 ms catch-up loop, which would add up to 100 ms to hand-offs. If the
-    /// store moved on between our read and the watch, one read of the key
-    /// closes the gap.
-    pub(super) async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
+    /// store moved on between our read and the watch, one read (`missed`:
+    /// did what we wait for happen meanwhile?) closes the gap.
+    pub(super) async fn watch_until<Missed: Future<Output = Result<bool>>>(
+        &self,
+        key: Vec<u8>,
+        opts: Option<WatchOptions>,
+        read_at: i64,
+        gone: &CancellationToken,
+        wakes: impl Fn(&WatchResponse) -> bool,
+        missed: impl Fn() -> Missed,
+    ) -> Result<()> {
         let watching = self.conn.call("watch", |mut c| {
-            let k = key.clone();
-            async move { c.watch(k, None).await }
+            let (k, o) = (key.clone(), opts.clone());
+            async move { c.watch(k, o).await }
         });
         let mut stream = tokio::select! {
             _ = gone.cancelled() => return Err(key_deleted()),
@@ -250,13 +268,11 @@ impl Shared {
                 _ = &mut recheck => return Ok(()),
                 msg = stream.message() => match msg {
                     Ok(Some(resp)) => {
-                        if resp.canceled() || resp.compact_revision() > 0
-                            || resp.events().iter().any(|e| e.event_type() == EventType::Delete)
-                        {
+                        if resp.canceled() || resp.compact_revision() > 0 || wakes(&resp) {
                             return Ok(());
                         }
                         let watched_from = resp.header().map_or(i64::MAX, |h| h.revision());
-                        if resp.created() && watched_from > read_at && !self.conn.exists(&key).await?.0 {
+                        if resp.created() && watched_from > read_at && missed().await? {
                             return Ok(());
                         }
                     }

@@ -3,9 +3,9 @@
 //! queue rule (`admission::admitted_in_queue`) over the keys ahead of it.
 //! Writers are exclusive keys (suffix `~w`) and wait as a mutex's do.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use etcd_client::{Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp, WatchOptions, WatchResponse};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
@@ -15,9 +15,6 @@ use crate::backend::admission::{admitted_in_queue, conflict_in_queue, holding_in
 use crate::backend::{AcquireRequest, Grant, LeaseMode};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
-
-/// How long a waiting share trusts its watch before it re-reads the queue anyway.
-const RECHECK: Duration = Duration::from_secs(10);
 
 /// Keys rewritten by one `resize` transaction: etcd refuses transactions of
 /// more than `--max-txn-ops` (128 by default) operations.
@@ -88,13 +85,10 @@ impl Shared {
     }
 
     /// Resolves when a key under `prefix` is deleted or rewritten (a resize)
-    /// after revision `read_at`, when the watch fails, or after [`RECHECK`];
-    /// errors if our own key is gone. New keys (behind us) do not wake it.
-    ///
-    /// The watch starts at the current revision (a watch started in the past
-    /// is served by etcd's 100 ms catch-up loop); if the store moved on
-    /// since `read_at`, one read of the keys ahead (`seen`: key and mod
-    /// revision) closes the gap.
+    /// after revision `read_at`, when the watch fails, or after the recheck
+    /// interval; errors if our own key is gone. New keys (behind us) do not
+    /// wake it. A gap between `read_at` and the watch is closed by one read
+    /// of the keys ahead, compared with `seen` (key and mod revision).
     async fn wait_queue_change(
         &self,
         prefix: &[u8],
@@ -104,49 +98,22 @@ impl Shared {
         read_at: i64,
         gone: &CancellationToken,
     ) -> Result<()> {
-        let watching = self.conn.call("watch", |mut c| {
-            let p = prefix.to_vec();
-            async move { c.watch(p, Some(etcd_client::WatchOptions::new().with_prefix())).await }
-        });
-        let mut stream = tokio::select! {
-            _ = gone.cancelled() => return Err(key_deleted()),
-            s = watching => s?,
+        let changed = |resp: &WatchResponse| {
+            resp.events().iter().any(|e| {
+                e.event_type() == EventType::Delete
+                    || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision())
+            })
         };
-        let recheck = tokio::time::sleep(RECHECK);
-        tokio::pin!(recheck);
-        loop {
-            tokio::select! {
-                _ = gone.cancelled() => return Err(key_deleted()),
-                _ = &mut recheck => return Ok(()),
-                msg = stream.message() => match msg {
-                    Ok(Some(resp)) => {
-                        let changed = resp.events().iter().any(|e| {
-                            e.event_type() == EventType::Delete
-                                || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision())
-                        });
-                        if resp.canceled() || resp.compact_revision() > 0 || changed {
-                            return Ok(());
-                        }
-                        // Started after the store moved on: re-read rather than
-                        // miss what happened in between.
-                        if resp.created() && resp.header().is_some_and(|h| h.revision() > read_at) {
-                            let now = self.conn.txn("queue position", ops::ahead(prefix, own, my_rev)).await?;
-                            let ahead = ops::kvs(&now, 1);
-                            let same = ahead.len() == seen.len()
-                                && ahead.iter().zip(&seen).all(|(kv, (k, m))| kv.key() == k.as_slice() && kv.mod_revision() == *m);
-                            if !same || ops::kvs(&now, 0).is_empty() {
-                                return Ok(());
-                            }
-                        }
-                    }
-                    other => {
-                        tracing::debug!(?other, "etcd watch ended; re-reading the queue");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        return Ok(());
-                    }
-                },
-            }
-        }
+        let (conn, seen) = (&self.conn, &seen);
+        let missed = || async move {
+            let now = conn.txn("queue position", ops::ahead(prefix, own, my_rev)).await?;
+            let ahead = ops::kvs(&now, 1);
+            let same = ahead.len() == seen.len()
+                && ahead.iter().zip(seen).all(|(kv, (k, m))| kv.key() == k.as_slice() && kv.mod_revision() == *m);
+            Ok(!same || ops::kvs(&now, 0).is_empty())
+        };
+        let opts = Some(WatchOptions::new().with_prefix());
+        self.watch_until(prefix.to_vec(), opts, read_at, gone, changed, missed).await
     }
 
     /// Rewrites the limit of every share of `key` (held or waiting) and
