@@ -29,6 +29,17 @@ pub(super) fn key_deleted() -> Error {
     )
 }
 
+/// An attempt's key just put in its lock's queue.
+pub(super) struct Joined {
+    pub(super) prefix: Vec<u8>,
+    pub(super) own: Vec<u8>,
+    pub(super) session: Arc<Session>,
+    pub(super) gone: CancellationToken,
+    /// The enqueue's response: the two newest keys, or our key if it existed.
+    pub(super) resp: etcd_client::TxnResponse,
+    pub(super) read_at: i64,
+}
+
 impl Shared {
     /// One attempt: put our key if the lock is free.
     pub(super) async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
@@ -65,18 +76,7 @@ impl Shared {
             return self.share(req, true).await?.ok_or_else(key_deleted);
         }
         let started = Instant::now();
-        let prefix = self.prefix(&req.key);
-        let own = ops::own_key(&prefix, req.token, req.mode);
-        let value = ops::entry_value(req.mode, &req.label, false);
-        // A new attempt of the same token (after its session was lost while
-        // it waited) replaces the old one, whose key, if it still exists, the
-        // enqueue puts on the new session.
-        let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
-        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
-        let read_at = ops::revision(&resp);
-        // From now on, a deletion of our key (the session revoked, or the key
-        // deleted by hand) cancels `gone` within milliseconds.
-        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        let Joined { prefix, own, session, gone, resp, read_at } = self.join_queue(req).await?;
         let read = ops::kvs(&resp, 1);
         let (my_rev, pred) = if resp.succeeded() {
             // Our put is the newest key: the two newest are ours and our predecessor's.
@@ -92,6 +92,23 @@ impl Shared {
             started
         };
         self.granted(req, &session, &gone, my_rev, started)
+    }
+
+    /// Puts this attempt's key at the end of the lock's queue and starts
+    /// watching it. A new attempt of the same token (after its session was
+    /// lost while it waited) replaces the old one, whose key, if it still
+    /// exists, the enqueue puts on the new session, keeping its place.
+    pub(super) async fn join_queue(&self, req: &AcquireRequest) -> Result<Joined> {
+        let prefix = self.prefix(&req.key);
+        let own = ops::own_key(&prefix, req.token, req.mode);
+        let value = ops::entry_value(req.mode, &req.label, false);
+        let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
+        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
+        let read_at = ops::revision(&resp);
+        // From now on, a deletion of our key (the session revoked, or the key
+        // deleted by hand) cancels `gone` within milliseconds.
+        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        Ok(Joined { prefix, own, session, gone, resp, read_at })
     }
 
     /// Tracks the attempt and sends its first request (the one that writes

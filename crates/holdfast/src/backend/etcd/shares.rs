@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnO
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::acquire::key_deleted;
+use super::acquire::{Joined, key_deleted};
 use super::ops;
 use crate::backend::admission::{admitted_in_queue, conflict_in_queue, holding_in_queue};
 use crate::backend::{AcquireRequest, Grant, LeaseMode};
@@ -25,13 +25,7 @@ impl Shared {
     /// `wait`) until it is, or leaves the queue (refused, or in conflict
     /// with the limit of the shares ahead).
     pub(super) async fn share(&self, req: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
-        let prefix = self.prefix(&req.key);
-        let own = ops::own_key(&prefix, req.token, req.mode);
-        let value = ops::entry_value(req.mode, &req.label, false);
-        let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
-        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
-        let read_at = ops::revision(&resp);
-        self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
+        let Joined { prefix, own, session, gone, resp, read_at } = self.join_queue(req).await?;
         let my_rev = if resp.succeeded() {
             read_at
         } else {
