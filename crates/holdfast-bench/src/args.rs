@@ -17,6 +17,15 @@ pub struct Args {
     /// Tasks in the contended workloads.
     #[arg(long, default_value_t = 16)]
     pub contended_tasks: usize,
+    /// Tasks in the semaphore workload.
+    #[arg(long, default_value_t = 64)]
+    pub semaphore_tasks: usize,
+    /// Permits of the semaphore in the semaphore workload.
+    #[arg(long, default_value_t = 8)]
+    pub permits: u32,
+    /// Tasks in the rwlock workload.
+    #[arg(long, default_value_t = 32)]
+    pub rwlock_tasks: usize,
     /// How long each workload runs per subject [default: 5s; --held: five
     /// renewal periods; --hot: 20s].
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -71,6 +80,9 @@ impl Args {
         let mut opts = BenchOptions::new(self.url.clone());
         opts.tasks_uncontended = self.tasks;
         opts.tasks_contended = self.contended_tasks;
+        opts.tasks_semaphore = self.semaphore_tasks;
+        opts.permits = self.permits;
+        opts.tasks_rwlock = self.rwlock_tasks;
         if let Some(d) = self.duration {
             opts.duration = d;
         }

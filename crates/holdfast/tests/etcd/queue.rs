@@ -144,23 +144,46 @@ fn uncontended_cycle_is_two_writes() {
     });
 }
 
+/// A guard's release, whatever the guard's kind.
+type Releasing = std::pin::Pin<Box<dyn std::future::Future<Output = holdfast::Result<()>> + Send>>;
+
 /// Queues `n` waiters behind a holder, releases, and returns etcd requests
-/// per hand-off until all are through.
-async fn requests_per_handoff(url: &str, member: &holdfast_testkit::servers::etcd::EtcdMember, n: u64) -> f64 {
+/// per hand-off until all are through. With `permits`, the lock is a
+/// semaphore of that many permits, all held by the holder, and each waiter
+/// asks for one.
+async fn requests_per_handoff(
+    url: &str,
+    member: &holdfast_testkit::servers::etcd::EtcdMember,
+    n: u64,
+    permits: Option<u32>,
+) -> f64 {
     let requests = || {
         member.metric(&["grpc_server_handled_total", "grpc_type=\"unary\""])
             + member.metric(&["grpc_server_msg_received_total", "grpc_method=\"Watch\""])
     };
-    let key = format!("herd/{n}");
+    let key = format!("herd/{n}/{permits:?}");
     let holder = client(url, "holder").await;
-    let g = holder.mutex(&key).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+    let ttl = Duration::from_secs(30);
+    let release_held: Releasing = match permits {
+        None => {
+            let g = holder.mutex(&key).ttl(ttl).acquire().await.expect("acquire");
+            Box::pin(g.release())
+        }
+        Some(p) => {
+            let g = holder.semaphore(&key, p).ttl(ttl).acquire_many(p).await.expect("acquire");
+            Box::pin(g.release())
+        }
+    };
     let mut waiters = Vec::new();
     for i in 0..n {
         let (c, key) = (client(url, &format!("w{i}")).await, key.clone());
         waiters.push(tokio::spawn(async move {
-            let g = c.mutex(&key).ttl(Duration::from_secs(30)).acquire().await.expect("waiter");
+            let release: Releasing = match permits {
+                None => Box::pin(c.mutex(&key).ttl(ttl).acquire().await.expect("waiter").release()),
+                Some(p) => Box::pin(c.semaphore(&key, p).ttl(ttl).acquire().await.expect("waiter").release()),
+            };
             tokio::time::sleep(Duration::from_millis(10)).await;
-            g.release().await.expect("release");
+            release.await.expect("release");
         }));
     }
     holdfast_testkit::conformance::eventually("all queued", Duration::from_secs(10), || async {
@@ -169,7 +192,7 @@ async fn requests_per_handoff(url: &str, member: &holdfast_testkit::servers::etc
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = requests();
-    g.release().await.expect("release");
+    release_held.await.expect("release");
     for w in waiters {
         tokio::time::timeout(Duration::from_secs(30), w).await.expect("stuck").expect("task");
     }
@@ -186,9 +209,26 @@ fn herd_free_handoffs() {
     let server = EtcdCluster::start();
     let url = server.url();
     rt().block_on(async {
-        let few = requests_per_handoff(&url, &server.members[0], 4).await;
-        let many = requests_per_handoff(&url, &server.members[0], 24).await;
+        let few = requests_per_handoff(&url, &server.members[0], 4, None).await;
+        let many = requests_per_handoff(&url, &server.members[0], 24, None).await;
         eprintln!("etcd requests per hand-off: {few:.2} with 4 waiters, {many:.2} with 24");
         assert!(many <= 5.0 && many <= few * 1.3 + 0.5, "hand-off cost grows with the queue: {few} -> {many}");
+    });
+}
+
+/// No herd for permits either: a release wakes the first waiting share,
+/// and each share admitted wakes the one behind it (it marks its key), so
+/// requests per grant stay flat from 4 to 24 waiting shares; when every
+/// waiter watched the whole queue, each release cost a read and a new watch
+/// per waiter.
+#[test]
+fn herd_free_permit_handoffs() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let few = requests_per_handoff(&url, &server.members[0], 4, Some(2)).await;
+        let many = requests_per_handoff(&url, &server.members[0], 24, Some(2)).await;
+        eprintln!("etcd requests per permit grant: {few:.2} with 4 waiters, {many:.2} with 24");
+        assert!(many <= 8.0 && many <= few * 1.3 + 0.5, "grant cost grows with the queue: {few} -> {many}");
     });
 }

@@ -166,7 +166,8 @@ pub(super) fn own_key(prefix: &[u8], token: OwnerToken, mode: LeaseMode) -> Vec<
 }
 
 /// The value of a queue key: the label, after `weight limit\n` for a share
-/// (`weight limit held\n` once a resize marked it as holding, see
+/// (`weight limit held\n` once marked as holding: by the share itself when
+/// it was admitted after waiting, or by a resize; see
 /// `admission::holding_in_queue`).
 pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String {
     match mode {
@@ -180,7 +181,7 @@ pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String 
 pub(super) struct Entry {
     pub(super) mode: LeaseMode,
     pub(super) label: String,
-    /// Marked as holding by a resize.
+    /// Marked as holding (admitted after waiting, or by a resize).
     pub(super) marked: bool,
 }
 
@@ -242,18 +243,32 @@ pub(super) fn position(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
     ])
 }
 
-/// Our key (does it still exist, in which mode?) and every key created
-/// before ours, oldest first: what a share's admission depends on.
+/// Our key (does it still exist, in which mode?), every key created before
+/// ours, oldest first (what a share's admission depends on), and how many
+/// were created after it (whether a share admitted now may have a waiter
+/// behind it to wake).
 pub(super) fn ahead(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
     Txn::new().and_then([
         TxnOp::get(own.to_vec(), None),
         TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_max_create_revision(my_rev - 1))),
+        TxnOp::get(
+            prefix.to_vec(),
+            Some(GetOptions::new().with_prefix().with_min_create_revision(my_rev + 1).with_count_only()),
+        ),
     ])
 }
 
 /// Every key of a lock, oldest first.
 pub(super) fn queue(prefix: &[u8]) -> Txn {
     Txn::new().and_then([TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend)))])
+}
+
+/// The count of the `n`th response of a transaction of ranges.
+pub(super) fn count(resp: &TxnResponse, n: usize) -> i64 {
+    match resp.op_responses().into_iter().nth(n) {
+        Some(TxnOpResponse::Get(g)) => g.count(),
+        _ => 0,
+    }
 }
 
 /// The header revision of a transaction's response.

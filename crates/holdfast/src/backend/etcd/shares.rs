@@ -49,7 +49,13 @@ impl Shared {
                 }
             }
             if admitted_in_queue(modes().chain([mode])) > ahead.len() {
-                return self.granted(req, &session, &gone, my_rev, sent).map(Some);
+                let grant = self.granted(req, &session, &gone, my_rev, sent)?;
+                if ops::count(&resp, 2) > 0 && !ops::entry_of(&mine).marked {
+                    // A share behind us may be waiting for our turn to come
+                    // (one that joins later reads us as admitted).
+                    self.mark_holding(&mine).await;
+                }
+                return Ok(Some(grant));
             }
             if !wait {
                 self.leave(req).await?;
@@ -57,16 +63,28 @@ impl Shared {
             }
             let read_at = ops::revision(&resp);
             // Behind an exclusive key, only its deletion can admit us (no
-            // herd: the readers behind a writer wake when it goes); behind
-            // shares only, any key ahead that goes may.
-            let waited = match ahead.iter().rev().find(|kv| ops::entry_of(kv).mode.is_exclusive()) {
+            // herd: the readers behind a writer wake when it goes). Behind
+            // shares only, the first share that waits (the head waiter)
+            // wakes when any key ahead goes; each share behind it waits for
+            // its predecessor alone, which marks its key when it is admitted
+            // (or goes), so a release wakes the head waiter and the shares
+            // it admits one after another, not every waiter of the key.
+            let holding = holding_in_queue(ahead.iter().map(|kv| {
+                let e = ops::entry_of(kv);
+                (e.mode, e.marked)
+            }));
+            let outcome = match ahead.iter().rev().find(|kv| ops::entry_of(kv).mode.is_exclusive()) {
                 Some(kv) => self.wait_deleted(kv.key().to_vec(), read_at, &gone).await,
+                None if holding < ahead.len() => match ahead.last() {
+                    Some(pred) => self.wait_rewritten(pred, read_at, &gone).await,
+                    None => Ok(()),
+                },
                 None => {
                     let seen = ahead.iter().map(|kv| (kv.key().to_vec(), kv.mod_revision())).collect();
                     self.wait_queue_change(&prefix, &own, my_rev, seen, read_at, &gone).await
                 }
             };
-            match waited {
+            match outcome {
                 Err(e) if gone.is_cancelled() => return Err(self.key_gone(&session, e).await),
                 other => other?,
             }
@@ -78,8 +96,36 @@ impl Shared {
         self.grants.release(&self.conn, &self.watch, &req.key, req.token).await.map(|_| ())
     }
 
-    /// Resolves when a key under `prefix` is deleted or rewritten (a resize)
-    /// after revision `read_at`, when the watch fails, or after the recheck
+    /// Marks our share's key as holding (a put that keeps its lease, only
+    /// if the key is as read), which wakes the share waiting behind it.
+    /// Best effort: that share re-reads the queue after `RECHECK` anyway.
+    async fn mark_holding(&self, mine: &KeyValue) {
+        let e = ops::entry_of(mine);
+        let same = Compare::mod_revision(mine.key().to_vec(), CompareOp::Equal, mine.mod_revision());
+        let opts = PutOptions::new().with_ignore_lease();
+        let put = TxnOp::put(mine.key().to_vec(), ops::entry_value(e.mode, &e.label, true), Some(opts));
+        if let Err(err) = self.conn.txn("mark holding", Txn::new().when([same]).and_then([put])).await {
+            tracing::debug!(%err, "could not mark a share as holding; the share behind it re-reads later");
+        }
+    }
+
+    /// Resolves when the share `pred` ahead of us is rewritten (marked as
+    /// holding, or resized) or deleted after revision `read_at`, when the
+    /// watch fails, or after the recheck interval; errors if our own key is
+    /// gone.
+    async fn wait_rewritten(&self, pred: &KeyValue, read_at: i64, gone: &CancellationToken) -> Result<()> {
+        let (key, seen) = (pred.key().to_vec(), pred.mod_revision());
+        let any = |resp: &WatchResponse| !resp.events().is_empty();
+        let (conn, k) = (&self.conn, &key);
+        let missed = || async move {
+            let now = conn.txn("get", Txn::new().and_then([TxnOp::get(k.clone(), None)])).await?;
+            Ok(ops::kvs(&now, 0).first().is_none_or(|kv| kv.mod_revision() != seen))
+        };
+        self.watch_until(key.clone(), None, read_at, gone, any, missed).await
+    }
+
+    /// Resolves when a key under `prefix` is deleted or rewritten by a
+    /// resize after revision `read_at`, when the watch fails, or after the recheck
     /// interval; errors if our own key is gone. New keys (behind us) do not
     /// wake it. A gap between `read_at` and the watch is closed by one read
     /// of the keys ahead, compared with `seen` (key and mod revision).
@@ -92,10 +138,12 @@ impl Shared {
         read_at: i64,
         gone: &CancellationToken,
     ) -> Result<()> {
+        // A rewrite that marks a share as holding changes nobody's turn; a
+        // resize rewrites our own key unmarked, which wakes us.
         let changed = |resp: &WatchResponse| {
             resp.events().iter().any(|e| {
                 e.event_type() == EventType::Delete
-                    || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision())
+                    || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision() && !ops::entry_of(kv).marked)
             })
         };
         let (conn, seen) = (&self.conn, &seen);
