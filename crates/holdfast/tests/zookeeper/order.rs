@@ -177,3 +177,55 @@ fn newcomer_past_the_wrap_does_not_jump_the_holder() {
         }
     });
 }
+
+/// No herd for permits: behind shares only, the first waiting share watches
+/// the lock's children and every share behind it watches its predecessor's
+/// node alone (which marks itself when admitted), so a release wakes one
+/// waiter, not all. Waiters are granted in order with increasing fences.
+#[test]
+fn permit_waiters_watch_their_predecessor() {
+    let server = ZkServer::start();
+    let url = server.url();
+    runtime().block_on(async {
+        let holder = client(&url, "holder").await;
+        let key = "permits/pool";
+        let g = holder.semaphore(key, 2).acquire_many(2).await.expect("acquire");
+        let first_fence = g.fence();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..6 {
+            let c = client(&url, &format!("w{i}")).await;
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = c.semaphore(key, 2).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
+                order.lock().expect("order").push((i, g.fence()));
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                g.release().await.expect("waiter release");
+            }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let status = holder.status(key).await.expect("status");
+        assert_eq!(status.waiters, Some(6), "{status:?}");
+        // `wchp` lists data watches: five distinct share nodes, one
+        // session each (the head waiter's children watch is not listed;
+        // when every waiter watched the children, none was).
+        let watches = watches_by_path(server.client_port(0));
+        assert_eq!(watches.len(), 5, "{watches:?}");
+        assert!(
+            watches.iter().all(|(p, n)| *n == 1 && p.starts_with("/holdfast/locks/permits%2Fpool/sh1-")),
+            "{watches:?}"
+        );
+        g.release().await.expect("release");
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
+        }
+        let order = order.lock().expect("order").clone();
+        let mut fences: Vec<u64> = order.iter().map(|(_, f)| *f).collect();
+        assert!(fences.iter().all(|f| *f > first_fence), "{order:?}");
+        fences.sort_unstable();
+        fences.dedup();
+        assert_eq!(fences.len(), 6, "{order:?}");
+        let status = holder.status(key).await.expect("status");
+        assert!(status.holder.is_none() && status.waiters == Some(0), "{status:?}");
+    });
+}

@@ -241,8 +241,20 @@ impl ZkBackend {
         // A children watch set by the listing to be checked next.
         let mut armed: Option<(zk::OneshotWatcher, zk::StateWatcher)> = None;
         loop {
+            let own = path_of(&parent, &mine.name);
             let (observed, queue) = match listed.take() {
                 Some((sent, children)) => (sent, self.order(&s, &parent, children).await?),
+                None if share => {
+                    // A share reads its own limit with the queue: a resize
+                    // may have rewritten it while it waited.
+                    s.ready()?;
+                    let sent = Instant::now();
+                    let (queue, data) = tokio::join!(self.queue(&s, &parent), self.data_of(&s, &own));
+                    if let Some(data) = data? {
+                        limit = nodes::limit_of(&data).unwrap_or(limit);
+                    }
+                    (sent, queue?)
+                }
                 None => {
                     s.ready()?;
                     let sent = Instant::now();
@@ -269,6 +281,11 @@ impl ZkBackend {
                 }
                 self.mark_granted(req.token);
                 let fence = u64::try_from(mine.czxid).map_err(|_| Error::backend(STORE, false, "negative czxid"))?;
+                if share && queue.len() > pos + 1 {
+                    // A share behind us may be waiting for our turn to come
+                    // (one that joins later reads us as admitted).
+                    self.mark_holding(&s, &own).await;
+                }
                 return Ok(Some(Grant {
                     fence,
                     attempt_started: observed,
@@ -289,16 +306,34 @@ impl ZkBackend {
                     s.ready()?;
                     // An exclusive node waits for the node before it; a share
                     // for the newest exclusive node ahead (readers behind a
-                    // writer wake when it goes); behind shares only, for any
-                    // change of the queue, read again with its watch set.
-                    let before = if share {
-                        queue[..pos].iter().rev().find(|n| !matches!(nodes::kind_of(n), nodes::NodeKind::Share(_)))
+                    // writer wake when it goes). Behind shares only, the first
+                    // share that waits (the head waiter) waits for any change
+                    // of the queue, read again with its watch set; each share
+                    // behind it for its predecessor alone, which marks its node
+                    // when admitted (or goes): a release wakes the head waiter
+                    // and the shares it admits one after another, not every
+                    // waiter of the key.
+                    let mut before = if share {
+                        let writer =
+                            queue[..pos].iter().rev().find(|n| !matches!(nodes::kind_of(n), nodes::NodeKind::Share(_)));
+                        writer.or_else(|| (nodes::admitted(&queue[..pos], limit) < pos).then(|| &queue[pos - 1]))
                     } else {
                         Some(&queue[pos - 1])
                     };
+                    let mut pred_watch = None;
+                    if let Some(pred) = before.filter(|p| matches!(nodes::kind_of(p), nodes::NodeKind::Share(_))) {
+                        let path = path_of(&parent, pred);
+                        match timed(self.cfg().timeout, "watch", s.client.get_and_watch_data(&path)).await? {
+                            // Marked since our read (or holding above a
+                            // lowered limit): we are the head waiter.
+                            Ok((data, _, _)) if nodes::marked_of(&data) => before = None,
+                            Ok((_, _, watcher)) => pred_watch = Some(watcher),
+                            Err(zk::Error::NoNode) => continue,
+                            Err(e) => return Err(map_err(e)),
+                        }
+                    }
                     let Some(before) = before else {
                         let sent = Instant::now();
-                        let own = path_of(&parent, &mine.name);
                         let (children, data) = tokio::time::timeout(self.cfg().timeout, async {
                             tokio::join!(s.client.list_and_watch_children(&parent), s.client.get_data(&own))
                         })
@@ -312,14 +347,21 @@ impl ZkBackend {
                         armed = Some((watcher, state));
                         continue;
                     };
-                    let watched =
-                        timed(self.cfg().timeout, "watch", s.client.check_and_watch_stat(&path_of(&parent, before)))
-                            .await?;
-                    let (stat, watcher) = watched.map_err(map_err)?;
-                    if stat.is_none() {
-                        continue;
+                    if let Some(watcher) = pred_watch {
+                        (watcher, state)
+                    } else {
+                        let watched = timed(
+                            self.cfg().timeout,
+                            "watch",
+                            s.client.check_and_watch_stat(&path_of(&parent, before)),
+                        )
+                        .await?;
+                        let (stat, watcher) = watched.map_err(map_err)?;
+                        if stat.is_none() {
+                            continue;
+                        }
+                        (watcher, state)
                     }
-                    (watcher, state)
                 }
             };
             tokio::select! {
@@ -329,6 +371,36 @@ impl ZkBackend {
                 _ = s.lost.cancelled() => {}
                 _ = tokio::time::sleep(self.cfg().poll) => {}
             }
+        }
+    }
+
+    /// The data of the node at `path`; `None` if it is gone.
+    async fn data_of(&self, s: &Session, path: &str) -> Result<Option<Vec<u8>>> {
+        match timed(self.cfg().timeout, "get", s.client.get_data(path)).await? {
+            Ok((data, _)) => Ok(Some(data)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    /// Marks our share's node as holding (only if it is as read), which
+    /// wakes the share waiting behind it. Best effort: that share re-reads
+    /// the queue at the poll interval anyway.
+    async fn mark_holding(&self, s: &Session, own: &str) {
+        let marked = async {
+            let (data, stat) = timed(self.cfg().timeout, "get", s.client.get_data(own)).await?.map_err(map_err)?;
+            if nodes::marked_of(&data) {
+                return Ok(());
+            }
+            let held = nodes::rewrite(&data, None, Some(true), &nodes::label_of(&data));
+            // A version race means a resize rewrote (and so marked) it.
+            match timed(self.cfg().timeout, "set", s.client.set_data(own, &held, Some(stat.version))).await? {
+                Ok(_) | Err(zk::Error::BadVersion | zk::Error::NoNode) => Ok(()),
+                Err(e) => Err(map_err(e)),
+            }
+        };
+        if let Err(err) = marked.await {
+            tracing::debug!(%err, "could not mark a share as holding; the share behind it re-reads later");
         }
     }
 
