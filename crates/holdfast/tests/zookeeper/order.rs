@@ -229,3 +229,30 @@ fn permit_waiters_watch_their_predecessor() {
         assert!(status.holder.is_none() && status.waiters == Some(0), "{status:?}");
     });
 }
+
+/// A share waiting behind a writer reads its limit again when it wakes: a
+/// resize made while it waited applies to it. Three permits asked of a
+/// semaphore of 4 that was resized to 2 are not granted when the writer
+/// goes (they were, under the limit read when the share queued).
+#[test]
+fn share_behind_a_writer_sees_a_resize() {
+    let server = ZkServer::start();
+    let url = server.url();
+    runtime().block_on(async {
+        let (holder, other) = (client(&url, "writer").await, client(&url, "permits").await);
+        let key = "permits/resized";
+        let writing = holder.rwlock(key).write().acquire().await.expect("write");
+        let asking = tokio::spawn(async move {
+            other.semaphore(key, 4).acquire_many_timeout(3, Duration::from_secs(3)).await.map(|p| p.fence())
+        });
+        holdfast_testkit::conformance::eventually("the share queued", Duration::from_secs(10), || async {
+            holder.status(key).await.expect("status").waiters == Some(1)
+        })
+        .await;
+        let mut sem = holder.semaphore(key, 4);
+        assert_eq!(sem.resize(2).await.expect("resize"), 0);
+        writing.release().await.expect("release");
+        let outcome = asking.await.expect("task");
+        assert!(matches!(outcome, Err(holdfast::Error::Timeout { .. })), "3 permits of 2 granted: {outcome:?}");
+    });
+}
