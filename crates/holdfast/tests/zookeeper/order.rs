@@ -1,8 +1,13 @@
 //! Grants in request order: across clients, and across the wrap of the
 //! lock parent's sequence counter.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use holdfast::Client;
+use tokio::task::JoinHandle;
 
 use holdfast::backend::zookeeper::ZkBackend;
 use holdfast_testkit::servers::zookeeper::{ZkServer, watches_by_path};
@@ -21,19 +26,11 @@ fn fair_order_across_clients() {
         let key = "fair/orders";
         let g = holder.mutex(key).acquire().await.expect("acquire");
         let first_fence = g.fence();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for i in 0..6 {
-            let c = client(&url, &format!("w{i}")).await;
-            let order = order.clone();
-            waiters.push(tokio::spawn(async move {
-                let g = c.mutex(key).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
-                order.lock().expect("order").push((i, g.fence()));
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                g.release().await.expect("waiter release");
-            }));
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
+        let (waiters, order) = queue_six(&url, |c| async move {
+            let g = c.mutex(key).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
+            (g.fence(), Box::pin(g.release()) as Releasing)
+        })
+        .await;
         let status = holder.status(key).await.expect("status");
         assert_eq!(status.holder.as_ref().map(|h| (h.label.as_str(), h.fence)), Some(("holder", first_fence)));
         assert_eq!(status.waiters, Some(6), "{status:?}");
@@ -47,9 +44,7 @@ fn fair_order_across_clients() {
             "{watches:?}"
         );
         g.release().await.expect("release");
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
-        }
+        all_through(waiters).await;
         let order = order.lock().expect("order").clone();
         assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5], "{order:?}");
         let mut last = first_fence;
@@ -60,6 +55,40 @@ fn fair_order_across_clients() {
         let status = holder.status(key).await.expect("status");
         assert!(status.holder.is_none() && status.waiters == Some(0), "{status:?}");
     });
+}
+
+/// A guard's release, whatever the guard's kind.
+type Releasing = Pin<Box<dyn Future<Output = holdfast::Result<()>> + Send>>;
+
+/// Queues six waiters, each a client of its own, 150 ms apart; each holds
+/// what `acquire` grants it (its fence and its release) for 30 ms. Returns
+/// the waiters' tasks and the grants in the order they came: (waiter, fence).
+async fn queue_six<F, Fut>(url: &str, acquire: F) -> (Vec<JoinHandle<()>>, Arc<Mutex<Vec<(usize, u64)>>>)
+where
+    F: Fn(Client) -> Fut,
+    Fut: Future<Output = (u64, Releasing)> + Send + 'static,
+{
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let granted = acquire(client(url, &format!("w{i}")).await);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let (fence, release) = granted.await;
+            order.lock().expect("order").push((i, fence));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            release.await.expect("waiter release");
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    (waiters, order)
+}
+
+/// Waits for every waiter to be granted and to release.
+async fn all_through(waiters: Vec<JoinHandle<()>>) {
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
+    }
 }
 
 /// The sequence part of a queue node name as the server wrote it
@@ -116,9 +145,7 @@ fn queue_order_survives_the_sequence_wrap() {
         let holder_fence = g.fence();
         inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         g.release().await.expect("release");
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
-        }
+        all_through(waiters).await;
         let order = order.lock().expect("order").clone();
         assert_eq!(order.iter().map(|(i, _, _)| *i).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4], "{order:?}");
         assert!(order.iter().all(|(_, _, others)| *others == 0), "two holders at once: {order:?}");
@@ -191,19 +218,11 @@ fn permit_waiters_watch_their_predecessor() {
         let key = "permits/pool";
         let g = holder.semaphore(key, 2).acquire_many(2).await.expect("acquire");
         let first_fence = g.fence();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for i in 0..6 {
-            let c = client(&url, &format!("w{i}")).await;
-            let order = order.clone();
-            waiters.push(tokio::spawn(async move {
-                let g = c.semaphore(key, 2).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
-                order.lock().expect("order").push((i, g.fence()));
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                g.release().await.expect("waiter release");
-            }));
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
+        let (waiters, order) = queue_six(&url, |c| async move {
+            let g = c.semaphore(key, 2).acquire_timeout(Duration::from_secs(60)).await.expect("waiter");
+            (g.fence(), Box::pin(g.release()) as Releasing)
+        })
+        .await;
         let status = holder.status(key).await.expect("status");
         assert_eq!(status.waiters, Some(6), "{status:?}");
         // `wchp` lists data watches: five distinct share nodes, one
@@ -216,9 +235,7 @@ fn permit_waiters_watch_their_predecessor() {
             "{watches:?}"
         );
         g.release().await.expect("release");
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(60), w).await.expect("waiter stuck").expect("task");
-        }
+        all_through(waiters).await;
         let order = order.lock().expect("order").clone();
         let mut fences: Vec<u64> = order.iter().map(|(_, f)| *f).collect();
         assert!(fences.iter().all(|f| *f > first_fence), "{order:?}");

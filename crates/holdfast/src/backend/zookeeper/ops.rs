@@ -7,8 +7,7 @@ use std::time::Instant;
 use zookeeper_client as zk;
 
 use super::{STORE, Session, ZkBackend, map_err, nodes, timed};
-use crate::backend::admission::conflict_in_queue;
-use crate::backend::{AcquireRequest, Grant, LeaseMode, RenewRequest};
+use crate::backend::{AcquireRequest, Grant, RenewRequest};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 
@@ -372,59 +371,6 @@ impl ZkBackend {
                 _ = tokio::time::sleep(self.cfg().poll) => {}
             }
         }
-    }
-
-    /// The data of the node at `path`; `None` if it is gone.
-    async fn data_of(&self, s: &Session, path: &str) -> Result<Option<Vec<u8>>> {
-        match timed(self.cfg().timeout, "get", s.client.get_data(path)).await? {
-            Ok((data, _)) => Ok(Some(data)),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(map_err(e)),
-        }
-    }
-
-    /// Marks our share's node as holding (only if it is as read), which
-    /// wakes the share waiting behind it. Best effort: that share re-reads
-    /// the queue at the poll interval anyway.
-    async fn mark_holding(&self, s: &Session, own: &str) {
-        let marked = async {
-            let (data, stat) = timed(self.cfg().timeout, "get", s.client.get_data(own)).await?.map_err(map_err)?;
-            if nodes::marked_of(&data) {
-                return Ok(());
-            }
-            let held = nodes::rewrite(&data, None, Some(true), &nodes::label_of(&data));
-            // A version race means a resize rewrote (and so marked) it.
-            match timed(self.cfg().timeout, "set", s.client.set_data(own, &held, Some(stat.version))).await? {
-                Ok(_) | Err(zk::Error::BadVersion | zk::Error::NoNode) => Ok(()),
-                Err(e) => Err(map_err(e)),
-            }
-        };
-        if let Err(err) = marked.await {
-            tracing::debug!(%err, "could not mark a share as holding; the share behind it re-reads later");
-        }
-    }
-
-    /// The conflict of a share just queued in `mode` with the limit of the
-    /// shares `ahead` of it, read from the oldest one still there (every
-    /// share of a key carries the same limit: a resize rewrites them all).
-    async fn limit_conflict(
-        &self,
-        s: &Session,
-        parent: &str,
-        ahead: &[String],
-        mode: LeaseMode,
-    ) -> Result<Option<String>> {
-        for name in ahead.iter().filter(|n| matches!(nodes::kind_of(n), nodes::NodeKind::Share(_))) {
-            match timed(self.cfg().timeout, "get", s.client.get_data(&path_of(parent, name))).await? {
-                Ok((data, _)) => {
-                    let held = nodes::kind_of(name).mode(nodes::limit_of(&data).unwrap_or(0));
-                    return Ok(conflict_in_queue(mode, [held]));
-                }
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(map_err(e)),
-            }
-        }
-        Ok(None)
     }
 
     /// Deletes `token`'s node under `key`: one round trip when this client
