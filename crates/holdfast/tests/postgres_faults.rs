@@ -181,3 +181,52 @@ async fn waiter_on_a_dying_server_gets_the_store_error() {
         drop(guard);
     }
 }
+
+/// A dropped acquire cancels nothing else. Statements of other keys share
+/// its connection, and the release that cleans up after it runs right
+/// behind it there; a cancel request sent to the server for the dropped
+/// statement cancelled whatever the connection ran when it arrived: another
+/// key's acquire or release (an error for a call that had nothing to do with
+/// it), or that very release (which then left the key held until its TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_acquire_cancels_nothing_else() {
+    let server = PostgresServer::start();
+    let url = server.url();
+    let client = Client::connect(&url).await.expect("connect");
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut busy = Vec::new();
+    for t in 0..16 {
+        let c = client.clone();
+        busy.push(tokio::spawn(async move {
+            let mut cycles = 0u32;
+            while Instant::now() < stop {
+                let g = c.mutex(&format!("busy/{t}")).try_acquire().await?.expect("its own key is free");
+                g.release().await?;
+                cycles += 1;
+            }
+            Ok::<_, Error>(cycles)
+        }));
+    }
+    // Meanwhile, acquires of fresh keys dropped after 0.1 to 1 ms: some
+    // before their statement was sent, some while it ran, some after.
+    let mut dropped = 0u32;
+    while Instant::now() < stop {
+        let after = Duration::from_micros(100 + u64::from(dropped % 10) * 100);
+        let _ = tokio::time::timeout(after, client.mutex(&format!("dropped/{dropped}")).try_acquire()).await;
+        dropped += 1;
+    }
+    for b in busy {
+        let cycles = b.await.expect("task").expect("a call on another key failed");
+        assert!(cycles > 0);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = Client::connect(&url).await.expect("connect");
+    let mut held = Vec::new();
+    for i in 0..dropped {
+        match other.mutex(&format!("dropped/{i}")).try_acquire().await.expect("try_acquire") {
+            Some(g) => g.release().await.expect("release"),
+            None => held.push(i),
+        }
+    }
+    assert!(held.is_empty(), "{} of {dropped} dropped acquires left their key held: {held:?}", held.len());
+}

@@ -306,10 +306,16 @@ impl PostgresBackend {
             }
         };
         let c = tokio::time::timeout_at(deadline, conn).await.map_err(|_| timed_out(what, timeout))??;
-        // A statement abandoned here (timed out, or its caller dropped) is
+        // A renewal abandoned here (timed out, or its caller dropped) is
         // cancelled on the server too: an abandoned renewal of thousands of
         // rows would otherwise run on, and its retry wait on its row locks.
-        let mut cancel = CancelOnDrop(Some((c.client.cancel_token(), self.inner.pool.tls.clone())));
+        // Nothing else is: a cancel request ends whatever its connection runs
+        // when it arrives, and the other statements share their connection
+        // with other keys' statements and with the release that cleans up
+        // after them (renewal has a connection of its own; a cancel that
+        // lands on another renewal there is retried).
+        let cancels = matches!(stmt, Stmt::Renew);
+        let mut cancel = CancelOnDrop(cancels.then(|| (c.client.cancel_token(), self.inner.pool.tls.clone())));
         let fut = async {
             if c.named && self.inner.prepared.load(Ordering::Relaxed) {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
