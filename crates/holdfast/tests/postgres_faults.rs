@@ -200,7 +200,7 @@ async fn a_dropped_acquire_cancels_nothing_else() {
         busy.push(tokio::spawn(async move {
             let mut cycles = 0u32;
             while Instant::now() < stop {
-                let g = c.mutex(&format!("busy/{t}")).try_acquire().await?.expect("its own key is free");
+                let g = c.mutex(format!("busy/{t}")).try_acquire().await?.expect("its own key is free");
                 g.release().await?;
                 cycles += 1;
             }
@@ -212,7 +212,7 @@ async fn a_dropped_acquire_cancels_nothing_else() {
     let mut dropped = 0u32;
     while Instant::now() < stop {
         let after = Duration::from_micros(100 + u64::from(dropped % 10) * 100);
-        let _ = tokio::time::timeout(after, client.mutex(&format!("dropped/{dropped}")).try_acquire()).await;
+        let _ = tokio::time::timeout(after, client.mutex(format!("dropped/{dropped}")).try_acquire()).await;
         dropped += 1;
     }
     for b in busy {
@@ -223,7 +223,7 @@ async fn a_dropped_acquire_cancels_nothing_else() {
     let other = Client::connect(&url).await.expect("connect");
     let mut held = Vec::new();
     for i in 0..dropped {
-        match other.mutex(&format!("dropped/{i}")).try_acquire().await.expect("try_acquire") {
+        match other.mutex(format!("dropped/{i}")).try_acquire().await.expect("try_acquire") {
             Some(g) => g.release().await.expect("release"),
             None => held.push(i),
         }
