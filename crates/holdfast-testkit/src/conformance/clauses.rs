@@ -182,7 +182,10 @@ pub async fn c4_ownership(store: &Store) {
 pub async fn c5_renewal(store: &Store) {
     let (a, b) = (client(store, "c5-a").await, client(store, "c5-b").await);
     let key = fresh_key("c5");
-    let ttl = Duration::from_millis(400);
+    // Short enough that the hold outlives several TTLs, long enough that a
+    // CI machine running every test at once does not starve a renewal past
+    // it (400 ms did, once).
+    let ttl = Duration::from_millis(1000);
     let g = a.mutex(&key).ttl(ttl).acquire().await.expect("acquire");
     let lost = g.lost();
     tokio::pin!(lost);
@@ -191,9 +194,9 @@ pub async fn c5_renewal(store: &Store) {
         _ = &mut lost => panic!("lost() fired while renewal was running"),
         _ = tokio::time::sleep(hold_for) => {}
     }
+    assert_eq!(a.renewing_leases(), 1);
     assert!(!g.is_lost());
     assert!(b.mutex(&key).try_acquire().await.expect("try").is_none(), "the key was free although renewed");
-    assert_eq!(a.renewing_leases(), 1);
     g.release().await.expect("release after renewals");
     assert_eq!(a.renewing_leases(), 0, "renewal continued after release");
 }
