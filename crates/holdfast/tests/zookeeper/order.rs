@@ -208,7 +208,8 @@ fn newcomer_past_the_wrap_does_not_jump_the_holder() {
 /// No herd for permits: behind shares only, the first waiting share watches
 /// the lock's children and every share behind it watches its predecessor's
 /// node alone (which marks itself when admitted), so a release wakes one
-/// waiter, not all. Waiters are granted in order with increasing fences.
+/// waiter, not all. Every waiter is then granted, each with its own fence
+/// above the holder's.
 #[test]
 fn permit_waiters_watch_their_predecessor() {
     let server = ZkServer::start();

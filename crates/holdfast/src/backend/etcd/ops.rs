@@ -167,7 +167,7 @@ pub(super) fn own_key(prefix: &[u8], token: OwnerToken, mode: LeaseMode) -> Vec<
 
 /// The value of a queue key: the label, after `weight limit\n` for a share
 /// (`weight limit held\n` once marked as holding: by the share itself when
-/// it was admitted after waiting, or by a resize; see
+/// it was admitted with a key behind it, or by a resize; see
 /// `admission::holding_in_queue`).
 pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String {
     match mode {
@@ -181,7 +181,7 @@ pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String 
 pub(super) struct Entry {
     pub(super) mode: LeaseMode,
     pub(super) label: String,
-    /// Marked as holding (admitted after waiting, or by a resize).
+    /// Marked as holding (admitted with a key behind it, or by a resize).
     pub(super) marked: bool,
 }
 

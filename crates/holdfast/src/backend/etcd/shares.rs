@@ -73,13 +73,12 @@ impl Shared {
                 let e = ops::entry_of(kv);
                 (e.mode, e.marked)
             }));
-            let outcome = match ahead.iter().rev().find(|kv| ops::entry_of(kv).mode.is_exclusive()) {
-                Some(kv) => self.wait_deleted(kv.key().to_vec(), read_at, &gone).await,
-                None if holding < ahead.len() => match ahead.last() {
-                    Some(pred) => self.wait_rewritten(pred, read_at, &gone).await,
-                    None => Ok(()),
-                },
-                None => {
+            let writer = ahead.iter().rev().find(|kv| ops::entry_of(kv).mode.is_exclusive());
+            let waiting_pred = ahead.last().filter(|_| holding < ahead.len());
+            let outcome = match (writer, waiting_pred) {
+                (Some(kv), _) => self.wait_deleted(kv.key().to_vec(), read_at, &gone).await,
+                (None, Some(pred)) => self.wait_rewritten(pred, read_at, &gone).await,
+                (None, None) => {
                     let seen = ahead.iter().map(|kv| (kv.key().to_vec(), kv.mod_revision())).collect();
                     self.wait_queue_change(&prefix, &own, my_rev, seen, read_at, &gone).await
                 }

@@ -28,10 +28,8 @@ impl std::error::Error for PgError {
 }
 
 /// Maps a tokio-postgres error: connection loss, server shutdown, resource
-/// shortage, serialization failures, deadlocks and cancelled statements
-/// (by a renewal's abandoned neighbour, an administrator or a statement
-/// timeout) are retryable; TLS and authentication failures, bad settings
-/// and SQL errors are not.
+/// shortage, serialization failures and deadlocks are retryable; TLS and
+/// authentication failures, bad settings and SQL errors are not.
 pub(super) fn map_err(e: tokio_postgres::Error) -> Error {
     let retryable = match e.code() {
         None => {
@@ -48,7 +46,6 @@ pub(super) fn map_err(e: tokio_postgres::Error) -> Error {
                 || c == "40001" // serialization failure
                 || c == "40P01" // deadlock
                 || c == "55P03" // lock not available
-                || c == "57014" // query cancelled
         }
     };
     Error::backend(STORE, retryable, PgError(e))

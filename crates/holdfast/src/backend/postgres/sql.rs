@@ -313,7 +313,8 @@ impl PostgresBackend {
         // when it arrives, and the other statements share their connection
         // with other keys' statements and with the release that cleans up
         // after them (renewal has a connection of its own; a cancel that
-        // lands on another renewal there is retried).
+        // lands on another renewal there fails that renewal call, which the
+        // renewer retries like any failed renewal).
         let cancels = matches!(stmt, Stmt::Renew);
         let mut cancel = CancelOnDrop(cancels.then(|| (c.client.cancel_token(), self.inner.pool.tls.clone())));
         let fut = async {

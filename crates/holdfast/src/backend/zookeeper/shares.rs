@@ -195,14 +195,10 @@ impl ZkBackend {
         ahead: &[String],
         mode: LeaseMode,
     ) -> Result<Option<String>> {
-        for name in ahead.iter().filter(|n| matches!(nodes::kind_of(n), nodes::NodeKind::Share(_))) {
-            match timed(self.cfg().timeout, "get", s.client.get_data(&path_of(parent, name))).await? {
-                Ok((data, _)) => {
-                    let held = nodes::kind_of(name).mode(nodes::limit_of(&data).unwrap_or(0));
-                    return Ok(conflict_in_queue(mode, [held]));
-                }
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(map_err(e)),
+        for name in ahead.iter().filter(|n| is_share(n)) {
+            if let Some(data) = self.data_of(s, &path_of(parent, name)).await? {
+                let held = nodes::kind_of(name).mode(nodes::limit_of(&data).unwrap_or(0));
+                return Ok(conflict_in_queue(mode, [held]));
             }
         }
         Ok(None)
