@@ -41,12 +41,11 @@ pub struct Capabilities {
     /// How durable fences are.
     pub fence_durability: FenceDurability,
     /// The most leases the client puts in one [`Backend::renew`](crate::backend::Backend::renew)
-    /// call (slices of a tick's renewals go out a few at a time, so no call
-    /// is long), or `None` for every due lease in one call: for a store whose
-    /// renewal cost grows with the number of calls rather than with their
-    /// size (SQLite writes each touched page once per transaction, and
-    /// random slices would write each page many times; a session-bound
-    /// store renews by one session keep-alive).
+    /// call (slices go out one at a time unless renewal has fallen behind,
+    /// so no call is long), or `None` for every due lease in one call: for a
+    /// store that orders or splits them itself (SQLite sorts them into the
+    /// table's order before cutting transactions; slices cut in time order
+    /// would write each page many times) or renews by one session keep-alive.
     pub renew_slice: Option<usize>,
     /// Shared leases ([`LeaseMode::Writer`](crate::backend::LeaseMode::Writer)
     /// and [`LeaseMode::Shared`](crate::backend::LeaseMode::Shared)): the

@@ -355,8 +355,9 @@ impl Backend for RedisBackend {
             session_bound: false,
             fence_durability: self.inner.durability,
             // One script call per slice: Redis runs one script at a time, so
-            // a slice is as long as any other client may wait for renewal.
-            renew_slice: Some(256),
+            // a slice is as long as any other client may wait for renewal
+            // (64 leases: well under a millisecond of the server).
+            renew_slice: Some(64),
             shared_leases: true,
         }
     }

@@ -16,7 +16,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
-use crate::key::OwnerToken;
+use crate::key::{LockKey, OwnerToken};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS holdfast_fence (
@@ -216,7 +216,7 @@ pub(super) fn release(conn: &mut Connection, key: &str, token: OwnerToken) -> ru
 }
 
 /// Extends every listed lease still owned by its token, in one transaction.
-pub(super) fn renew(conn: &mut Connection, leases: &[(String, OwnerToken, Duration)]) -> rusqlite::Result<Vec<bool>> {
+pub(super) fn renew(conn: &mut Connection, leases: &[(LockKey, OwnerToken, Duration)]) -> rusqlite::Result<Vec<bool>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
     let mut held = Vec::with_capacity(leases.len());
@@ -226,7 +226,7 @@ pub(super) fn renew(conn: &mut Connection, leases: &[(String, OwnerToken, Durati
              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?4",
         )?;
         for (key, token, ttl) in leases {
-            held.push(stmt.execute(params![key, token.to_bytes(), now + ttl_ms(*ttl), now])? == 1);
+            held.push(stmt.execute(params![key.as_str(), token.to_bytes(), now + ttl_ms(*ttl), now])? == 1);
         }
     }
     tx.commit()?;

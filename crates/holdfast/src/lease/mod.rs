@@ -1,0 +1,140 @@
+//! Leases held by a client: the one owner of lease time. Each lease's local
+//! deadline, `lost()` and `expiring()` are here; the one renewal task per
+//! client, which renews due leases in batched calls of bounded size and, on
+//! a session-bound store, releases a lease whose deadline passed unrenewed,
+//! is in [`renewer`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Grant;
+use crate::key::{LockKey, OwnerToken};
+use crate::release::Horizon;
+
+mod renewer;
+
+pub(crate) use renewer::Renewer;
+
+/// The margin by which the client's view of a lease ends before the store's:
+/// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.
+pub fn drift_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(1)
+}
+
+/// One granted lease as the client sees it.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) key: LockKey,
+    pub(crate) token: OwnerToken,
+    pub(crate) fence: u64,
+    pub(crate) ttl: Duration,
+    /// How long the store keeps the grant after a request that vouched for
+    /// it (the TTL, or less where a session bounds it).
+    valid_for: Duration,
+    valid_until: Mutex<Instant>,
+    lost: CancellationToken,
+    session_lost: Option<CancellationToken>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(key: LockKey, token: OwnerToken, ttl: Duration, grant: Grant) -> Self {
+        let valid_for = grant.valid_for.min(ttl);
+        LeaseState {
+            key,
+            token,
+            fence: grant.fence,
+            ttl,
+            valid_for,
+            valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
+            lost: CancellationToken::new(),
+            session_lost: grant.session_lost,
+        }
+    }
+
+    /// How long the store keeps this grant without renewal.
+    pub(crate) fn valid_for(&self) -> Duration {
+        self.valid_for
+    }
+
+    /// After when releasing this lease no longer matters.
+    pub(crate) fn release_horizon(&self) -> Horizon {
+        match &self.session_lost {
+            Some(session) => Horizon::Session(session.clone()),
+            // The store's deadline is at most one drift margin after ours;
+            // allow one more for its clock running slow.
+            None => Horizon::At(self.valid_until() + 2 * drift_margin(self.valid_for)),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Extends the local deadline after a renewal whose request left at `sent`.
+    fn extended(&self, sent: Instant) {
+        let mut vu = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
+        *vu = (*vu).max(sent + self.valid_for - drift_margin(self.valid_for));
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled()) || Instant::now() >= self.valid_until() {
+            self.lost.cancel();
+            return true;
+        }
+        false
+    }
+
+    /// Resolves once the lease is lost: marked by the renewer, reported by
+    /// the store's session, or past its local deadline (whichever is first;
+    /// the deadline is checked here too, so a starved renewal task cannot
+    /// delay the signal).
+    pub(crate) async fn lost(self: Arc<Self>) {
+        let never = CancellationToken::new();
+        let session = self.session_lost.clone().unwrap_or(never);
+        loop {
+            let deadline = self.valid_until();
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = session.cancelled() => { self.lost.cancel(); return }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if Instant::now() >= self.valid_until() {
+                        self.lost.cancel();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl LeaseState {
+    /// Resolves once the lease can no longer be guaranteed for the next
+    /// `within`: it is lost, or its local deadline (which only a successful
+    /// renewal moves) is less than `within` away.
+    pub(crate) async fn expiring(self: Arc<Self>, within: Duration) {
+        let never = CancellationToken::new();
+        let session = self.session_lost.clone().unwrap_or(never);
+        loop {
+            let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = session.cancelled() => { self.lost.cancel(); return }
+                _ = tokio::time::sleep_until(at) => {
+                    if Instant::now() + within >= self.valid_until() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

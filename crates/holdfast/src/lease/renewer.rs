@@ -1,0 +1,369 @@
+//! The renewal task of one client: it keeps every lease the client holds in
+//! a schedule ordered by the lease's next event (its next renewal, or its
+//! deadline if it is not renewed), so that finding what is due and when to
+//! wake next costs O(log N) per lease handled, never a scan of every lease.
+//! Due leases go to the store in [`Backend::renew`] calls of at most the
+//! store's slice, a few in flight at once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::LeaseState;
+use crate::backend::{Backend, RenewRequest};
+use crate::release::Release;
+
+struct Entry {
+    lease: Arc<LeaseState>,
+    /// The renewal period; `None` for a lease that is not renewed (renewal
+    /// off, or the guard leaked): it lasts one TTL.
+    interval: Option<Duration>,
+    next_renew: Instant,
+    renew_until: Option<Instant>,
+    /// The entry's place in the schedule; `None` while a renewal of it is in
+    /// flight (the reply puts it back).
+    scheduled: Option<Instant>,
+}
+
+impl Entry {
+    /// The next renewal, if the lease is still renewed at all.
+    fn next_renewal(&self) -> Option<(Instant, Duration)> {
+        let interval = self.interval?;
+        let capped = self.renew_until.is_some_and(|until| self.next_renew > until);
+        (!capped).then_some((self.next_renew, interval))
+    }
+
+    /// When the task must next look at this lease.
+    fn next_event(&self) -> Instant {
+        self.next_renewal().map_or_else(|| self.lease.valid_until(), |(at, _)| at)
+    }
+}
+
+#[derive(Default)]
+struct Entries {
+    leases: HashMap<u64, Entry>,
+    /// Every lease not in flight, by its next event.
+    schedule: BTreeSet<(Instant, u64)>,
+    /// When the waiting renewal task wakes next; `None` while it works (it
+    /// looks at the schedule again before it waits, so it sees new leases
+    /// without a wake-up).
+    sleeping_until: Option<Instant>,
+}
+
+impl Entries {
+    /// Puts lease `id` in the schedule at its next event (moving it if it is
+    /// there already).
+    fn reschedule(&mut self, id: u64) {
+        let Some(e) = self.leases.get_mut(&id) else { return };
+        if let Some(at) = e.scheduled.take() {
+            self.schedule.remove(&(at, id));
+        }
+        let at = e.next_event();
+        e.scheduled = Some(at);
+        self.schedule.insert((at, id));
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(at) = self.leases.remove(&id).and_then(|e| e.scheduled) {
+            self.schedule.remove(&(at, id));
+        }
+    }
+
+    /// Whether the next renewal is overdue by a quarter of its interval (the
+    /// lease still has most of its TTL: renewal is due at a third of it).
+    fn behind(&self, now: Instant) -> bool {
+        let Some(&(at, id)) = self.schedule.first() else { return false };
+        let interval = self.leases.get(&id).and_then(|e| e.next_renewal()).map(|(_, i)| i);
+        interval.is_some_and(|i| at + i / 4 <= now)
+    }
+
+    /// Takes the next slice to renew: up to `max` leases, started only when
+    /// one is due by `now` and topped up with leases due within half their
+    /// interval, so that a call carries as many as it may. Leases found lost
+    /// or past their deadline on the way leave the client and go to
+    /// `expired`.
+    fn take_due(
+        &mut self,
+        now: Instant,
+        max: usize,
+        expired: &mut Vec<Arc<LeaseState>>,
+    ) -> Vec<(u64, Arc<LeaseState>)> {
+        let mut slice = Vec::new();
+        while slice.len() < max {
+            let Some(&(at, id)) = self.schedule.first() else { break };
+            let Some(e) = self.leases.get_mut(&id) else {
+                self.schedule.pop_first();
+                continue;
+            };
+            let renewal = e.next_renewal();
+            let window = match renewal {
+                Some((_, interval)) if !slice.is_empty() => interval / 2,
+                _ => Duration::ZERO,
+            };
+            if at > now + window {
+                break;
+            }
+            self.schedule.pop_first();
+            e.scheduled = None;
+            if e.lease.is_lost() {
+                expired.push(e.lease.clone());
+                self.leases.remove(&id);
+            } else if renewal.is_some() {
+                slice.push((id, e.lease.clone()));
+            } else {
+                // Not renewed and not yet past its deadline (which moved):
+                // look again then.
+                self.reschedule(id);
+                break;
+            }
+        }
+        self.sleeping_until = slice.is_empty().then(|| self.schedule.first().map_or(now + IDLE_WAKE, |(at, _)| *at));
+        slice
+    }
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    /// Release leases whose deadline passed unrenewed (session-bound stores).
+    session_bound: bool,
+    /// The most leases per renew call ([`Capabilities::renew_slice`](crate::Capabilities::renew_slice)).
+    renew_slice: Option<usize>,
+    entries: Mutex<Entries>,
+    changed: Notify,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn entries(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The renewal task of one client. Each lease is renewed when it is due,
+/// together with the leases due within half their interval, in
+/// [`Backend::renew`] calls of at most the store's slice (256 leases; all in
+/// one call on SQLite, etcd and ZooKeeper), a few at a time, so thousands of
+/// leases cost a handful of round trips rather than one each, and no call is
+/// long. It also watches the deadlines of leases that are not renewed, and
+/// on a session-bound store releases each lease whose deadline passed (the
+/// store would keep it while the session lives).
+pub(crate) struct Renewer {
+    shared: Arc<Shared>,
+    /// The task; started on first use, and again if the runtime that ran it
+    /// has shut down (a client may outlive the runtime it was made in).
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    stop: CancellationToken,
+}
+
+impl Renewer {
+    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+        let caps = backend.capabilities();
+        let (session_bound, renew_slice) = (caps.session_bound, caps.renew_slice);
+        Renewer {
+            shared: Arc::new(Shared {
+                backend,
+                session_bound,
+                renew_slice,
+                entries: Mutex::default(),
+                changed: Notify::new(),
+                next_id: AtomicU64::new(0),
+            }),
+            task: Mutex::new(None),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Tracks `lease`: renews it every `interval` (never if `None`) until
+    /// `max_hold` has passed. Must be called inside a tokio runtime (it is,
+    /// from `acquire`).
+    pub(crate) fn register(
+        &self,
+        lease: Arc<LeaseState>,
+        interval: Option<Duration>,
+        max_hold: Option<Duration>,
+    ) -> u64 {
+        {
+            let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+            if task.as_ref().is_none_or(|t| t.is_finished()) {
+                *task = Some(tokio::spawn(run(self.shared.clone(), self.stop.clone())));
+            }
+        }
+        let now = Instant::now();
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let entry = Entry {
+            next_renew: interval.map_or(now, |i| now + i),
+            interval,
+            renew_until: max_hold.map(|m| now + m),
+            lease,
+            scheduled: None,
+        };
+        let first = entry.next_event();
+        let mut entries = self.shared.entries();
+        entries.leases.insert(id, entry);
+        entries.reschedule(id);
+        // Wake the task only if it sleeps past this lease's first event.
+        if entries.sleeping_until.is_some_and(|wake| first < wake) {
+            entries.sleeping_until = Some(first);
+            self.shared.changed.notify_one();
+        }
+        id
+    }
+
+    /// Stops renewing a lease but keeps tracking it until its deadline.
+    pub(crate) fn stop_renewing(&self, id: u64) {
+        let mut entries = self.shared.entries();
+        let Some(e) = entries.leases.get_mut(&id) else { return };
+        e.interval = None;
+        // In flight: the reply reschedules it.
+        if e.scheduled.is_some() {
+            entries.reschedule(id);
+        }
+    }
+
+    pub(crate) fn deregister(&self, id: u64) {
+        self.shared.entries().remove(id);
+    }
+
+    /// How many leases this client renews (for tests and benchmarks).
+    pub(crate) fn len(&self) -> usize {
+        self.shared.entries().leases.values().filter(|e| e.next_renewal().is_some()).count()
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// How many slices may be in flight at once when renewal has fallen behind
+/// (one otherwise).
+const RENEW_IN_FLIGHT: usize = 4;
+
+/// How long the renewal task sleeps when it holds no lease.
+const IDLE_WAKE: Duration = Duration::from_secs(3600);
+
+async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let slice_len = shared.renew_slice.unwrap_or(usize::MAX).max(1);
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        // Start slices while there is room and something is due; bounded
+        // slices a few at a time, so that the client's other calls (and other
+        // clients of the store) wait for a few short calls rather than for
+        // every due lease, while the overlapping round trips keep renewal fast
+        // enough for 100,000 leases.
+        let mut wake = None;
+        while in_flight.len() < RENEW_IN_FLIGHT {
+            let mut expired = Vec::new();
+            let (slice, sleeping_until) = {
+                let mut entries = shared.entries();
+                let now = Instant::now();
+                // One call at a time unless renewal has fallen behind: the
+                // store serves a renewal call's leases back to back, and
+                // every call in flight is one more that the client's other
+                // calls may find ahead of them.
+                if !in_flight.is_empty() && !entries.behind(now) {
+                    break;
+                }
+                let slice = entries.take_due(now, slice_len, &mut expired);
+                (slice, entries.sleeping_until)
+            };
+            release_expired(&shared, expired);
+            if slice.is_empty() {
+                wake = sleeping_until;
+                break;
+            }
+            in_flight.push(renew_slice(shared.clone(), stop.clone(), slice));
+        }
+        let sleep = tokio::time::sleep_until(wake.unwrap_or_else(|| Instant::now() + IDLE_WAKE));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            Some(renewing) = in_flight.next(), if !in_flight.is_empty() => {
+                if !renewing {
+                    return;
+                }
+            }
+            _ = shared.changed.notified(), if wake.is_some() => {}
+            _ = sleep, if wake.is_some() => {}
+        }
+    }
+}
+
+/// On a session-bound store, releases leases that ran out unrenewed (the
+/// store would keep them while the session lives).
+fn release_expired(shared: &Shared, expired: Vec<Arc<LeaseState>>) {
+    if !shared.session_bound {
+        return;
+    }
+    for lease in expired {
+        tracing::debug!(key = %lease.key, fence = lease.fence, "lease ran out unrenewed; releasing it");
+        let release = Release {
+            backend: shared.backend.clone(),
+            key: lease.key.clone(),
+            token: lease.token,
+            horizon: lease.release_horizon(),
+        };
+        let _ = release.spawn();
+    }
+}
+
+/// Renews one slice of due leases in one [`Backend::renew`] call and applies
+/// the outcome; false if the renewer was stopped meanwhile.
+async fn renew_slice(shared: Arc<Shared>, stop: CancellationToken, due: Vec<(u64, Arc<LeaseState>)>) -> bool {
+    let requests: Vec<RenewRequest> =
+        due.iter().map(|(_, l)| RenewRequest { key: l.key.clone(), token: l.token, ttl: l.ttl }).collect();
+    // Never wait on a renewal past the earliest local deadline in the slice:
+    // by then lost() has fired anyway, and the other leases need the task.
+    let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or_else(Instant::now);
+    let sent = Instant::now();
+    let span = tracing::debug_span!("renew", leases = requests.len());
+    let outcome = tokio::select! {
+        _ = stop.cancelled() => return false,
+        r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
+    };
+    let mut entries = shared.entries();
+    match outcome {
+        Ok(Ok(held)) if held.len() == due.len() => {
+            for ((id, lease), still_held) in due.iter().zip(held) {
+                // Released while the slice was in flight: not a loss.
+                let Some(e) = entries.leases.get_mut(id) else { continue };
+                if still_held {
+                    lease.extended(sent);
+                    if let Some(interval) = e.interval {
+                        e.next_renew = sent + interval;
+                    }
+                    entries.reschedule(*id);
+                } else {
+                    tracing::warn!(key = %lease.key, fence = lease.fence, "lease gone at renewal");
+                    lease.mark_lost();
+                    entries.remove(*id);
+                }
+            }
+        }
+        other => {
+            match other {
+                Ok(Ok(_)) => tracing::error!("backend renew returned the wrong number of results"),
+                Ok(Err(e)) => tracing::warn!(error = %e, leases = due.len(), "renewal failed, retrying"),
+                Err(_) => tracing::warn!(leases = due.len(), "renewal timed out, retrying"),
+            }
+            // Retry soon; the leases stay valid until their local deadline.
+            let retry = Instant::now();
+            for (id, _) in &due {
+                let Some(e) = entries.leases.get_mut(id) else { continue };
+                if let Some(interval) = e.interval {
+                    e.next_renew = retry + (interval / 8).max(Duration::from_millis(5));
+                }
+                entries.reschedule(*id);
+            }
+        }
+    }
+    true
+}
