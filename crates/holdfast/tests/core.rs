@@ -27,6 +27,9 @@ struct Instrumented {
     renew_delay_ms: AtomicU64,
     /// Renew calls that have started.
     renews_started: AtomicU64,
+    /// Renew calls in flight now, and the most at once.
+    renews_in_flight: AtomicU64,
+    most_in_flight: AtomicU64,
 }
 
 impl Instrumented {
@@ -40,6 +43,8 @@ impl Instrumented {
             failed: AtomicU64::new(0),
             renew_delay_ms: AtomicU64::new(0),
             renews_started: AtomicU64::new(0),
+            renews_in_flight: AtomicU64::new(0),
+            most_in_flight: AtomicU64::new(0),
         })
     }
 }
@@ -75,8 +80,12 @@ impl Backend for Instrumented {
         self.leases.fetch_add(leases.len() as u64, Ordering::SeqCst);
         self.largest.fetch_max(leases.len() as u64, Ordering::SeqCst);
         self.renews_started.fetch_add(1, Ordering::SeqCst);
+        let now = self.renews_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(self.renew_delay_ms.load(Ordering::SeqCst))).await;
-        self.inner.renew(leases).await
+        let held = self.inner.renew(leases).await;
+        self.renews_in_flight.fetch_sub(1, Ordering::SeqCst);
+        held
     }
     async fn status(&self, key: &LockKey) -> holdfast::Result<LockStatus> {
         self.inner.status(key).await
@@ -124,7 +133,7 @@ async fn renewals_go_in_bounded_slices() {
     let n = 2_000u64;
     let mut acquiring = futures::stream::iter(0..n)
         .map(|i| {
-            let mutex = client.mutex(format!("slices/{i}")).ttl(Duration::from_secs(3));
+            let mutex = client.mutex(format!("slices/{i}")).ttl(Duration::from_secs(6));
             async move { mutex.acquire().await }
         })
         .buffer_unordered(32);
@@ -133,7 +142,10 @@ async fn renewals_go_in_bounded_slices() {
         guards.push(g.unwrap());
     }
     drop(acquiring);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Each call takes a little while, as over a network, so that slices due
+    // together would overlap if the client sent them all at once.
+    backend.renew_delay_ms.store(80, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     let (calls, leases, largest) = (
         backend.calls.load(Ordering::SeqCst),
         backend.leases.load(Ordering::SeqCst),
@@ -142,7 +154,44 @@ async fn renewals_go_in_bounded_slices() {
     assert!(leases >= n, "only {leases} lease renewals for {n} leases");
     assert!(largest <= 256, "one renew call carried {largest} leases");
     assert!(calls * 100 <= leases, "{calls} renew calls for {leases} lease renewals: not batched");
+    // A renewal that keeps up sends its slices one after another: each call
+    // in flight is one more that the client's other calls find ahead of them.
+    let most = backend.most_in_flight.load(Ordering::SeqCst);
+    assert_eq!(most, 1, "{most} renew calls were in flight at once while renewal kept up");
     assert!(guards.iter().all(|g| !g.is_lost()), "a lease was lost");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+/// A store slow enough that one renew call at a time cannot keep up (2,000
+/// leases in 8 slices of 400 ms each: 3.2 s a round, against a 3 s TTL)
+/// makes the client overlap its calls once renewal falls a quarter interval
+/// behind, and no lease is lost; one call at a time lost them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_that_falls_behind_overlaps_its_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Instrumented::open(&dir).await;
+    let client = Client::with_backend(backend.clone(), ClientOptions::default());
+    let n = 2_000u64;
+    let mut acquiring = futures::stream::iter(0..n)
+        .map(|i| {
+            let mutex = client.mutex(format!("behind/{i}")).ttl(Duration::from_secs(3));
+            async move { mutex.acquire().await }
+        })
+        .buffer_unordered(32);
+    let mut guards = Vec::new();
+    while let Some(g) = acquiring.next().await {
+        guards.push(g.unwrap());
+    }
+    drop(acquiring);
+    backend.renew_delay_ms.store(400, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {n} leases lost behind a slow store");
+    let most = backend.most_in_flight.load(Ordering::SeqCst);
+    assert!(most > 1, "renewal never overlapped its calls ({most} at most)");
+    backend.renew_delay_ms.store(0, Ordering::SeqCst);
     for g in guards {
         g.release().await.unwrap();
     }

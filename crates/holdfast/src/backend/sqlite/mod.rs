@@ -4,11 +4,10 @@
 mod config;
 mod sql;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use parking_lot::FairMutex;
 use rusqlite::Connection;
 
 pub use config::SqliteConfig;
@@ -27,10 +26,7 @@ const RENEW_CHUNK: usize = 512;
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteBackend {
-    /// Fair: a call waiting for the connection gets it before the next
-    /// renewal transaction of a tick, so renewal and the client's other
-    /// calls take turns rather than renewal taking it back every time.
-    conn: Arc<FairMutex<Connection>>,
+    conn: Arc<Mutex<Connection>>,
     /// The queue of every call but renewal for the connection (FIFO): a
     /// renewal waits for at most the one call that holds the connection, never
     /// behind a queue of acquisitions, so load on the client cannot delay it
@@ -88,12 +84,7 @@ impl SqliteBackend {
         })
         .await
         .map_err(|e| Error::backend(STORE, false, e))??;
-        Ok(SqliteBackend {
-            conn: Arc::new(FairMutex::new(conn)),
-            queue: Arc::default(),
-            config,
-            wakeups: Arc::default(),
-        })
+        Ok(SqliteBackend { conn: Arc::new(Mutex::new(conn)), queue: Arc::default(), config, wakeups: Arc::default() })
     }
 
     /// Runs `f` on the connection on the blocking pool, in turn.
@@ -112,7 +103,7 @@ impl SqliteBackend {
     ) -> Result<T> {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock();
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
             f(&mut conn).map_err(map_err)
         })
         .await
@@ -199,20 +190,24 @@ impl Backend for SqliteBackend {
         // calls wait for one of them at most, never for the whole tick. The
         // sort runs on the blocking pool: at 100,000 leases it takes
         // milliseconds that the client's tasks should not wait for.
-        let mut sorted: Vec<(usize, LockKey, OwnerToken, Duration)> =
-            leases.iter().enumerate().map(|(i, l)| (i, l.key.clone(), l.token, l.ttl)).collect();
-        let sorted = tokio::task::spawn_blocking(move || {
-            sorted.sort_unstable_by(|a, b| a.1.cmp(&b.1));
-            sorted
+        let mut sorted: Vec<(usize, (LockKey, OwnerToken, Duration))> =
+            leases.iter().enumerate().map(|(i, l)| (i, (l.key.clone(), l.token, l.ttl))).collect();
+        let chunks = tokio::task::spawn_blocking(move || {
+            sorted.sort_unstable_by(|a, b| a.1.0.cmp(&b.1.0));
+            let mut chunks: Vec<(Vec<usize>, Vec<_>)> = Vec::new();
+            let mut rest = sorted.into_iter().peekable();
+            while rest.peek().is_some() {
+                chunks.push(rest.by_ref().take(RENEW_CHUNK).unzip());
+            }
+            chunks
         })
         .await
         .map_err(|e| Error::backend(STORE, false, e))?;
         let mut held = vec![false; leases.len()];
-        for chunk in sorted.chunks(RENEW_CHUNK) {
-            let batch: Vec<_> = chunk.iter().map(|(_, key, token, ttl)| (key.clone(), *token, *ttl)).collect();
+        for (places, batch) in chunks {
             let results = self.on_conn(move |conn| sql::renew(conn, &batch)).await?;
-            for ((i, ..), h) in chunk.iter().zip(results) {
-                held[*i] = h;
+            for (i, h) in places.into_iter().zip(results) {
+                held[i] = h;
             }
         }
         Ok(held)
