@@ -152,6 +152,10 @@ pub struct HeldResult {
     pub rss_released_bytes: Option<i64>,
     /// Releases that failed (must be 0).
     pub release_errors: usize,
+    /// Of those, releases that found their lease lost.
+    pub releases_lost: usize,
+    /// The first failed release's error, to say what the others were.
+    pub first_release_error: Option<String>,
 }
 
 /// A point on the way: when, and how much CPU the process had used.
@@ -285,9 +289,13 @@ pub async fn run_held(
     let release_start = Mark::now();
     let rss_held = rss_bytes();
     let mut releasing = futures::stream::iter(guards).map(|g| g.release()).buffer_unordered(CONCURRENCY);
-    let mut release_errors = 0usize;
+    let (mut release_errors, mut releases_lost, mut first_release_error) = (0usize, 0usize, None);
     while let Some(r) = releasing.next().await {
-        release_errors += usize::from(r.is_err());
+        if let Err(e) = r {
+            release_errors += 1;
+            releases_lost += usize::from(matches!(e, Error::Lost { .. }));
+            first_release_error.get_or_insert_with(|| e.to_string());
+        }
     }
     drop(releasing);
     let release = release_start.window_to(Mark::now(), opts.leases);
@@ -330,6 +338,8 @@ pub async fn run_held(
         release,
         rss_released_bytes: rss_released,
         release_errors,
+        releases_lost,
+        first_release_error,
     };
     progress(ProgressEvent::Finished { workload, subject, per_sec: result.acquire.per_sec });
     Ok(result)

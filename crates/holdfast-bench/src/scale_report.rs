@@ -126,7 +126,11 @@ pub(crate) fn write_held(f: &mut fmt::Formatter<'_>, h: &HeldResult) -> fmt::Res
     )?;
     row(f, "release, all", rate(&h.release))?;
     row(f, "memory back after release", bytes(h.rss_released_bytes))?;
-    row(f, "failed releases", h.release_errors.to_string())
+    let failed = match &h.first_release_error {
+        Some(first) => format!("{} ({} lost; first: {first})", h.release_errors, h.releases_lost),
+        None => "0".to_owned(),
+    };
+    row(f, "failed releases", failed)
 }
 
 /// Writes `--hot W`'s table.

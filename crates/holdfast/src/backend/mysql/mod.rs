@@ -8,7 +8,6 @@ mod sql;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,9 @@ use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt, LocalWakeups};
 
 const STORE: &str = "mysql";
+
+/// Least time between two sweeps of long-expired rows by one client.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Server error codes after which the same call may succeed: lock wait
 /// timeout, deadlock, too many connections, shutdown in progress, aborted or
@@ -78,7 +80,9 @@ pub struct MysqlBackend {
     sql: Arc<sql::Statements>,
     shares: Arc<shares::ShareSql>,
     wakeups: Arc<LocalWakeups>,
-    releases: Arc<AtomicU64>,
+    /// Held while a sweep of long-expired rows runs, with when the last one
+    /// started: one sweep at a time per client, at most one per `SWEEP_EVERY`.
+    sweep_turn: Arc<tokio::sync::Mutex<Option<Instant>>>,
     fence_durability: FenceDurability,
 }
 
@@ -169,7 +173,7 @@ impl MysqlBackend {
             sql: Arc::new(statements),
             shares: Arc::new(share_sql),
             wakeups,
-            releases: Arc::default(),
+            sweep_turn: Arc::default(),
             fence_durability: FenceDurability::Durable,
         };
         let flush = backend
@@ -213,6 +217,25 @@ impl MysqlBackend {
             sql::sweep(&mut conn, &self.sql).await
         })
         .await
+    }
+
+    /// Best effort, in the background so that it can never delay or fail a
+    /// release: rows of holders that vanished long ago. A sweep that finds
+    /// the previous one still running (a slow server) or that comes within
+    /// `SWEEP_EVERY` of it is skipped, so sweeps never queue up on the server.
+    fn maybe_sweep(&self) {
+        let Ok(mut last) = self.sweep_turn.clone().try_lock_owned() else { return };
+        if last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _turn = last;
+            if let Err(e) = this.sweep_expired().await {
+                tracing::debug!(error = %e, "sweep of long-expired rows failed");
+            }
+        });
     }
 
     /// Runs an idempotent call again after a deadlock or lock wait timeout
@@ -344,7 +367,6 @@ impl Backend for MysqlBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        let sweep = self.releases.fetch_add(1, Ordering::Relaxed) % 64 == 63;
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
@@ -359,16 +381,7 @@ impl Backend for MysqlBackend {
             })
             .await?;
         self.wakeups.wake_one(key.as_str());
-        if sweep {
-            // Best effort, in the background so that it can never delay or
-            // fail a release: rows of holders that vanished long ago.
-            let this = self.clone();
-            tokio::spawn(async move {
-                if let Err(e) = this.sweep_expired().await {
-                    tracing::debug!(error = %e, "sweep of long-expired rows failed");
-                }
-            });
-        }
+        self.maybe_sweep();
         Ok(released)
     }
 

@@ -18,6 +18,9 @@ use crate::key::OwnerToken;
 /// server's limit of 65535 placeholders per statement.
 pub(super) const RENEW_CHUNK: usize = 256;
 
+/// Most rows one sweep deletes.
+const SWEEP_ROWS: usize = 32;
+
 /// The statement texts of one namespace.
 #[derive(Debug)]
 pub(super) struct Statements {
@@ -26,7 +29,7 @@ pub(super) struct Statements {
     grant: String,
     peek: String,
     release: String,
-    sweep: String,
+    sweep_find: String,
     renew_one: String,
     holder: String,
     leases: String,
@@ -89,7 +92,13 @@ impl Statements {
                  WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> ?"
             ),
             release: format!("DELETE FROM {l} WHERE lock_key = ? AND token = ?"),
-            sweep: format!("DELETE FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT 32"),
+            // A plain read (no locks) finds the rows; the delete then locks
+            // only them, by primary key. A locking range over the expiry
+            // index would also lock the first entry past its end: the oldest
+            // live lease, the next one renewal extends (see `sweep`).
+            sweep_find: format!(
+                "SELECT lock_key FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
+            ),
             renew_one: format!(
                 "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
                  WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
@@ -192,8 +201,26 @@ pub(super) async fn release(
 }
 
 /// Deletes a few rows of holders that vanished more than a minute ago.
+///
+/// Two statements, so that the delete locks nothing but the rows it deletes.
+/// As one `DELETE ... WHERE expires_at < ... LIMIT n`, each sweep held a
+/// next-key lock on the oldest live lease's index entry while it scanned;
+/// with 100,000 leases renewed, the index fills with entries that purge has
+/// not yet removed, a sweep scanned (and locked) them for seconds, and
+/// renewals queued behind it until leases expired.
 pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Result<u64> {
-    conn.exec_drop(s.sweep.as_str(), ()).await?;
+    let keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    // The expiry is checked again under the row lock: a key taken over since
+    // the read has a live row, which stays.
+    let delete = format!(
+        "DELETE FROM {} WHERE lock_key IN ({}) AND expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
+        s.leases,
+        vec!["?"; keys.len()].join(", ")
+    );
+    conn.exec_drop(delete, Params::Positional(keys.into_iter().map(Value::Bytes).collect())).await?;
     Ok(conn.affected_rows())
 }
 
