@@ -1,0 +1,151 @@
+//! Model 2: a fallback chain of stores that must never grant twice when
+//! clients disagree about which store is down.
+//!
+//! Stores are tried in chain order (say Redis, then the database); the last one
+//! is also the *arbiter*. In the shipped construction the arbiter keeps a mode
+//! record (epoch, active store, ready time). A client grants from a store only
+//! while it holds a lease on a *ready* record naming that store, read before it
+//! sent the acquire and valid for `mode_lease - drift` ticks by its own clock;
+//! its belief never outlives that lease. A client that finds the active store
+//! unreachable compare-and-sets the record to the next epoch and store, and the
+//! arbiter keeps the new epoch unready for `mode_lease + drift` ticks by its own
+//! clock, so every lease on the old epoch has run out before anyone (the
+//! switcher or any other reader) can grant under the new one. A grant's fence is
+//! `(epoch, store counter)`, compared lexicographically.
+//!
+//! Partitions: the network is [`crate::network::Network`], where any message may
+//! be delayed or lost at any step. Every pattern of client-store partitions that
+//! appear and heal (a reachability bit per pair, flipped by the checker) is one
+//! of those delivery schedules, so it is covered without modelling the bits,
+//! along with asymmetric partitions and replies lost after a request applied.
+//! A client's "this store is down" is a timeout, which the checker may fire at
+//! any moment: clients may disagree about which store is down in every way.
+
+mod state;
+mod steps;
+mod symmetry;
+
+pub use state::{
+    ARBITER, CLIENTS, Client, FallbackState, Fence, Holding, Message, ModeLease, ModeRecord, Pending, STORES, Store,
+    client_name,
+};
+
+use std::fmt;
+
+use stateright::{CheckerBuilder, Model, Property};
+
+/// The designs the model compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FallbackVariant {
+    /// Try store 1; when it times out, take the lock on store 2, and so on.
+    NaiveChain,
+    /// Epoch record and mode leases, but a new epoch is usable at once (no wait
+    /// for the old epoch's leases to run out).
+    EpochWithoutWait,
+    /// The shipped construction: the new epoch is ready only after
+    /// `mode_lease + drift` ticks of the arbiter's clock.
+    Shipped,
+}
+
+/// Name of the mutual-exclusion property.
+pub const MUTUAL_EXCLUSION: &str = "no two clients believe they hold at once";
+/// Name of the fence-order property.
+pub const FENCES_INCREASE: &str = "each grant's fence is above every earlier grant's";
+
+/// The model and its configuration.
+#[derive(Clone, Debug)]
+pub struct FallbackModel {
+    /// Which design.
+    pub variant: FallbackVariant,
+    /// Lock lease time-to-live at a store, in ticks.
+    pub ttl: u8,
+    /// Length of a lease on the mode record, in ticks.
+    pub mode_lease: u8,
+    /// Bound on clock drift, in ticks.
+    pub drift: u8,
+    /// Requests each client may send (bounds the state space).
+    pub requests_per_client: u8,
+    /// Highest epoch a switch may create.
+    pub max_epoch: u8,
+}
+
+impl FallbackModel {
+    /// The checked configuration.
+    pub fn new(variant: FallbackVariant) -> Self {
+        Self { variant, ttl: 3, mode_lease: 3, drift: 1, requests_per_client: 4, max_epoch: 1 }
+    }
+
+    /// Ticks of the arbiter's clock a new epoch stays unready.
+    pub fn switch_wait(&self) -> u8 {
+        match self.variant {
+            FallbackVariant::Shipped => self.mode_lease + self.drift,
+            FallbackVariant::NaiveChain | FallbackVariant::EpochWithoutWait => 0,
+        }
+    }
+
+    /// The checker, exploring one state per symmetry class (clients renamed).
+    pub fn symmetric_checker(self) -> CheckerBuilder<Self> {
+        self.checker().symmetry_fn(symmetry::representative)
+    }
+}
+
+/// What may happen next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FallbackAction {
+    /// One tick of real time.
+    Tick,
+    /// One store's clock runs a tick ahead of the clients' (drift).
+    StoreClockRunsAhead(u8),
+    /// A client sends an acquire (naive: to its next store; else: to the
+    /// store its mode lease names).
+    SendAcquire(u8),
+    /// A client reads the mode record.
+    SendRead(u8),
+    /// A client asks the arbiter to switch to the next store.
+    SendSwitch(u8),
+    /// A client's request times out (it stops waiting; naive: it moves on to
+    /// the next store in the chain).
+    TimeOut(u8),
+    /// The network delivers a message.
+    Deliver(Message),
+}
+
+impl fmt::Display for FallbackAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Tick => write!(f, "tick"),
+            Self::StoreClockRunsAhead(store) => {
+                write!(f, "S{}'s clock runs a tick ahead", store + 1)
+            }
+            Self::SendAcquire(client) => write!(f, "{} sends acquire", client_name(client)),
+            Self::SendRead(client) => write!(f, "{} reads the mode record", client_name(client)),
+            Self::SendSwitch(client) => write!(f, "{} asks for a switch", client_name(client)),
+            Self::TimeOut(client) => write!(f, "{}'s request times out", client_name(client)),
+            Self::Deliver(message) => write!(f, "deliver: {message}"),
+        }
+    }
+}
+
+impl Model for FallbackModel {
+    type State = FallbackState;
+    type Action = FallbackAction;
+
+    fn init_states(&self) -> Vec<FallbackState> {
+        vec![FallbackState::initial()]
+    }
+
+    fn actions(&self, state: &FallbackState, actions: &mut Vec<FallbackAction>) {
+        steps::actions(self, state, actions);
+    }
+
+    fn next_state(&self, state: &FallbackState, action: FallbackAction) -> Option<FallbackState> {
+        steps::next_state(self, state, action)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(MUTUAL_EXCLUSION, |_, state: &FallbackState| state.believed_holders() <= 1),
+            Property::always(FENCES_INCREASE, |_, state: &FallbackState| !state.grants.fence_regressed()),
+        ]
+    }
+}

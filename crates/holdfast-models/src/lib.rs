@@ -1,0 +1,23 @@
+//! Model-checked designs for holdfast's composite locks.
+//!
+//! Each model is a hand-written [`stateright::Model`] of a protocol that holdfast
+//! is going to ship, with variant switches for the designs that were rejected, so
+//! that the checker, not an argument, says which design is sound. The crate is
+//! never published: its tests (`cargo test -p holdfast-models`) are the product,
+//! and README.md beside this file records what the checker found.
+//!
+//! - [`redlock`]: a fenced RedLock over three independent stores.
+//! - [`fallback`]: a chain of stores used one after another when one fails.
+//!
+//! The pieces both models share live in their own files: [`clock`] (how time
+//! and clock drift are abstracted), [`network`] (a lossy, reordering network),
+//! [`register`] (a fenced resource), [`grant_log`] (the order of grants) and
+//! [`trace`] (a counterexample as readable steps).
+
+pub mod clock;
+pub mod fallback;
+pub mod grant_log;
+pub mod network;
+pub mod redlock;
+pub mod register;
+pub mod trace;

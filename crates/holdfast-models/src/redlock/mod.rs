@@ -1,0 +1,212 @@
+//! Model 1: a fenced RedLock over [`STORES`] independent stores.
+//!
+//! Each store keeps, for the one key, a holder token with an expiry (by the
+//! store's clock) and a fence counter. A client sends one token to every store;
+//! a store grants when the key is free or expired and answers with its counter
+//! bumped. Once a majority granted, the client picks the fence as the maximum
+//! of their counters and (depending on the [`RedlockVariant`]) writes it back,
+//! then counts itself granted if its validity, `ttl - elapsed - drift` by its own
+//! clock from before it sent the acquire, is still positive.
+//!
+//! The network is [`crate::network::Network`] (lossy, reordering); time and drift
+//! are [`crate::clock`]'s abstraction, with one refinement: the clients' clocks
+//! are the reference and only the stores' clocks run ahead. A client clock
+//! running ahead would only make that client stricter (its validity ends
+//! sooner, its belief is shorter), never create a behaviour the checker does
+//! not already explore, while a store clock running ahead is the dangerous
+//! direction (a key expiring while its holder still counts on it). The model is hand-written rather than built
+//! on stateright's actor framework: the protocol is a handful of request/reply
+//! pairs, and owning the state lets it drop replies the receiver would ignore and
+//! keep timers relative, which keeps complete exploration within CI's budget.
+//! There is no release: a release only ends a lease early, which expiry already
+//! covers for safety.
+
+mod state;
+mod steps;
+mod symmetry;
+
+pub use state::{CLIENTS, MAJORITY, Message, Phase, RedlockState, STORES, Store, client_name};
+
+use std::fmt;
+
+use stateright::{Model, Property};
+
+/// The designs the model compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RedlockVariant {
+    /// (a) Fence = max over the granting majority, nothing written back.
+    NaiveMaxFence,
+    /// (b) The fence is written back to the majority, but the store *sets* its
+    /// counter to it instead of raising it (never lowering).
+    OverwritingWriteBack,
+    /// (c) The fence is written back with max, but the client counts itself
+    /// granted before the write-back was acknowledged.
+    ValidityBeforeWriteBack,
+    /// (d) The shipped design: max write-back to the granting majority, validity
+    /// checked after a majority acknowledged it.
+    Shipped,
+    /// (e) The shipped design, with one store restarting without persistence
+    /// (losing its key and counter) at any moment.
+    ShippedWithRestart,
+}
+
+impl RedlockVariant {
+    /// Whether the client writes the chosen fence back before it holds.
+    pub fn writes_back_before_holding(self) -> bool {
+        matches!(self, Self::OverwritingWriteBack | Self::Shipped | Self::ShippedWithRestart)
+    }
+
+    /// Whether a write-back sets the counter (true) or raises it (false).
+    pub fn write_back_overwrites(self) -> bool {
+        matches!(self, Self::OverwritingWriteBack)
+    }
+
+    /// Whether a store may restart without persistence.
+    pub fn store_may_restart(self) -> bool {
+        matches!(self, Self::ShippedWithRestart)
+    }
+}
+
+/// Name of the mutual-exclusion property.
+pub const MUTUAL_EXCLUSION: &str = "no two clients believe they hold at once";
+/// Name of the fence-order property.
+pub const FENCES_INCREASE: &str = "each grant's fence is above every earlier grant's";
+/// Name of the fenced-register property.
+pub const NO_STALE_WRITE: &str = "the register accepts no write from an older grant";
+
+/// The model and its configuration.
+#[derive(Clone, Debug)]
+pub struct RedlockModel {
+    /// Which design.
+    pub variant: RedlockVariant,
+    /// Lease time-to-live, in ticks.
+    pub ttl: u8,
+    /// Bound on clock drift between any two nodes over a run, in ticks.
+    pub drift: u8,
+    /// Acquisition attempts all clients together may make.
+    pub attempts: u8,
+    /// Whether every successor state is replaced by its symmetry class's
+    /// representative, so that a breadth-first search (which stateright runs
+    /// without symmetry reduction) explores the reduced space too.
+    pub representatives_only: bool,
+}
+
+impl RedlockModel {
+    /// The checked configuration: TTL 3 ticks, drift 1 tick, two attempts per
+    /// client (three grants in a row are what the fence hazards need).
+    pub fn new(variant: RedlockVariant) -> Self {
+        Self { variant, ttl: 2, drift: 1, attempts: 3, representatives_only: false }
+    }
+
+    /// The checker for this model, exploring one state per symmetry class
+    /// (stores and clients renamed; see `symmetry.rs`) depth-first.
+    pub fn symmetric_checker(self) -> stateright::CheckerBuilder<Self> {
+        self.checker().symmetry_fn(symmetry::representative)
+    }
+
+    /// This model with [`Self::representatives_only`] set: for breadth-first
+    /// searches of the reduced space (shortest counterexamples, as
+    /// representatives; [`crate::trace::concrete_trace`] renames them back).
+    pub fn over_representatives(self) -> Self {
+        Self { representatives_only: true, ..self }
+    }
+
+    /// The representative of `state`'s symmetry class.
+    pub fn representative(state: &RedlockState) -> RedlockState {
+        symmetry::representative(state)
+    }
+
+    /// Client-clock ticks after sending the acquire during which a grant may
+    /// still be counted: `ttl - drift`.
+    pub fn validity(&self) -> u8 {
+        self.ttl.saturating_sub(self.drift)
+    }
+}
+
+/// A node whose clock may run ahead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    /// A store, by index.
+    Store(u8),
+    /// A client, by index.
+    Client(u8),
+}
+
+/// What may happen next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RedlockAction {
+    /// One tick of real time: every clock advances.
+    Tick,
+    /// One store's clock runs a tick ahead of the clients' (drift).
+    StoreClockRunsAhead(u8),
+    /// A client starts an acquisition attempt with a fresh token.
+    StartAttempt(u8),
+    /// The network delivers a message.
+    Deliver(Message),
+    /// A store restarts without persistence.
+    RestartStore(u8),
+}
+
+impl fmt::Display for RedlockAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Tick => write!(f, "tick"),
+            Self::StoreClockRunsAhead(store) => {
+                write!(f, "S{}'s clock runs a tick ahead", store + 1)
+            }
+            Self::StartAttempt(client) => write!(f, "{} sends acquire to all stores", client_name(client)),
+            Self::Deliver(message) => write!(f, "deliver: {message}"),
+            Self::RestartStore(store) => write!(f, "S{} restarts empty", store + 1),
+        }
+    }
+}
+
+impl Model for RedlockModel {
+    type State = RedlockState;
+    type Action = RedlockAction;
+
+    fn init_states(&self) -> Vec<RedlockState> {
+        vec![RedlockState::initial(self.attempts)]
+    }
+
+    fn actions(&self, state: &RedlockState, actions: &mut Vec<RedlockAction>) {
+        actions.push(RedlockAction::Tick);
+        // Running ahead matters only while a key's timer runs; offering it
+        // otherwise would spend drift budget for nothing and add states.
+        for (index, store) in state.stores.iter().enumerate() {
+            if store.remaining > 0 && store.clock.may_run_ahead(self.drift) {
+                actions.push(RedlockAction::StoreClockRunsAhead(index as u8));
+            }
+        }
+        for (index, phase) in state.clients.iter().enumerate() {
+            // A new attempt starts once the last one is over (granted and
+            // lapsed, or past its validity, when it is abandoned): abandoning
+            // earlier only moves the next attempt's start earlier, and its
+            // messages can be delayed to land just as late.
+            if *phase == Phase::Idle && state.attempts_left > 0 {
+                actions.push(RedlockAction::StartAttempt(index as u8));
+            }
+        }
+        for message in state.network.distinct() {
+            actions.push(RedlockAction::Deliver(*message));
+        }
+        if self.variant.store_may_restart() && !state.restarted {
+            for store in 0..STORES {
+                actions.push(RedlockAction::RestartStore(store as u8));
+            }
+        }
+    }
+
+    fn next_state(&self, state: &RedlockState, action: RedlockAction) -> Option<RedlockState> {
+        let next = steps::next_state(self, state, action)?;
+        Some(if self.representatives_only { symmetry::representative(&next) } else { next })
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(MUTUAL_EXCLUSION, |_, state: &RedlockState| state.believed_holders() <= 1),
+            Property::always(FENCES_INCREASE, |_, state: &RedlockState| !state.grants.fence_regressed()),
+            Property::always(NO_STALE_WRITE, |_, state: &RedlockState| !state.register.stale_write_accepted()),
+        ]
+    }
+}
