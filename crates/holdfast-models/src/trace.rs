@@ -5,11 +5,7 @@ use std::fmt::Display;
 use stateright::Path;
 
 /// Renders a path as numbered steps: each action, then the state it led to.
-pub fn readable_trace<S: Display, A: Display>(path: &Path<S, A>) -> String
-where
-    S: Clone,
-    A: Clone,
-{
+pub fn readable_trace<S: Display + Clone, A: Display + Clone>(path: &Path<S, A>) -> String {
     let steps = path.clone().into_vec();
     let mut text = String::new();
     let mut step_number = 0;

@@ -52,6 +52,10 @@ pub const MUTUAL_EXCLUSION: &str = "no two clients believe they hold at once";
 /// Name of the fence-order property.
 pub const FENCES_INCREASE: &str = "each grant's fence is above every earlier grant's";
 
+/// Name of a reachability check: a grant under a later epoch (another store)
+/// follows a grant under epoch 0, so the exploration does cover switches.
+pub const GRANT_AFTER_SWITCH_REACHED: &str = "a grant under a later epoch follows one under epoch 0";
+
 /// The model and its configuration.
 #[derive(Clone, Debug)]
 pub struct FallbackModel {
@@ -146,6 +150,11 @@ impl Model for FallbackModel {
         vec![
             Property::always(MUTUAL_EXCLUSION, |_, state: &FallbackState| state.believed_holders() <= 1),
             Property::always(FENCES_INCREASE, |_, state: &FallbackState| !state.grants.fence_regressed()),
+            Property::sometimes(GRANT_AFTER_SWITCH_REACHED, |_, state: &FallbackState| {
+                let first_epoch = state.grants.first_fence().map(|(epoch, _)| epoch);
+                let last_epoch = state.grants.highest_fence().map(|(epoch, _)| epoch);
+                first_epoch == Some(0) && last_epoch.is_some_and(|epoch| epoch > 0)
+            }),
         ]
     }
 }

@@ -74,6 +74,11 @@ pub const FENCES_INCREASE: &str = "each grant's fence is above every earlier gra
 /// Name of the fenced-register property.
 pub const NO_STALE_WRITE: &str = "the register accepts no write from an older grant";
 
+/// Name of a reachability check: the exploration reaches a third grant (the
+/// fence hazards need three grants, so a configuration that never made three
+/// would prove nothing about them).
+pub const THIRD_GRANT_REACHED: &str = "a third grant is made";
+
 /// The model and its configuration.
 #[derive(Clone, Debug)]
 pub struct RedlockModel {
@@ -206,6 +211,7 @@ impl Model for RedlockModel {
         vec![
             Property::always(MUTUAL_EXCLUSION, |_, state: &RedlockState| state.believed_holders() <= 1),
             Property::always(FENCES_INCREASE, |_, state: &RedlockState| !state.grants.fence_regressed()),
+            Property::sometimes(THIRD_GRANT_REACHED, |_, state: &RedlockState| state.grants.grants() >= 3),
             Property::always(NO_STALE_WRITE, |_, state: &RedlockState| !state.register.stale_write_accepted()),
         ]
     }
