@@ -235,11 +235,17 @@ impl fmt::Display for FallbackState {
             if let Some(mode) = client.mode {
                 write!(f, "mode(e{} S{} for {}) ", mode.epoch, mode.active + 1, mode.remaining)?;
             }
+            match client.pending {
+                Some(Pending::Acquire { store, elapsed }) => write!(f, "awaits S{}(t+{elapsed}) ", store + 1)?,
+                Some(Pending::Read { elapsed }) => write!(f, "awaits record(t+{elapsed}) ")?,
+                None => {}
+            }
             match client.holding {
                 Some(holding) => write!(f, "HOLDS fence {:?} for {} ", holding.fence, holding.remaining)?,
                 None => write!(f, "- ")?,
             }
         }
-        write!(f, "| in flight: {}", self.network.len())
+        let in_flight: Vec<String> = self.network.iter().map(ToString::to_string).collect();
+        write!(f, "| in flight: {}", in_flight.join(", "))
     }
 }

@@ -194,16 +194,22 @@ impl fmt::Display for RedlockState {
             match *phase {
                 Phase::Idle => write!(f, "{name}:idle ")?,
                 Phase::Acquiring { elapsed, granted } => {
-                    write!(f, "{name}:acquiring(t+{elapsed}, grants {granted:?}) ")?
+                    let grants: Vec<String> = (0..STORES)
+                        .filter_map(|store| granted[store].map(|counter| format!("S{}:{counter}", store + 1)))
+                        .collect();
+                    write!(f, "{name}:acquiring(t+{elapsed}, grants [{}]) ", grants.join(" "))?
                 }
                 Phase::WritingBack { elapsed, fence, acked, .. } => {
-                    write!(f, "{name}:writing back {fence}(t+{elapsed}, acks {acked:?}) ")?
+                    let acks: Vec<String> =
+                        (0..STORES).filter(|store| acked[*store]).map(|store| format!("S{}", store + 1)).collect();
+                    write!(f, "{name}:writing back {fence}(t+{elapsed}, acks [{}]) ", acks.join(" "))?
                 }
                 Phase::Holding { remaining, fence, grant, .. } => {
                     write!(f, "{name}:HOLDS grant {} fence {fence} for {remaining} ", grant + 1)?
                 }
             }
         }
-        write!(f, "| in flight: {}", self.network.len())
+        let in_flight: Vec<String> = self.network.iter().map(ToString::to_string).collect();
+        write!(f, "| in flight: {}", in_flight.join(", "))
     }
 }
