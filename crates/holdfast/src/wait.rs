@@ -199,6 +199,32 @@ where
     }
 }
 
+/// Runs a queued acquire of a store that queues waiters itself (etcd,
+/// ZooKeeper) in this task's turn among the key's local waiters.
+///
+/// The store's queue then holds one entry per process and key (the local
+/// head's), not one per waiting task, so what a hand-off costs the store (the
+/// sorted range over an etcd prefix, the list of a ZooKeeper node's children)
+/// stays flat however many tasks of the process wait. The order stays first
+/// come, first served inside the process, and across processes it is the
+/// store's queue order of their heads.
+///
+/// A request whose earlier attempt may hold a place in the store's queue
+/// already ([`AcquireRequest::retry`]) does not wait for the turn: the local
+/// head would be queued behind it in the store while it waited for the head.
+///
+/// # Cancel safety
+///
+/// As cancel-safe as `acquire`: a task dropped while queued for the turn
+/// leaves at once, and the turn passes on when the head is dropped.
+pub async fn in_turn<T>(waiters: &KeyWaiters, req: &AcquireRequest, acquire: impl Future<Output = T>) -> T {
+    if req.retry {
+        return acquire.await;
+    }
+    let _turn = waiters.turn.lock().await;
+    acquire.await
+}
+
 /// How long a waiting acquire rides out a failing store by default.
 pub const DEFAULT_STORE_RETRY: Duration = Duration::from_secs(10);
 

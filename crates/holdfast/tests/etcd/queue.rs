@@ -232,3 +232,39 @@ fn herd_free_permit_handoffs() {
         assert!(many <= 8.0 && many <= few * 1.3 + 0.5, "grant cost grows with the queue: {few} -> {many}");
     });
 }
+
+/// One client's waiters take turns: however many of its tasks wait on a key,
+/// the lock's queue in etcd holds the holder's key and one waiter's, so the
+/// sorted range a hand-off reads does not grow with them (each of 64 tasks
+/// put a key of its own before, and every hand-off read all of them). The
+/// tasks are still granted one at a time in the order they asked.
+#[test]
+fn one_queued_key_per_client() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let (holder, waiting) = (client(&url, "holder").await, client(&url, "waiting").await);
+        let (key, ttl) = ("turns", Duration::from_secs(10));
+        let g = holder.mutex(key).ttl(ttl).acquire().await.expect("acquire");
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..64 {
+            let (c, order) = (waiting.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex(key).ttl(ttl).acquire().await.expect("waiter");
+                order.lock().expect("order").push(i);
+                g.release().await.expect("release");
+            }));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let queued = queue_of(&url, key).await;
+        assert_eq!(queued.len(), 2, "the holder and one waiter of the client");
+        g.release().await.expect("release");
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(30), w).await.expect("waiter stuck").expect("task");
+        }
+        assert_eq!(*order.lock().expect("order"), (0..64).collect::<Vec<_>>());
+        assert!(queue_of(&url, key).await.is_empty(), "keys left behind");
+    });
+}

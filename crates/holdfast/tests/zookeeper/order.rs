@@ -178,10 +178,12 @@ fn newcomer_past_the_wrap_does_not_jump_the_holder() {
         }
         // Waiters queued together: their creates may be prepared before the
         // previous one commits, so the server numbers them past the wrap.
+        // A client of their own each: one client queues one node per key.
         let granted = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut waiters = Vec::new();
         for t in 10..16u128 {
-            let (backend, req, granted) = (backend.clone(), request(t), granted.clone());
+            let backend = ZkBackend::connect_url(&url).await.expect("connect");
+            let (req, granted) = (request(t), granted.clone());
             waiters.push(tokio::spawn(async move {
                 backend.acquire(&req).await.expect("waiter");
                 assert_eq!(granted.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders");
@@ -272,5 +274,39 @@ fn share_behind_a_writer_sees_a_resize() {
         writing.release().await.expect("release");
         let outcome = asking.await.expect("task");
         assert!(matches!(outcome, Err(holdfast::Error::Timeout { .. })), "3 permits of 2 granted: {outcome:?}");
+    });
+}
+
+/// One client's waiters take turns: however many of its tasks wait on a key,
+/// the lock node has two children (the holder's and one waiter's), so the
+/// children a hand-off lists do not grow with them (each of 64 tasks made a
+/// node of its own before). The tasks are still granted in the order they
+/// asked.
+#[test]
+fn one_queue_node_per_client() {
+    let server = ZkServer::start();
+    let url = server.url();
+    runtime().block_on(async {
+        let (holder, waiting) = (client(&url, "holder").await, client(&url, "waiting").await);
+        let (key, ttl) = ("turns", Duration::from_secs(10));
+        let g = holder.mutex(key).ttl(ttl).acquire().await.expect("acquire");
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..64 {
+            let (c, order) = (waiting.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex(key).ttl(ttl).acquire().await.expect("waiter");
+                order.lock().expect("order").push(i);
+                g.release().await.expect("release");
+            }));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let observer = raw(&server, None).await;
+        let children = observer.list_children("/holdfast/locks/turns").await.expect("list");
+        assert_eq!(children.len(), 2, "the holder and one waiter of the client");
+        g.release().await.expect("release");
+        all_through(waiters).await;
+        assert_eq!(*order.lock().expect("order"), (0..64).collect::<Vec<_>>());
     });
 }

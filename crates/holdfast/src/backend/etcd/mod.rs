@@ -27,6 +27,7 @@ use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, LocalWakeups};
 
 const STORE: &str = "etcd";
 
@@ -48,6 +49,9 @@ struct Shared {
     sessions: Sessions,
     grants: Arc<Grants>,
     watch: KeyWatch,
+    /// Turns of this client's waiters per key: one queued key per key in
+    /// etcd, however many tasks wait (see [`wait::in_turn`]).
+    waiters: LocalWakeups,
 }
 
 impl Shared {
@@ -131,6 +135,7 @@ impl EtcdBackend {
             config,
             shutdown: shutdown.clone(),
             grants: Arc::default(),
+            waiters: LocalWakeups::default(),
         });
         Ok(EtcdBackend { shared, _shutdown: shutdown.drop_guard() })
     }
@@ -160,7 +165,8 @@ impl Backend for EtcdBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
-        self.shared.acquire(req).await
+        let waiters = self.shared.waiters.subscribe(req.key.as_str());
+        wait::in_turn(&waiters, req, self.shared.acquire(req)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

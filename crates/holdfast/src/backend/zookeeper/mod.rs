@@ -22,6 +22,7 @@ use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+use crate::wait::{self, LocalWakeups};
 use ops::Attempt;
 use session::{Session, Sessions};
 
@@ -67,6 +68,9 @@ struct Inner {
     attempts: Mutex<HashMap<u128, Attempt>>,
     /// Picks which held node a renewal asks about, in turn.
     renewals: AtomicUsize,
+    /// Turns of this client's waiters per key: one queue node per key in
+    /// the store, however many tasks wait (see [`wait::in_turn`]).
+    waiters: LocalWakeups,
 }
 
 /// The ZooKeeper store.
@@ -99,6 +103,7 @@ impl ZkBackend {
                 sessions: Arc::default(),
                 attempts: Mutex::default(),
                 renewals: AtomicUsize::new(0),
+                waiters: LocalWakeups::default(),
             }),
         };
         backend.session().await?;
@@ -158,7 +163,8 @@ impl Backend for ZkBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
-        self.attempt(req, true)
+        let waiters = self.inner.waiters.subscribe(req.key.as_str());
+        wait::in_turn(&waiters, req, self.attempt(req, true))
             .await?
             .ok_or_else(|| Error::backend(STORE, false, "a waiting acquire ended without a grant"))
     }
