@@ -1,16 +1,17 @@
 //! Time and clock drift, as both models abstract them.
 //!
-//! Time is discrete. One [`Tick`](crate::clock) of real time advances every
-//! node's clock by one. Only durations matter to a lease protocol (a store
-//! compares its own clock with its own earlier reading, a client likewise), so
-//! a clock's offset from real time is irrelevant and only its *rate* counts.
-//! Rate drift is modelled as a budget: each node's clock may, at any step the
-//! checker picks, run one tick ahead of real time on its own, at most `drift`
-//! times over a run. Between any two nodes, the durations they measure for the
-//! same real interval therefore differ by at most `drift` ticks, which is the
-//! bound a client subtracts from its validity. Slow clocks need no separate
-//! case: real time is taken to be the slowest clock, and every other clock is
-//! "fast" relative to it.
+//! Time is discrete. One tick of real time advances every clock by one. Only
+//! durations matter to a lease protocol (a store compares its own clock with
+//! its own earlier reading, a client likewise), so a clock's offset is
+//! irrelevant and only its *rate* counts. Rate drift is modelled as a budget:
+//! a store's clock may, at any step the checker picks, run one tick ahead on
+//! its own, at most `drift` times over a run. The clients' clocks are the
+//! reference ("real time"): a client clock running ahead would only make that
+//! client stricter (its validity ends sooner), whereas a store clock running
+//! ahead is the dangerous direction (a key expires while its holder still
+//! counts on it). The durations a client and a store measure for the same
+//! interval therefore differ by at most `drift` ticks, the bound a client
+//! subtracts from its validity.
 //!
 //! Timers are kept relative (ticks remaining, ticks elapsed) rather than as
 //! absolute readings, so that states that differ only by when they happened

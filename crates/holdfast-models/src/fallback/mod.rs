@@ -74,7 +74,9 @@ pub struct FallbackModel {
 }
 
 impl FallbackModel {
-    /// The checked configuration.
+    /// The checked configuration: lock TTL and mode lease 3 ticks, drift 1,
+    /// 4 requests per client (enough to read, switch, read and acquire), one
+    /// switch.
     pub fn new(variant: FallbackVariant) -> Self {
         Self { variant, ttl: 3, mode_lease: 3, drift: 1, requests_per_client: 4, max_epoch: 1 }
     }

@@ -9,12 +9,7 @@
 //! clock from before it sent the acquire, is still positive.
 //!
 //! The network is [`crate::network::Network`] (lossy, reordering); time and drift
-//! are [`crate::clock`]'s abstraction, with one refinement: the clients' clocks
-//! are the reference and only the stores' clocks run ahead. A client clock
-//! running ahead would only make that client stricter (its validity ends
-//! sooner, its belief is shorter), never create a behaviour the checker does
-//! not already explore, while a store clock running ahead is the dangerous
-//! direction (a key expiring while its holder still counts on it). The model is hand-written rather than built
+//! are [`crate::clock`]'s abstraction (store clocks run ahead of the clients'). The model is hand-written rather than built
 //! on stateright's actor framework: the protocol is a handful of request/reply
 //! pairs, and owning the state lets it drop replies the receiver would ignore and
 //! keep timers relative, which keeps complete exploration within CI's budget.
@@ -97,8 +92,9 @@ pub struct RedlockModel {
 }
 
 impl RedlockModel {
-    /// The checked configuration: TTL 3 ticks, drift 1 tick, two attempts per
-    /// client (three grants in a row are what the fence hazards need).
+    /// The checked configuration: TTL 2 ticks, drift 1 tick (a validity window
+    /// of one tick), three attempts in total (the fence hazards need three
+    /// grants; TTL 3 makes the space about five times larger).
     pub fn new(variant: RedlockVariant) -> Self {
         Self { variant, ttl: 2, drift: 1, attempts: 3, representatives_only: false }
     }
