@@ -83,6 +83,9 @@ pub struct RedlockModel {
     pub ttl: u8,
     /// Bound on clock drift between any two nodes over a run, in ticks.
     pub drift: u8,
+    /// What the client subtracts from its validity for drift; `drift` in the
+    /// design, zero in a check that the margin is needed.
+    pub drift_margin: u8,
     /// Acquisition attempts all clients together may make.
     pub attempts: u8,
     /// Whether every successor state is replaced by its symmetry class's
@@ -96,7 +99,7 @@ impl RedlockModel {
     /// of one tick), three attempts in total (the fence hazards need three
     /// grants; TTL 3 makes the space about five times larger).
     pub fn new(variant: RedlockVariant) -> Self {
-        Self { variant, ttl: 2, drift: 1, attempts: 3, representatives_only: false }
+        Self { variant, ttl: 2, drift: 1, drift_margin: 1, attempts: 3, representatives_only: false }
     }
 
     /// The checker for this model, exploring one state per symmetry class
@@ -118,9 +121,9 @@ impl RedlockModel {
     }
 
     /// Client-clock ticks after sending the acquire during which a grant may
-    /// still be counted: `ttl - drift`.
+    /// still be counted: `ttl - drift_margin`.
     pub fn validity(&self) -> u8 {
-        self.ttl.saturating_sub(self.drift)
+        self.ttl.saturating_sub(self.drift_margin)
     }
 }
 
