@@ -75,10 +75,11 @@ pub struct FallbackModel {
 
 impl FallbackModel {
     /// The checked configuration: lock TTL and mode lease 3 ticks, drift 1,
-    /// 4 requests per client (enough to read, switch, read and acquire), one
-    /// switch.
+    /// 4 requests per client (enough to read, switch, read and acquire), up to
+    /// two switches (S1 to S2 and back to S1, whose own counter is then behind
+    /// the epoch's order).
     pub fn new(variant: FallbackVariant) -> Self {
-        Self { variant, ttl: 3, mode_lease: 3, drift: 1, requests_per_client: 4, max_epoch: 1 }
+        Self { variant, ttl: 3, mode_lease: 3, drift: 1, requests_per_client: 4, max_epoch: 2 }
     }
 
     /// Ticks of the arbiter's clock a new epoch stays unready.
