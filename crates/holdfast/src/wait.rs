@@ -199,8 +199,9 @@ where
     }
 }
 
-/// Runs a queued acquire of a store that queues waiters itself (etcd,
-/// ZooKeeper) in this task's turn among the key's local waiters.
+/// Waits for this task's turn among the key's local waiters, for a store that
+/// queues waiters itself (etcd, ZooKeeper): hold the turn for the whole
+/// queued acquire.
 ///
 /// The store's queue then holds one entry per process and key (the local
 /// head's), not one per waiting task, so what a hand-off costs the store (the
@@ -210,19 +211,19 @@ where
 /// store's queue order of their heads.
 ///
 /// A request whose earlier attempt may hold a place in the store's queue
-/// already ([`AcquireRequest::retry`]) does not wait for the turn: the local
-/// head would be queued behind it in the store while it waited for the head.
+/// already ([`AcquireRequest::retry`]) gets no turn (`None`) and goes ahead:
+/// the local head would be queued behind it in the store while it waited for
+/// the head.
 ///
 /// # Cancel safety
 ///
-/// As cancel-safe as `acquire`: a task dropped while queued for the turn
-/// leaves at once, and the turn passes on when the head is dropped.
-pub async fn in_turn<T>(waiters: &KeyWaiters, req: &AcquireRequest, acquire: impl Future<Output = T>) -> T {
+/// Cancel-safe: a task dropped while queued for the turn leaves the queue at
+/// once, and the turn passes on when its holder drops the guard.
+pub async fn take_turn<'a>(waiters: &'a KeyWaiters, req: &AcquireRequest) -> Option<tokio::sync::MutexGuard<'a, ()>> {
     if req.retry {
-        return acquire.await;
+        return None;
     }
-    let _turn = waiters.turn.lock().await;
-    acquire.await
+    Some(waiters.turn.lock().await)
 }
 
 /// How long a waiting acquire rides out a failing store by default.

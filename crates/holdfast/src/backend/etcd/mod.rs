@@ -50,7 +50,7 @@ struct Shared {
     grants: Arc<Grants>,
     watch: KeyWatch,
     /// Turns of this client's waiters per key: one queued key per key in
-    /// etcd, however many tasks wait (see [`wait::in_turn`]).
+    /// etcd, however many tasks wait (see [`wait::take_turn`]).
     waiters: LocalWakeups,
 }
 
@@ -166,7 +166,10 @@ impl Backend for EtcdBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let waiters = self.shared.waiters.subscribe(req.key.as_str());
-        wait::in_turn(&waiters, req, self.shared.acquire(req)).await
+        // Not a wrapper future around the acquire: the acquire's future
+        // starts after the turn's, so the two share their space.
+        let _turn = wait::take_turn(&waiters, req).await;
+        self.shared.acquire(req).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

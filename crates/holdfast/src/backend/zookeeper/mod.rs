@@ -69,7 +69,7 @@ struct Inner {
     /// Picks which held node a renewal asks about, in turn.
     renewals: AtomicUsize,
     /// Turns of this client's waiters per key: one queue node per key in
-    /// the store, however many tasks wait (see [`wait::in_turn`]).
+    /// the store, however many tasks wait (see [`wait::take_turn`]).
     waiters: LocalWakeups,
 }
 
@@ -164,7 +164,8 @@ impl Backend for ZkBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let waiters = self.inner.waiters.subscribe(req.key.as_str());
-        wait::in_turn(&waiters, req, self.attempt(req, true))
+        let _turn = wait::take_turn(&waiters, req).await;
+        self.attempt(req, true)
             .await?
             .ok_or_else(|| Error::backend(STORE, false, "a waiting acquire ended without a grant"))
     }
