@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use hashbrown::Equivalent;
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -39,13 +41,35 @@ impl Entry {
 
 type Id = (String, u128);
 
-fn id(key: &LockKey, token: OwnerToken) -> Id {
+/// Leases looked up per hold of the attempts' lock in a renewal: the
+/// client's acquires and releases, which need the lock too, never wait for
+/// a whole tick of lookups (100,000 at a time at scale), and the renewal
+/// yields to the runtime between chunks.
+const LOOKUP_CHUNK: usize = 1024;
+
+/// An [`Id`] to look up without building one: renewal looks up every held
+/// lease each tick. Hashes as the tuple does (fields in order, `str` as
+/// `String`).
+#[derive(Hash)]
+struct IdRef<'a>(&'a str, u128);
+
+impl Equivalent<Id> for IdRef<'_> {
+    fn equivalent(&self, id: &Id) -> bool {
+        self.0 == id.0 && self.1 == id.1
+    }
+}
+
+fn id(key: &LockKey, token: OwnerToken) -> IdRef<'_> {
+    IdRef(key.as_str(), token.as_u128())
+}
+
+fn owned_id(key: &LockKey, token: OwnerToken) -> Id {
     (key.as_str().to_owned(), token.as_u128())
 }
 
 #[derive(Default)]
 pub(super) struct Grants {
-    entries: Mutex<HashMap<Id, Entry>>,
+    entries: Mutex<hashbrown::HashMap<Id, Entry>>,
     /// Queue puts still in flight, by token: a release waits for them, so a
     /// put that lands after an aborted acquire cannot leave a key behind.
     inflight: Mutex<HashMap<u128, watch::Receiver<bool>>>,
@@ -59,7 +83,7 @@ impl Grants {
     /// Records an attempt before its first request is sent, replacing an
     /// earlier attempt of the same token (whose watch goes).
     pub(super) fn track(&self, watcher: &KeyWatch, key: &LockKey, token: OwnerToken, entry: Entry) {
-        if let Some(old) = lock(&self.entries).insert(id(key, token), entry) {
+        if let Some(old) = lock(&self.entries).insert(owned_id(key, token), entry) {
             if let Some(w) = old.watch {
                 watcher.unwatch(w);
             }
@@ -159,18 +183,20 @@ impl Grants {
     /// per lease whether its grant is still held (tracked as granted, its
     /// session alive, its key not deleted).
     pub(super) async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
-        let sessions: Vec<Arc<Session>> = {
-            let entries = lock(&self.entries);
-            let mut v: Vec<Arc<Session>> = Vec::new();
-            for l in leases {
-                if let Some(e) = entries.get(&id(&l.key, l.token)).filter(|e| e.granted) {
-                    if !v.iter().any(|s| s.lease == e.session.lease) {
-                        v.push(e.session.clone());
+        let mut sessions: Vec<Arc<Session>> = Vec::new();
+        for chunk in leases.chunks(LOOKUP_CHUNK) {
+            {
+                let entries = lock(&self.entries);
+                for l in chunk {
+                    if let Some(e) = entries.get(&id(&l.key, l.token)).filter(|e| e.granted) {
+                        if !sessions.iter().any(|s| s.lease == e.session.lease) {
+                            sessions.push(e.session.clone());
+                        }
                     }
                 }
             }
-            v
-        };
+            tokio::task::yield_now().await;
+        }
         let confirmed = futures::future::join_all(sessions.iter().map(|s| s.confirm())).await;
         for (s, r) in sessions.iter().zip(&confirmed) {
             if let Err(e) = r {
@@ -179,10 +205,16 @@ impl Grants {
                 }
             }
         }
-        let entries = lock(&self.entries);
-        Ok(leases
-            .iter()
-            .map(|l| entries.get(&id(&l.key, l.token)).is_some_and(|e| e.granted && !e.gone.is_cancelled()))
-            .collect())
+        let mut held = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(LOOKUP_CHUNK) {
+            {
+                let entries = lock(&self.entries);
+                held.extend(chunk.iter().map(|l| {
+                    entries.get(&id(&l.key, l.token)).is_some_and(|e| e.granted && !e.gone.is_cancelled())
+                }));
+            }
+            tokio::task::yield_now().await;
+        }
+        Ok(held)
     }
 }

@@ -154,7 +154,9 @@ impl Backend for EtcdBackend {
             store_notification: true,
             counts_waiters: true,
             session_bound: true,
-            renew_slice: None,
+            // One keep-alive per session per call, whatever the slice: slices
+            // only bound the client work of a call (a lookup per lease).
+            renew_slice: Some(4096),
             shared_leases: true,
             fence_durability: FenceDurability::Durable,
         }
