@@ -209,9 +209,11 @@ impl Grants {
         for chunk in leases.chunks(LOOKUP_CHUNK) {
             {
                 let entries = lock(&self.entries);
-                held.extend(chunk.iter().map(|l| {
-                    entries.get(&id(&l.key, l.token)).is_some_and(|e| e.granted && !e.gone.is_cancelled())
-                }));
+                held.extend(
+                    chunk.iter().map(|l| {
+                        entries.get(&id(&l.key, l.token)).is_some_and(|e| e.granted && !e.gone.is_cancelled())
+                    }),
+                );
             }
             tokio::task::yield_now().await;
         }
