@@ -3,6 +3,8 @@
 
 mod config;
 mod nodes;
+#[cfg(test)]
+mod nodes_props;
 mod ops;
 mod session;
 mod shares;
@@ -152,7 +154,9 @@ impl Backend for ZkBackend {
             store_notification: true,
             counts_waiters: true,
             session_bound: true,
-            renew_slice: None,
+            // One node check per call: slices bound the client work of a
+            // call (a lookup per lease) and add a cheap round trip each.
+            renew_slice: Some(4096),
             shared_leases: true,
             fence_durability: FenceDurability::Durable,
         }

@@ -41,6 +41,9 @@ struct Created {
     listed: Option<(Instant, Vec<String>)>,
 }
 
+/// Leases looked up per hold of the attempts' lock in a renewal.
+const LOOKUP_CHUNK: usize = 1024;
+
 pub(super) fn path_of(parent: &str, name: &str) -> String {
     format!("{parent}/{name}")
 }
@@ -418,28 +421,40 @@ impl ZkBackend {
     /// answered on the session. A lease is held if its node was granted on
     /// the current session, and the probed one if it still exists.
     pub(super) async fn renew_leases(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
-        let live = self.inner.sessions.live();
-        let held: Vec<Option<String>> = leases
-            .iter()
-            .map(|l| {
-                let a = self.attempt_of(l.token)?;
-                let on_live = live.as_ref().is_some_and(|s| s.id == a.session);
-                let node = a.node.filter(|_| a.granted && on_live && a.key == l.key.as_str())?;
-                Some(path_of(&self.parent_of(&a.key), &node.name))
-            })
-            .collect();
-        let candidates: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_some()).collect();
-        let (Some(s), false) = (live, candidates.is_empty()) else {
-            return Ok(vec![false; leases.len()]);
-        };
+        let Some(s) = self.inner.sessions.live() else { return Ok(vec![false; leases.len()]) };
+        // Which leases hold a node on the live session, looked up in place
+        // (no copies, no paths) a chunk per hold of the attempts' lock, so
+        // the client's acquires and releases never wait for a whole tick.
+        let mut held = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(LOOKUP_CHUNK) {
+            {
+                let attempts = self.inner.attempts.lock().unwrap_or_else(|p| p.into_inner());
+                held.extend(chunk.iter().map(|l| {
+                    attempts.get(&l.token.as_u128()).is_some_and(|a| {
+                        a.granted && a.session == s.id && a.key == l.key.as_str() && a.node.is_some()
+                    })
+                }));
+            }
+            tokio::task::yield_now().await;
+        }
+        let candidates: Vec<usize> = (0..held.len()).filter(|&i| held[i]).collect();
+        if candidates.is_empty() {
+            return Ok(held);
+        }
         s.ready()?;
         let probe = candidates[self.inner.renewals.fetch_add(1, Ordering::Relaxed) % candidates.len()];
-        let path = held[probe].as_deref().unwrap_or_default();
+        // The probe's node, if its attempt is still tracked; one released
+        // since the lookup is not held, and the root stands in for the
+        // round trip that shows the session answering.
+        let node = self
+            .attempt_of(leases[probe].token)
+            .and_then(|a| a.node.map(|n| path_of(&self.parent_of(&a.key), &n.name)));
+        let path = node.as_deref().unwrap_or(&self.cfg().root);
         let stat = timed(self.cfg().timeout, "renew", s.client.check_stat(path)).await?.map_err(map_err)?;
         if !s.vouches() {
             return Err(Error::backend(STORE, true, "ZooKeeper session not connected"));
         }
-        let probe_held = stat.is_some_and(|st| st.ephemeral_owner == s.id);
-        Ok(held.iter().enumerate().map(|(i, h)| h.is_some() && (i != probe || probe_held)).collect())
+        held[probe] = node.is_some() && stat.is_some_and(|st| st.ephemeral_owner == s.id);
+        Ok(held)
     }
 }
