@@ -430,9 +430,9 @@ impl ZkBackend {
             {
                 let attempts = self.inner.attempts.lock().unwrap_or_else(|p| p.into_inner());
                 held.extend(chunk.iter().map(|l| {
-                    attempts.get(&l.token.as_u128()).is_some_and(|a| {
-                        a.granted && a.session == s.id && a.key == l.key.as_str() && a.node.is_some()
-                    })
+                    attempts
+                        .get(&l.token.as_u128())
+                        .is_some_and(|a| a.granted && a.session == s.id && a.key == l.key.as_str() && a.node.is_some())
                 }));
             }
             tokio::task::yield_now().await;
