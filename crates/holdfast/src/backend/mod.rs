@@ -269,7 +269,9 @@ pub struct LockStatus {
     pub shared: Vec<HolderInfo>,
     /// The limit recorded with the key's shared leases, while any is held.
     pub limit: Option<u32>,
-    /// How many waiters the store knows of, if it can count them.
+    /// How many waiters the store knows of, if it can count them (on etcd
+    /// and ZooKeeper, waiting clients: a client's tasks take turns for one
+    /// place in the store's queue).
     pub waiters: Option<u64>,
 }
 
