@@ -30,7 +30,7 @@ pub use election::c16_election_safety;
 pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
 };
-pub use scale::s1_hot_key_every_waiter_acquires;
+pub use scale::{queue_tasks_in_order, s1_hot_key_every_waiter_acquires};
 pub use shared::{
     c9_cancel_shared_waits, c10_bad_shared_input, c12_permit_bound, c12_permit_count_lives_with_the_key,
     c13_dead_permits_return, c14_read_share_write_exclusion, c15_no_writer_starvation,

@@ -75,3 +75,27 @@ pub async fn s1_hot_key_every_waiter_acquires(store: &Store) {
     // ahead of the least busy (before turns, 17 against 1 on Redis).
     assert!(max <= 3 * min + 2, "per-task acquisitions {min}..{max}: waiters were passed over");
 }
+
+/// Queues `n` tasks of `client` on `key`, 2 ms apart, each acquiring (with
+/// `ttl`), recording its index, and releasing. Returns the tasks and the
+/// order in which they were granted, for store tests of how a client's
+/// waiters queue.
+pub async fn queue_tasks_in_order(
+    client: &holdfast::Client,
+    key: &str,
+    ttl: Duration,
+    n: usize,
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<std::sync::Mutex<Vec<usize>>>) {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (c, order, key) = (client.clone(), order.clone(), key.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let g = c.mutex(key).ttl(ttl).acquire().await.expect("waiter");
+            order.lock().expect("order").push(i);
+            g.release().await.expect("release");
+        }));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    (tasks, order)
+}

@@ -290,17 +290,7 @@ fn one_queue_node_per_client() {
         let (holder, waiting) = (client(&url, "holder").await, client(&url, "waiting").await);
         let (key, ttl) = ("turns", Duration::from_secs(10));
         let g = holder.mutex(key).ttl(ttl).acquire().await.expect("acquire");
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for i in 0..64 {
-            let (c, order) = (waiting.clone(), order.clone());
-            waiters.push(tokio::spawn(async move {
-                let g = c.mutex(key).ttl(ttl).acquire().await.expect("waiter");
-                order.lock().expect("order").push(i);
-                g.release().await.expect("release");
-            }));
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let (waiters, order) = holdfast_testkit::conformance::queue_tasks_in_order(&waiting, key, ttl, 64).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let observer = raw(&server, None).await;
         let children = observer.list_children("/holdfast/locks/turns").await.expect("list");
