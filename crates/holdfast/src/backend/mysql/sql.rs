@@ -30,6 +30,7 @@ pub(super) struct Statements {
     peek: String,
     release: String,
     sweep_find: String,
+    sweep_delete: String,
     renew_one: String,
     holder: String,
     leases: String,
@@ -98,6 +99,13 @@ impl Statements {
             // live lease, the next one renewal extends (see `sweep`).
             sweep_find: format!(
                 "SELECT lock_key FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
+            ),
+            // The expiry is checked again under the row lock: a key taken
+            // over since the read has a live row, which stays. Always
+            // `SWEEP_ROWS` placeholders, so that one prepared statement serves.
+            sweep_delete: format!(
+                "DELETE FROM {l} WHERE lock_key IN ({}) AND expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
+                vec!["?"; SWEEP_ROWS].join(", ")
             ),
             renew_one: format!(
                 "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -209,18 +217,10 @@ pub(super) async fn release(
 /// not yet removed, a sweep scanned (and locked) them for seconds, and
 /// renewals queued behind it until leases expired.
 pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Result<u64> {
-    let keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
-    if keys.is_empty() {
-        return Ok(0);
-    }
-    // The expiry is checked again under the row lock: a key taken over since
-    // the read has a live row, which stays.
-    let delete = format!(
-        "DELETE FROM {} WHERE lock_key IN ({}) AND expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
-        s.leases,
-        vec!["?"; keys.len()].join(", ")
-    );
-    conn.exec_drop(delete, Params::Positional(keys.into_iter().map(Value::Bytes).collect())).await?;
+    let mut keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
+    let Some(last) = keys.last().cloned() else { return Ok(0) };
+    keys.resize(SWEEP_ROWS, last);
+    conn.exec_drop(s.sweep_delete.as_str(), Params::Positional(keys.into_iter().map(Value::Bytes).collect())).await?;
     Ok(conn.affected_rows())
 }
 
