@@ -132,6 +132,10 @@ impl fmt::Debug for OwnerToken {
 }
 
 #[cfg(test)]
+#[path = "key_props.rs"]
+mod props;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

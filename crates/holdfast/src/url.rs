@@ -25,7 +25,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
 /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
 /// the store keeps beyond an idle connection, closed when dropped.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
-    let Some((scheme, _)) = url.split_once("://") else {
+    let Some((scheme, _)) = split_scheme(url) else {
         return Err(Error::invalid(
             "url",
             format!("{:?} has no scheme; expected for example sqlite:///path/to/locks.db", redact_url(url)),
@@ -74,7 +74,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 /// assert_eq!(redact_url("sqlite:///tmp/a@b.db"), "sqlite:///tmp/a@b.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
+    let (scheme, rest) = match split_scheme(url) {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
     };
@@ -97,6 +97,19 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(&pieces.join("&"));
     }
     out
+}
+
+/// `scheme` and the rest of `scheme://rest`, when what comes before the
+/// first `://` is a scheme by RFC 3986 (a letter, then letters, digits, `+`,
+/// `-` or `.`). Anything else is no scheme: in `app:pw@h/x?u=redis://h`
+/// the text before `://` holds a password, and must neither be quoted as
+/// an unknown scheme nor keep the password from being hidden.
+fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    valid.then_some((scheme, rest))
 }
 
 /// What must be %-encoded inside a query value; `:`, `/` and `@` may stay,
@@ -130,6 +143,10 @@ fn redact_query_piece(piece: &str) -> String {
     }
     piece.to_owned()
 }
+
+#[cfg(test)]
+#[path = "url_props.rs"]
+mod props;
 
 #[cfg(test)]
 mod tests {

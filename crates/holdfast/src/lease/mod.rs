@@ -14,6 +14,8 @@ use crate::backend::Grant;
 use crate::key::{LockKey, OwnerToken};
 use crate::release::Horizon;
 
+#[cfg(test)]
+mod drift_props;
 mod renewer;
 
 pub(crate) use renewer::Renewer;

@@ -95,6 +95,13 @@ impl MysqlConfig {
             .ok_or_else(|| bad("expected a mysql:// URL, e.g. mysql://user:password@127.0.0.1:3306/app"))?;
         let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, path) = main.split_once('/').unwrap_or((main, ""));
+        // An '@' after the first '/' may end credentials that hold an
+        // unencoded '/', whose pieces would be read as a port or a database
+        // and quoted; refused without quoting anything.
+        if path.contains('@') {
+            return Err(bad("a mysql:// URL has an '@' after its first '/': write '/' in a user or password as %2F, \
+                 '@' in a database as %40"));
+        }
         // The password may contain '@' only %-encoded; the last '@' ends the credentials.
         let (creds, hostport) = match authority.rsplit_once('@') {
             Some((c, h)) => (Some(c), h),

@@ -164,6 +164,15 @@ fn is_postgres_url(url: &str) -> bool {
 }
 
 fn parse_pg(url: &str, app: &str) -> Result<tokio_postgres::Config> {
+    // tokio-postgres ends the credentials at the first '@': the rest of a
+    // password holding another '@' would become the host, shown by `Debug`
+    // and in connection errors.
+    if url.split_once('?').map_or(url, |(main, _)| main).matches('@').count() > 1 {
+        return Err(Error::invalid(
+            "url",
+            "a postgres URL has more than one '@': write '@' in a user, password or database as %40",
+        ));
+    }
     let mut pg = tokio_postgres::Config::from_str(url)
         .map_err(|e| Error::invalid("url", format!("not a valid postgres URL: {e}")))?;
     if pg.get_connect_timeout().is_none() {

@@ -97,6 +97,14 @@ impl RedisConfig {
             return Err(bad("a redis URL needs a host, e.g. redis://127.0.0.1:6379".into()));
         }
         let path = parsed.path().trim_start_matches('/');
+        // With an '@' in it, the path may be the end of a password that
+        // holds an unencoded '/': not quoted then.
+        if path.contains('@') {
+            return Err(bad(
+                "the path of a redis URL is the database number, and has an '@' (write '/' in a password as %2F)"
+                    .into(),
+            ));
+        }
         if !path.is_empty() && path.parse::<u32>().is_err() {
             return Err(bad(format!("the path of a redis URL is the database number, got {path:?}")));
         }

@@ -57,6 +57,16 @@ impl ZkConfig {
             Error::invalid("url", "not a zk:// URL (expected zk://host:port[,host:port...][/chroot])")
         })?;
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        // An '@' after the first '/' may end credentials that hold an
+        // unencoded '/', whose pieces would be read as hosts or a chroot
+        // and quoted; refused without quoting anything.
+        if rest.split_once('/').is_some_and(|(_, after)| after.contains('@')) {
+            return Err(Error::invalid(
+                "url",
+                "zk:// URL has an '@' after its first '/': write '/' in a user or password as %2F \
+                 ('@' in a chroot is not supported)",
+            ));
+        }
         let (authority, chroot) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
