@@ -5,6 +5,8 @@ mod acquire;
 mod config;
 mod grants;
 mod ops;
+#[cfg(test)]
+mod ops_props;
 mod session;
 mod shares;
 mod watch;

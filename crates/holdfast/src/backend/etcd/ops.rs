@@ -188,12 +188,18 @@ pub(super) struct Entry {
 /// The mode, label and mark of a queue key. A share whose value does not
 /// parse reads as exclusive, the mode that admits least.
 pub(super) fn entry_of(kv: &KeyValue) -> Entry {
-    let text = String::from_utf8_lossy(kv.value());
+    entry_from(kv.key(), kv.value())
+}
+
+/// [`entry_of`] on a key and value as bytes (a `KeyValue` cannot be made
+/// outside etcd-client, so tests read entries through this).
+pub(super) fn entry_from(key: &[u8], value: &[u8]) -> Entry {
+    let text = String::from_utf8_lossy(value);
     let plain = |mode| Entry { mode, label: text.clone().into_owned(), marked: false };
-    if kv.key().ends_with(b"~w") {
+    if key.ends_with(b"~w") {
         return plain(LeaseMode::Writer);
     }
-    if !kv.key().ends_with(b"~s") {
+    if !key.ends_with(b"~s") {
         return plain(LeaseMode::Exclusive);
     }
     let parsed = text.split_once('\n').and_then(|(head, label)| {
