@@ -3,6 +3,8 @@
 #![doc = include_str!("docs.md")]
 
 mod config;
+#[cfg(test)]
+mod keys_props;
 mod pubsub;
 
 use std::fmt;
