@@ -5,12 +5,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::*;
+use crate::prop_support::config;
 
-fn config() -> ProptestConfig {
-    // Found cases are kept as regular tests, not in regression files.
-    ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(10_000) }
-}
+use super::*;
 
 /// The rule as `LockKey`'s docs state it, written out independently:
 /// 1 to 256 bytes of UTF-8, none of U+0000..U+001F or U+007F..U+009F.

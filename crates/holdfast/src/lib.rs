@@ -66,6 +66,8 @@ mod lease;
 mod lock;
 mod lock_options;
 mod mutex;
+#[cfg(test)]
+mod prop_support;
 mod release;
 mod rwlock;
 mod secret;

@@ -9,15 +9,12 @@ use std::time::Duration;
 
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use proptest::prelude::*;
+
+use crate::prop_support::config;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
 use crate::url_options::{Opt, UrlOptions};
-
-fn config() -> ProptestConfig {
-    // Found cases are kept as regular tests, not in regression files.
-    ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(10_000) }
-}
 
 /// Carried by every word of a generated password; output that contains it
 /// shows (part of) the password.

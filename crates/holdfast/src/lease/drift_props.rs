@@ -6,16 +6,13 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
+
+use crate::prop_support::config;
 use tokio::time::Instant;
 
 use super::*;
 use crate::backend::Grant;
 use crate::key::{MAX_TTL, MIN_TTL};
-
-fn config() -> ProptestConfig {
-    // Found cases are kept as regular tests, not in regression files.
-    ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(10_000) }
-}
 
 /// A TTL in the accepted range, its ends often.
 fn accepted_ttl() -> impl Strategy<Value = Duration> {

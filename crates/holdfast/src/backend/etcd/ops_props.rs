@@ -4,22 +4,11 @@
 
 use proptest::prelude::*;
 
+use crate::prop_support::{any_mode, config};
+
 use super::ops::*;
 use crate::backend::LeaseMode;
 use crate::key::{LockKey, OwnerToken};
-
-fn config() -> ProptestConfig {
-    // Found cases are kept as regular tests, not in regression files.
-    ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(10_000) }
-}
-
-fn any_mode() -> impl Strategy<Value = LeaseMode> {
-    prop_oneof![
-        Just(LeaseMode::Exclusive),
-        Just(LeaseMode::Writer),
-        (1u32.., 1u32..).prop_map(|(weight, limit)| LeaseMode::Shared { weight, limit }),
-    ]
-}
 
 /// Key text rich in the characters the prefix escapes (`/`, `%`) and in
 /// escapes themselves.

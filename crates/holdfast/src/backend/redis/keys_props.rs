@@ -5,13 +5,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use crate::prop_support::config;
+
 use super::{lock_keys, ms};
 use crate::key::LockKey;
-
-fn config() -> ProptestConfig {
-    // Found cases are kept as regular tests, not in regression files.
-    ProptestConfig { failure_persistence: None, ..ProptestConfig::with_cases(10_000) }
-}
 
 /// The part of a key Redis Cluster hashes: between the first `{` and the
 /// first `}` after it when that is not empty, else the whole key.
