@@ -122,6 +122,18 @@ async fn renewals_are_batched_per_client() {
     assert_eq!(client.renewing_leases(), 0);
 }
 
+/// Acquires `n` keys `{prefix}/{i}` with `ttl`, 32 at a time.
+async fn hold_many(client: &Client, prefix: &str, n: u64, ttl: Duration) -> Vec<holdfast::MutexGuard> {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let mutex = client.mutex(format!("{prefix}/{i}")).ttl(ttl);
+            async move { mutex.acquire().await.unwrap() }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
 /// Many leases due at once are renewed in the slices the store asks for, not
 /// one call that holds the store (and the client's other calls) for its whole
 /// length: at 100,000 leases on Redis that one tick took 370-490 ms.
@@ -131,17 +143,7 @@ async fn renewals_go_in_bounded_slices() {
     let backend = Instrumented::open(&dir).await;
     let client = Client::with_backend(backend.clone(), ClientOptions::default());
     let n = 2_000u64;
-    let mut acquiring = futures::stream::iter(0..n)
-        .map(|i| {
-            let mutex = client.mutex(format!("slices/{i}")).ttl(Duration::from_secs(6));
-            async move { mutex.acquire().await }
-        })
-        .buffer_unordered(32);
-    let mut guards = Vec::new();
-    while let Some(g) = acquiring.next().await {
-        guards.push(g.unwrap());
-    }
-    drop(acquiring);
+    let guards = hold_many(&client, "slices", n, Duration::from_secs(6)).await;
     // Each call takes a little while, as over a network, so that slices due
     // together would overlap if the client sent them all at once.
     backend.renew_delay_ms.store(80, Ordering::SeqCst);
@@ -174,17 +176,7 @@ async fn renewal_that_falls_behind_overlaps_its_calls() {
     let backend = Instrumented::open(&dir).await;
     let client = Client::with_backend(backend.clone(), ClientOptions::default());
     let n = 2_000u64;
-    let mut acquiring = futures::stream::iter(0..n)
-        .map(|i| {
-            let mutex = client.mutex(format!("behind/{i}")).ttl(Duration::from_secs(3));
-            async move { mutex.acquire().await }
-        })
-        .buffer_unordered(32);
-    let mut guards = Vec::new();
-    while let Some(g) = acquiring.next().await {
-        guards.push(g.unwrap());
-    }
-    drop(acquiring);
+    let guards = hold_many(&client, "behind", n, Duration::from_secs(3)).await;
     backend.renew_delay_ms.store(400, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(6500)).await;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
