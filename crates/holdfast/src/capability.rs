@@ -43,9 +43,9 @@ pub struct Capabilities {
     /// The most leases the client puts in one [`Backend::renew`](crate::backend::Backend::renew)
     /// call (slices go out one at a time unless renewal has fallen behind,
     /// so no call is long), or `None` for every due lease in one call: for a
-    /// store that orders or splits them itself (SQLite sorts them into the
+    /// store that orders and splits them itself (SQLite sorts them into the
     /// table's order before cutting transactions; slices cut in time order
-    /// would write each page many times) or renews by one session keep-alive.
+    /// would write each page many times).
     pub renew_slice: Option<usize>,
     /// Shared leases ([`LeaseMode::Writer`](crate::backend::LeaseMode::Writer)
     /// and [`LeaseMode::Shared`](crate::backend::LeaseMode::Shared)): the
