@@ -295,3 +295,29 @@ pub(crate) async fn wait_for_grant(
         tokio::time::sleep(pause).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{LockKey, OwnerToken};
+
+    /// A retry is not queued behind the local head: on etcd and ZooKeeper
+    /// its earlier entry may be ahead of the head's in the store's queue, so
+    /// waiting for the head's turn would deadlock the two. A first attempt
+    /// does wait for its turn.
+    #[tokio::test]
+    async fn a_retry_does_not_wait_for_the_turn() {
+        let waiters = LocalWakeups::default().subscribe("k");
+        let first = AcquireRequest::new(LockKey::new("k").expect("key"), OwnerToken::random(), Duration::from_secs(1));
+        let head = take_turn(&waiters, &first).await.expect("the free turn");
+        let later = take_turn(&waiters, &first);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), later).await.is_err(),
+            "a first attempt passed the head"
+        );
+        let retry = AcquireRequest { retry: true, ..first.clone() };
+        let skipped = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &retry)).await;
+        assert!(matches!(skipped, Ok(None)), "a retry waited for the head's turn");
+        drop(head);
+    }
+}
