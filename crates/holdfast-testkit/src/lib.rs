@@ -9,5 +9,7 @@
 
 pub mod conformance;
 pub mod faults;
+pub mod history;
 pub mod servers;
+pub mod sim;
 pub mod witness;

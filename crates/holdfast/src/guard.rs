@@ -144,7 +144,11 @@ impl<K: GuardKind> Guard<K> {
         self.held.weight
     }
 
-    pub(crate) fn token(&self) -> crate::key::OwnerToken {
+    /// The owner token of this grant, as the store records it: for
+    /// matching a history or the store's own records (`status`, logs)
+    /// against this grant. Whoever has it can release the grant, so treat
+    /// it like the guard itself.
+    pub fn token(&self) -> crate::key::OwnerToken {
         self.held.lease.token
     }
 

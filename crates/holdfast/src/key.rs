@@ -92,7 +92,7 @@ pub struct OwnerToken(u128);
 impl OwnerToken {
     /// A fresh token from the thread-local CSPRNG.
     pub fn random() -> Self {
-        OwnerToken(rand::random())
+        OwnerToken(crate::entropy::with_rng(|rng| rand::Rng::random(rng)))
     }
 
     /// The token as a number.

@@ -59,6 +59,10 @@ pub mod backend;
 mod capability;
 mod client;
 mod election;
+#[cfg(feature = "simulation")]
+pub mod entropy;
+#[cfg(not(feature = "simulation"))]
+mod entropy;
 mod error;
 mod guard;
 mod key;

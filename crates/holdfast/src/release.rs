@@ -113,7 +113,7 @@ impl Release {
             if !retry {
                 return;
             }
-            let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+            let jittered = backoff.mul_f64(crate::entropy::with_rng(|rng| rng.random_range(0.5..1.0)));
             tokio::select! {
                 _ = tokio::time::sleep(jittered) => {}
                 _ = self.horizon.reached() => return,

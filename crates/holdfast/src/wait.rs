@@ -67,7 +67,11 @@ pub struct PollBounds {
 impl PollBounds {
     /// The delay before the next attempt.
     pub fn next_delay(&self, expires_in: Option<Duration>) -> Duration {
-        let jittered = if self.max > self.min { rand::rng().random_range(self.min..=self.max) } else { self.min };
+        let jittered = if self.max > self.min {
+            crate::entropy::with_rng(|rng| rng.random_range(self.min..=self.max))
+        } else {
+            self.min
+        };
         match expires_in {
             Some(left) => jittered.min(left + Duration::from_millis(1)),
             None => jittered,
@@ -285,7 +289,7 @@ pub(crate) async fn wait_for_grant(
             return Err(WaitFailure::Store(e));
         }
         tracing::warn!(key = %req.key, error = %e, "store failed while waiting; trying again");
-        let pause = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+        let pause = backoff.mul_f64(crate::entropy::with_rng(|rng| rng.random_range(0.5..1.0)));
         backoff = (backoff * 2).min(LAST_BACKOFF);
         if now + pause >= deadline_at {
             return Err(WaitFailure::Store(e));

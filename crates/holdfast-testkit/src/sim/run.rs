@@ -1,0 +1,272 @@
+//! Seeded fault runs: several clients lock keys on several simulated stores
+//! through the real client core while links lose, delay and partition, and
+//! stores restart and run their clocks at their own rate; the history is
+//! then [checked](crate::history::check). One seed is one run, replayed bit
+//! for bit on a single-threaded runtime with a paused clock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use holdfast::{Client, ClientOptions, Guard, GuardKind};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Link, LinkFaults, LinkState, SimConfig, SimStore};
+use crate::history::{EndCause, Event, GrantId, Recorder, Verdict, check};
+
+/// The shape of a seeded run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Stores, each independent.
+    pub stores: u32,
+    /// Clients; each has a connection to every store.
+    pub clients: u32,
+    /// Keys per store.
+    pub keys: u32,
+    /// Operations per client.
+    pub ops: u32,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// Chance that a request, or a reply, is lost.
+    pub loss: f64,
+    /// Longest one-way delay of most messages.
+    pub max_delay: Duration,
+    /// Chance that a message is slow, delayed up to twice the TTL.
+    pub slow: f64,
+    /// How far each store's clock rate may differ from real time (0.009:
+    /// within the client's 1% margin).
+    pub clock_drift: f64,
+    /// Partitions and store restarts (with their data) over the run.
+    pub faults: u32,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            stores: 3,
+            clients: 4,
+            keys: 2,
+            ops: 200,
+            ttl: Duration::from_millis(1000),
+            loss: 0.03,
+            max_delay: Duration::from_millis(40),
+            slow: 0.01,
+            clock_drift: 0.009,
+            faults: 12,
+        }
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+    /// Every event, in the order recorded (equal for equal seeds).
+    pub events: Vec<Event>,
+    /// Leases and reservations the stores still held after quiescence.
+    pub left_behind: usize,
+}
+
+/// A fenced register per store and key: it remembers the highest fence it
+/// accepted and refuses lower ones.
+#[derive(Debug, Default, Clone)]
+struct Register {
+    highest: Arc<Mutex<HashMap<(u32, String), u64>>>,
+}
+
+impl Register {
+    fn write(&self, store: u32, key: &str, fence: u64) -> bool {
+        let mut h = self.highest.lock().unwrap_or_else(|p| p.into_inner());
+        let top = h.entry((store, key.to_owned())).or_insert(0);
+        let accepted = fence >= *top;
+        *top = (*top).max(fence);
+        accepted
+    }
+}
+
+/// Runs one seed on a fresh single-threaded runtime with a paused clock.
+pub fn run_seed(seed: u64, config: &RunConfig) -> RunOutcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let _seeded = holdfast::entropy::seed_this_thread(seed);
+    rt.block_on(run(seed, config.clone()))
+}
+
+async fn run(seed: u64, config: RunConfig) -> RunOutcome {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let recorder = Recorder::new();
+    let faults = LinkFaults {
+        lose_request: config.loss,
+        lose_reply: config.loss,
+        min_delay: Duration::from_micros(200),
+        max_delay: config.max_delay,
+        slow: config.slow,
+        slow_delay: config.ttl * 2,
+        reorder: false,
+    };
+    let stores: Vec<SimStore> = (0..config.stores)
+        .map(|s| {
+            let rate = 1.0 + rng.random_range(-config.clock_drift..=config.clock_drift);
+            SimStore::new(SimConfig { store: s, clock_rate: rate, ..SimConfig::default() }, Some(recorder.clone()))
+        })
+        .collect();
+    let mut links: Vec<Link> = Vec::new();
+    let mut workers = Vec::new();
+    let register = Register::default();
+    for c in 0..config.clients {
+        let mut clients = Vec::new();
+        for store in &stores {
+            let (backend, link) = store.connect(rng.random(), faults.clone());
+            links.push(link);
+            let opts = ClientOptions::default().with_label(format!("client-{c}")).with_store_retry(config.ttl * 3);
+            clients.push(Client::with_backend(backend, opts));
+        }
+        let worker = Worker {
+            id: c,
+            clients,
+            rng: StdRng::seed_from_u64(rng.random()),
+            recorder: recorder.clone(),
+            register: register.clone(),
+            config: config.clone(),
+        };
+        workers.push(tokio::spawn(worker.run()));
+    }
+    let chaos = tokio::spawn(chaos(StdRng::seed_from_u64(rng.random()), stores.clone(), links.clone(), config.clone()));
+    for w in workers {
+        w.await.expect("a worker panicked");
+    }
+    chaos.abort();
+    for link in &links {
+        link.set_state(LinkState::Up);
+    }
+    let end = recorder.now();
+    // Quiescence: releases retried in the background finish, and whatever
+    // an abandoned attempt left expires.
+    tokio::time::sleep(config.ttl * 8).await;
+    let left_behind = stores.iter().map(|s| s.live_rows().len()).sum();
+    let events = recorder.events();
+    let verdict = check(&events, end);
+    RunOutcome { seed, verdict, events, left_behind }
+}
+
+/// Cuts links and restarts stores (with their data) at random moments.
+async fn chaos(mut rng: StdRng, stores: Vec<SimStore>, links: Vec<Link>, config: RunConfig) {
+    let span = config.ttl * config.ops / 2;
+    for _ in 0..config.faults {
+        tokio::time::sleep(span / config.faults.max(1) * rng.random_range(50..150) / 100).await;
+        let out_for = config.ttl.mul_f64(rng.random_range(0.1..2.0));
+        if rng.random_bool(0.3) {
+            let store = &stores[rng.random_range(0..stores.len())];
+            store.restart(true, out_for / 2);
+        } else {
+            let link = links[rng.random_range(0..links.len())].clone();
+            link.set_state(LinkState::Partitioned);
+            tokio::spawn(async move {
+                tokio::time::sleep(out_for).await;
+                link.set_state(LinkState::Up);
+            });
+        }
+    }
+}
+
+struct Worker {
+    id: u32,
+    clients: Vec<Client>,
+    rng: StdRng,
+    recorder: Recorder,
+    register: Register,
+    config: RunConfig,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        for _ in 0..self.config.ops {
+            let store = self.rng.random_range(0..self.clients.len());
+            let key = format!("k{}", self.rng.random_range(0..self.config.keys));
+            let client = self.clients[store].clone();
+            let m = client.mutex(&key).ttl(self.config.ttl);
+            let wait = self.config.ttl.mul_f64(self.rng.random_range(0.0..2.0));
+            let guard = match self.rng.random_range(0..10) {
+                0..=1 => m.try_acquire().await.ok().flatten(),
+                2 => {
+                    // Dropped at a random moment: the cleanup must leave nothing.
+                    tokio::time::timeout(wait / 4, m.acquire()).await.ok().and_then(|r| r.ok())
+                }
+                _ => m.acquire_timeout(wait).await.ok(),
+            };
+            match guard {
+                Some(g) => self.hold(store as u32, &key, g).await,
+                None => tokio::time::sleep(self.config.ttl / 20).await,
+            }
+        }
+    }
+
+    /// The critical section: writes under the fence, for a while that may
+    /// outlast the lease, then a release or a drop.
+    async fn hold<K: GuardKind>(&mut self, store: u32, key: &str, guard: Guard<K>) {
+        let id = GrantId { store, token: guard_token(&guard) };
+        let fence = guard.fence();
+        let mode = holdfast::backend::LeaseMode::Exclusive;
+        self.recorder.record(Event::Granted {
+            id,
+            key: key.to_owned(),
+            fence,
+            mode,
+            client: self.id,
+            at: self.recorder.now(),
+        });
+        let lost = guard.lost();
+        tokio::pin!(lost);
+        let steps = self.rng.random_range(1..4);
+        for _ in 0..steps {
+            let think = self.config.ttl.mul_f64(self.rng.random_range(0.0..0.8));
+            tokio::select! {
+                biased;
+                _ = &mut lost => {
+                    self.recorder.record(Event::Ended { id, cause: EndCause::Lost, at: self.recorder.now() });
+                    return;
+                }
+                _ = tokio::time::sleep(think) => {}
+            }
+            if guard.is_lost() {
+                self.recorder.record(Event::Ended { id, cause: EndCause::Lost, at: self.recorder.now() });
+                return;
+            }
+            self.write(id, key, fence);
+        }
+        self.recorder.record(Event::Ended { id, cause: EndCause::Released, at: self.recorder.now() });
+        if self.rng.random_bool(0.8) {
+            let _ = guard.release().await;
+        } else {
+            drop(guard);
+        }
+    }
+
+    /// Sends a write under `fence`; it reaches the register after a delay.
+    fn write(&mut self, id: GrantId, key: &str, fence: u64) {
+        let issued = self.recorder.now();
+        // Most writes land at once; some are slow enough to arrive after a
+        // newer holder wrote (the fence must refuse them).
+        let slow = self.rng.random_bool(0.1);
+        let most = if slow { self.config.ttl * 2 } else { self.config.max_delay };
+        let delay = most.mul_f64(self.rng.random_range(0.0..1.0));
+        let (recorder, register, key) = (self.recorder.clone(), self.register.clone(), key.to_owned());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let accepted = register.write(id.store, &key, fence);
+            recorder.record(Event::Write { id, key, fence, issued, applied: recorder.now(), accepted });
+        });
+    }
+}
+
+/// The owner token of a guard, as the store knows it.
+fn guard_token<K: GuardKind>(guard: &Guard<K>) -> u128 {
+    guard.token().as_u128()
+}

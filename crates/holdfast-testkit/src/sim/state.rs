@@ -1,0 +1,187 @@
+//! What a simulated store keeps: per key, its leases and reservations with
+//! expiries on the store's own clock, and the fence counter. Every method is
+//! one atomic store operation, applied when a request arrives over its link.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use holdfast::backend::admission::{self, Decision, Row};
+use holdfast::backend::{AcquireRequest, HolderInfo, LeaseMode, LockStatus, RenewRequest};
+
+/// One row of a key: a held lease or a waiting request's reservation.
+#[derive(Debug, Clone)]
+struct Entry {
+    token: [u8; 16],
+    mode: LeaseMode,
+    held: bool,
+    /// A held lease's fence, or a reservation's place in the queue.
+    order: u64,
+    label: String,
+    /// When the store lets the row go, on the store's clock.
+    expires: Duration,
+}
+
+#[derive(Debug, Default, Clone)]
+struct KeyState {
+    entries: Vec<Entry>,
+    /// The last fence or place handed out; survives release.
+    counter: u64,
+}
+
+/// What an acquire did, for the store's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// A new grant with this fence.
+    Granted(u64),
+    /// The token held the key already; its lease was extended.
+    Extended(u64),
+    /// Busy; the holder's time left if one holds it exclusively.
+    Busy(Option<Duration>),
+    /// The request names another limit than the key's shared leases.
+    Conflict(String),
+}
+
+/// The data of one simulated store.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct StoreState {
+    keys: BTreeMap<String, KeyState>,
+}
+
+impl StoreState {
+    /// The live rows of `key` at store time `now` (expired ones dropped).
+    fn key(&mut self, key: &str, now: Duration) -> &mut KeyState {
+        let k = self.keys.entry(key.to_owned()).or_default();
+        k.entries.retain(|e| e.expires > now);
+        k
+    }
+
+    /// One attempt. A waiting request (`reserve`) that is refused leaves or
+    /// refreshes a reservation when its mode reserves or it asks to be fair.
+    pub(crate) fn acquire(&mut self, req: &AcquireRequest, now: Duration, reserve: bool) -> Acquired {
+        let token = req.token.to_bytes();
+        let k = self.key(req.key.as_str(), now);
+        let rows: Vec<Row> =
+            k.entries.iter().map(|e| Row { token: e.token, mode: e.mode, held: e.held, order: e.order }).collect();
+        let decision = admission::decide(token, req.mode, &rows);
+        let own_place = rows.iter().find(|r| !r.held && r.token == token).map(|r| r.order);
+        // Fair: nobody passes an older reservation (of any mode).
+        let passes_queue = |decision: &Decision| {
+            matches!(decision, Decision::Grant)
+                && req.fair
+                && rows.iter().any(|r| !r.held && r.token != token && own_place.is_none_or(|mine| r.order < mine))
+        };
+        let decision =
+            if passes_queue(&decision) { Decision::Refuse { reserve: true, keep_order: own_place } } else { decision };
+        match decision {
+            Decision::AlreadyHeld { fence } => {
+                for e in k.entries.iter_mut().filter(|e| e.token == token && e.held) {
+                    e.expires = now + req.ttl;
+                }
+                Acquired::Extended(fence)
+            }
+            Decision::Grant => {
+                k.entries.retain(|e| e.token != token);
+                k.counter += 1;
+                let fence = k.counter;
+                let (label, mode, expires) = (req.label.clone(), req.mode, now + req.ttl);
+                k.entries.push(Entry { token, mode, held: true, order: fence, label, expires });
+                Acquired::Granted(fence)
+            }
+            Decision::Refuse { reserve: reserves, keep_order } => {
+                if reserve && (reserves || req.fair) {
+                    let order = keep_order.unwrap_or_else(|| {
+                        k.counter += 1;
+                        k.counter
+                    });
+                    k.entries.retain(|e| e.token != token);
+                    let (label, mode, expires) = (req.label.clone(), req.mode, now + req.ttl);
+                    k.entries.push(Entry { token, mode, held: false, order, label, expires });
+                }
+                let left = k.entries.iter().filter(|e| e.held).map(|e| e.expires.saturating_sub(now)).min();
+                Acquired::Busy(left)
+            }
+            Decision::Conflict(why) => Acquired::Conflict(why),
+        }
+    }
+
+    /// Removes `token`'s lease or reservation; whether it held a lease.
+    pub(crate) fn release(&mut self, key: &str, token: [u8; 16], now: Duration) -> bool {
+        let k = self.key(key, now);
+        let held = k.entries.iter().any(|e| e.token == token && e.held);
+        k.entries.retain(|e| e.token != token);
+        held
+    }
+
+    /// Extends each listed lease its token still holds.
+    pub(crate) fn renew(&mut self, leases: &[RenewRequest], now: Duration) -> Vec<bool> {
+        leases
+            .iter()
+            .map(|l| {
+                let token = l.token.to_bytes();
+                let k = self.key(l.key.as_str(), now);
+                let mut held = false;
+                for e in k.entries.iter_mut().filter(|e| e.token == token && e.held) {
+                    e.expires = now + l.ttl;
+                    held = true;
+                }
+                held
+            })
+            .collect()
+    }
+
+    /// Who holds `key` and how many wait.
+    pub(crate) fn status(&mut self, key: &str, now: Duration) -> LockStatus {
+        let k = self.key(key, now);
+        let info = |e: &Entry| HolderInfo {
+            label: e.label.clone(),
+            fence: e.order,
+            ttl_left: Some(e.expires.saturating_sub(now)),
+            weight: e.mode.weight(),
+        };
+        let held = || k.entries.iter().filter(|e| e.held);
+        LockStatus {
+            key: key.to_owned(),
+            holder: held().find(|e| e.mode.is_exclusive()).map(info),
+            shared: held().filter(|e| !e.mode.is_exclusive()).map(info).collect(),
+            limit: held().find_map(|e| e.mode.limit()),
+            waiters: Some(k.entries.iter().filter(|e| !e.held).count() as u64),
+        }
+    }
+
+    /// Rewrites the limit of `key`'s shared rows; the weight held.
+    pub(crate) fn resize(&mut self, key: &str, limit: u32, now: Duration) -> u64 {
+        let k = self.key(key, now);
+        let mut held = 0u64;
+        for e in k.entries.iter_mut() {
+            if let LeaseMode::Shared { weight, .. } = e.mode {
+                e.mode = LeaseMode::Shared { weight, limit };
+                if e.held {
+                    held += u64::from(weight);
+                }
+            }
+        }
+        held
+    }
+
+    /// Replaces the label of `token`'s lease of `key`.
+    pub(crate) fn relabel(&mut self, key: &str, token: [u8; 16], label: &str, now: Duration) -> bool {
+        let k = self.key(key, now);
+        let mut found = false;
+        for e in k.entries.iter_mut().filter(|e| e.token == token && e.held) {
+            e.label = label.to_owned();
+            found = true;
+        }
+        found
+    }
+
+    /// Every row still live at `now`, as `(key, token, held)`: what a
+    /// quiescence check looks for.
+    pub(crate) fn live_rows(&mut self, now: Duration) -> Vec<(String, [u8; 16], bool)> {
+        let mut out = Vec::new();
+        for (key, k) in self.keys.iter_mut() {
+            k.entries.retain(|e| e.expires > now);
+            out.extend(k.entries.iter().map(|e| (key.clone(), e.token, e.held)));
+        }
+        out
+    }
+}
