@@ -12,7 +12,7 @@ use super::Store;
 /// A client of the store under test, with a label naming the test.
 pub async fn client(store: &Store, label: &str) -> Client {
     let opts = ClientOptions::default().with_label(label);
-    match Client::connect_with(&store.url, opts).await {
+    match store.client_at(&store.url, opts).await {
         Ok(c) => c,
         Err(e) => panic!("cannot connect to {}: {e}", store.url),
     }
@@ -149,7 +149,7 @@ pub async fn c4_ownership(store: &Store) {
     let held = b.mutex(&key).acquire().await.expect("acquire");
     let lock_key = holdfast::LockKey::new(key.clone()).expect("key");
     let forged = OwnerToken::random();
-    let raw = holdfast::backend::connect(&store.url).await.expect("raw store connection");
+    let raw = store.backend(&store.url).await.expect("raw store connection");
     assert!(!raw.release(&lock_key, forged).await.expect("forged release"), "a forged token released a lock");
     let renewed = raw
         .renew(&[holdfast::backend::RenewRequest {
@@ -393,7 +393,7 @@ pub async fn c10_bad_input(store: &Store) {
     }
     let started = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(30), async {
-        let c = Client::connect(&store.unreachable_url).await?;
+        let c = store.client_at(&store.unreachable_url, ClientOptions::default()).await?;
         c.mutex("k").acquire_timeout(Duration::from_secs(5)).await.map(|_| ())
     })
     .await
@@ -416,13 +416,13 @@ pub async fn c11_drop(store: &Store) {
     assert_eq!(a.renewing_leases(), 0, "renewal continued after drop");
 
     // No runtime at drop time: the lease expires after its TTL.
-    let url = store.url.clone();
     let key2 = fresh_key("c11-nort");
     let k = key2.clone();
+    let backend = store.backend(&store.url).await.expect("connect");
     let guard = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
         let g = rt.block_on(async {
-            let c = Client::connect(&url).await.expect("connect");
+            let c = Client::with_backend(backend, ClientOptions::default());
             c.mutex(&k).ttl(Duration::from_millis(600)).acquire().await.expect("acquire")
         });
         drop(rt);
@@ -446,7 +446,7 @@ pub async fn c11_drop(store: &Store) {
 /// from the retry, as the client counts it: the key stays held past the
 /// first attempt's TTL.
 pub async fn c9_retry_refreshes_the_lease(store: &Store) {
-    let raw = holdfast::backend::connect(&store.url).await.expect("raw store connection");
+    let raw = store.backend(&store.url).await.expect("raw store connection");
     let key = holdfast::LockKey::new(fresh_key("c9-retry")).expect("key");
     let ttl = Duration::from_millis(1500);
     let req = holdfast::backend::AcquireRequest::new(key.clone(), OwnerToken::random(), ttl).with_label("c9-retry");

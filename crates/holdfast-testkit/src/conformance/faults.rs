@@ -35,7 +35,11 @@ fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
     let target = store.via_proxy.as_ref();
     if target.is_none() {
         let scheme = store.url.split("://").next().unwrap_or_default();
-        eprintln!("{clause}: not applicable to {scheme}: no network between client and store");
+        if store.in_process.is_some() {
+            eprintln!("{clause}: not applicable to {scheme}: its links inject these faults in the seeded runs");
+        } else {
+            eprintln!("{clause}: not applicable to {scheme}: no network between client and store");
+        }
     }
     target
 }

@@ -19,7 +19,11 @@ mod shared;
 
 use std::any::Any;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use holdfast::backend::Backend;
+use holdfast::{Client, ClientOptions};
 
 pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await};
 pub use child::{
@@ -51,6 +55,29 @@ pub struct Store {
     /// for the fault clauses; `None` for a store with no network between
     /// client and store (SQLite), where those clauses do not apply.
     pub via_proxy: Option<ProxyTarget>,
+    /// How an in-process store (the [simulated](crate::sim) one) connects a
+    /// client to a URL, in place of holdfast's URL dispatch; `None` for
+    /// every real store.
+    pub in_process: Option<Connector>,
+}
+
+/// Connects a backend to an in-process store by URL (see [`Store::in_process`]).
+pub type Connector = Arc<dyn Fn(&str) -> holdfast::Result<Arc<dyn Backend>> + Send + Sync>;
+
+impl Store {
+    /// A raw backend connection to `url` (the store's [`url`](Self::url) or
+    /// its [`unreachable_url`](Self::unreachable_url)).
+    pub async fn backend(&self, url: &str) -> holdfast::Result<Arc<dyn Backend>> {
+        match &self.in_process {
+            Some(connect) => connect(url),
+            None => holdfast::backend::connect(url).await,
+        }
+    }
+
+    /// A client of `url` with `options`.
+    pub async fn client_at(&self, url: &str, options: ClientOptions) -> holdfast::Result<Client> {
+        Ok(Client::with_backend(self.backend(url).await?, options))
+    }
 }
 
 /// How a store's server is reached through a [`FaultProxy`](crate::faults::FaultProxy).
@@ -96,18 +123,14 @@ impl std::fmt::Debug for ProxyTarget {
 ///     holdfast_testkit::conformance_suite!(super::start_sqlite);
 /// }
 /// ```
+///
+/// `conformance_suite!(in_process $start)` expands to the clauses that run
+/// in this process only, for a store that lives in it (the simulated one):
+/// the clauses that start child processes need a store those can reach.
 #[macro_export]
 macro_rules! conformance_suite {
     ($start:path) => {
-        $crate::conformance_suite!(@clauses $start;
-            c1_exclusion, c2_fencing, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
-            c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
-            c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
-            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
-            s1_hot_key_every_waiter_acquires,
-            c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
-            c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
-            c16_election_safety);
+        $crate::conformance_suite!(in_process $start);
 
         #[test]
         fn multi_process() {
@@ -132,6 +155,17 @@ macro_rules! conformance_suite {
             $crate::conformance::child_entry(&$start);
             $crate::conformance::c3_expiry_killed_process(module_path!(), "c3_expiry_killed_process", &$start);
         }
+    };
+    (in_process $start:path) => {
+        $crate::conformance_suite!(@clauses $start;
+            c1_exclusion, c2_fencing, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
+            c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
+            c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
+            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
+            s1_hot_key_every_waiter_acquires,
+            c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
+            c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
+            c16_election_safety);
     };
     (@clauses $start:path; $($clause:ident),*) => {
         $(

@@ -23,6 +23,7 @@ fn start() -> Store {
             format!("{}?timeout_ms=1000", server.url()),
             Duration::from_millis(1000),
         )),
+        in_process: None,
         server: Box::new(server),
     }
 }

@@ -10,6 +10,7 @@ mod postgres;
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
+mod sim;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "zookeeper")]

@@ -17,6 +17,7 @@ fn start() -> Store {
             server.url_with("timeout_ms=1000"),
             Duration::from_millis(1000),
         )),
+        in_process: None,
         server: Box::new(server),
     }
 }

@@ -22,6 +22,7 @@ fn start() -> Store {
             format!("{}&op_timeout_ms=1000&connect_timeout=1", server.url()),
             Duration::from_millis(1000),
         )),
+        in_process: None,
         server: Box::new(server),
     }
 }

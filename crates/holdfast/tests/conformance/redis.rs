@@ -21,6 +21,7 @@ pub fn start_with(options: &str) -> Store {
             format!("{}{}", server.url(), query("timeout_ms=1000")),
             Duration::from_millis(1000),
         )),
+        in_process: None,
         server: Box::new(server),
     }
 }

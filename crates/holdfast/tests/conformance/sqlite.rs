@@ -14,6 +14,7 @@ fn start() -> Store {
         unreachable_url: "sqlite:///proc/holdfast-nowhere/locks.db".to_owned(),
         // No network between client and store: the fault clauses do not apply.
         via_proxy: None,
+        in_process: None,
         server: Box::new(dir),
     }
 }

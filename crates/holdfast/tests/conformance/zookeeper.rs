@@ -22,6 +22,7 @@ fn start() -> Store {
             format!("{url}&timeout=1000"),
             Duration::from_millis(1000),
         )),
+        in_process: None,
         server: Box::new(server),
     }
 }

@@ -9,6 +9,7 @@ fn start_cluster() -> Store {
         expiry_slack: Duration::from_millis(2500),
         unreachable_url: format!("etcd://127.0.0.1:{}", holdfast_testkit::servers::free_port()),
         via_proxy: None,
+        in_process: None,
         server: Box::new(cluster),
     }
 }
