@@ -115,6 +115,8 @@ impl Release {
             }
             let jittered = backoff.mul_f64(crate::entropy::with_rng(|rng| rng.random_range(0.5..1.0)));
             tokio::select! {
+                // In the order written, not at random: a seed replays exactly.
+                biased;
                 _ = tokio::time::sleep(jittered) => {}
                 _ = self.horizon.reached() => return,
             }

@@ -195,6 +195,8 @@ where
             Attempt::Busy { expires_in } => {
                 let delay = poll.next_delay(expires_in);
                 tokio::select! {
+                    // In the order written, not at random: a seed replays exactly.
+                    biased;
                     _ = &mut notified => {}
                     _ = tokio::time::sleep(delay) => {}
                 }

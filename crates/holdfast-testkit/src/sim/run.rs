@@ -39,6 +39,12 @@ pub struct RunConfig {
     pub clock_drift: f64,
     /// Partitions and store restarts (with their data) over the run.
     pub faults: u32,
+    /// If set, how soon after the last worker stops and every link heals
+    /// the stores must hold nothing (counted in
+    /// [`RunOutcome::held_after_cleanup`]): abandoned attempts and dropped
+    /// guards are released by the client, not left to expire. Meaningful
+    /// only when it is well under the TTL.
+    pub cleanup_within: Option<Duration>,
 }
 
 impl Default for RunConfig {
@@ -54,6 +60,23 @@ impl Default for RunConfig {
             slow: 0.01,
             clock_drift: 0.009,
             faults: 12,
+            cleanup_within: None,
+        }
+    }
+}
+
+impl RunConfig {
+    /// Long leases (30 s) that only a release frees within the run: the
+    /// stores must be empty 5 s after the network heals, so an attempt or
+    /// guard whose release never ran shows up as a lease left behind.
+    pub fn long_leases() -> Self {
+        RunConfig {
+            ops: 60,
+            ttl: Duration::from_secs(30),
+            slow: 0.0,
+            faults: 6,
+            cleanup_within: Some(Duration::from_secs(5)),
+            ..RunConfig::default()
         }
     }
 }
@@ -69,6 +92,9 @@ pub struct RunOutcome {
     pub events: Vec<Event>,
     /// Leases and reservations the stores still held after quiescence.
     pub left_behind: usize,
+    /// Leases and reservations the stores held
+    /// [`cleanup_within`](RunConfig::cleanup_within) after the run, when set.
+    pub held_after_cleanup: Option<usize>,
 }
 
 /// A fenced register per store and key: it remembers the highest fence it
@@ -147,13 +173,20 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
         link.set_state(LinkState::Up);
     }
     let end = recorder.now();
+    let held_after_cleanup = match config.cleanup_within {
+        Some(within) => {
+            tokio::time::sleep(within).await;
+            Some(stores.iter().map(|s| s.live_rows().len()).sum())
+        }
+        None => None,
+    };
     // Quiescence: releases retried in the background finish, and whatever
     // an abandoned attempt left expires.
     tokio::time::sleep(config.ttl * 8).await;
     let left_behind = stores.iter().map(|s| s.live_rows().len()).sum();
     let events = recorder.events();
     let verdict = check(&events, end);
-    RunOutcome { seed, verdict, events, left_behind }
+    RunOutcome { seed, verdict, events, left_behind, held_after_cleanup }
 }
 
 /// Cuts links and restarts stores (with their data) at random moments.

@@ -106,6 +106,8 @@ impl LeaseState {
         loop {
             let deadline = self.valid_until();
             tokio::select! {
+                // In the order written, not at random: a seed replays exactly.
+                biased;
                 _ = self.lost.cancelled() => return,
                 _ = session.cancelled() => { self.lost.cancel(); return }
                 _ = tokio::time::sleep_until(deadline) => {
@@ -129,6 +131,8 @@ impl LeaseState {
         loop {
             let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
             tokio::select! {
+                // In the order written, not at random: a seed replays exactly.
+                biased;
                 _ = self.lost.cancelled() => return,
                 _ = session.cancelled() => { self.lost.cancel(); return }
                 _ = tokio::time::sleep_until(at) => {

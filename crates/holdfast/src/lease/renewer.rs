@@ -285,6 +285,8 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         }
         let sleep = tokio::time::sleep_until(wake.unwrap_or_else(|| Instant::now() + IDLE_WAKE));
         tokio::select! {
+            // In the order written, not at random: a seed replays exactly.
+            biased;
             _ = stop.cancelled() => return,
             Some(renewing) = in_flight.next(), if !in_flight.is_empty() => {
                 if !renewing {
@@ -326,6 +328,8 @@ async fn renew_slice(shared: Arc<Shared>, stop: CancellationToken, due: Vec<(u64
     let sent = Instant::now();
     let span = tracing::debug_span!("renew", leases = requests.len());
     let outcome = tokio::select! {
+        // In the order written, not at random: a seed replays exactly.
+        biased;
         _ = stop.cancelled() => return false,
         r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
     };
