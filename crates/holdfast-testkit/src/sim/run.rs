@@ -37,8 +37,15 @@ pub struct RunConfig {
     /// How far each store's clock rate may differ from real time (0.009:
     /// within the client's 1% margin).
     pub clock_drift: f64,
-    /// Partitions and store restarts (with their data) over the run.
+    /// Partitions and store restarts over the run.
     pub faults: u32,
+    /// Whether a restarted store keeps its data (leases and fence
+    /// counters), as a durable store does. Without it, what the checker
+    /// finds is the documented limit of a store without persistence.
+    pub restarts_keep_state: bool,
+    /// How long a restarted store stays down; `None`: a random while, up to
+    /// one TTL.
+    pub restart_down_for: Option<Duration>,
     /// If set, how soon after the last worker stops and every link heals
     /// the stores must hold nothing (counted in
     /// [`RunOutcome::held_after_cleanup`]): abandoned attempts and dropped
@@ -60,6 +67,8 @@ impl Default for RunConfig {
             slow: 0.01,
             clock_drift: 0.009,
             faults: 12,
+            restarts_keep_state: true,
+            restart_down_for: None,
             cleanup_within: None,
         }
     }
@@ -189,7 +198,7 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
     RunOutcome { seed, verdict, events, left_behind, held_after_cleanup }
 }
 
-/// Cuts links and restarts stores (with their data) at random moments.
+/// Cuts links and restarts stores at random moments.
 async fn chaos(mut rng: StdRng, stores: Vec<SimStore>, links: Vec<Link>, config: RunConfig) {
     let span = config.ttl * config.ops / 2;
     for _ in 0..config.faults {
@@ -197,7 +206,7 @@ async fn chaos(mut rng: StdRng, stores: Vec<SimStore>, links: Vec<Link>, config:
         let out_for = config.ttl.mul_f64(rng.random_range(0.1..2.0));
         if rng.random_bool(0.3) {
             let store = &stores[rng.random_range(0..stores.len())];
-            store.restart(true, out_for / 2);
+            store.restart(config.restarts_keep_state, config.restart_down_for.unwrap_or(out_for / 2));
         } else {
             let link = links[rng.random_range(0..links.len())].clone();
             link.set_state(LinkState::Partitioned);

@@ -2,4 +2,5 @@
 //! fault runs checked by the history checker, and replay.
 
 mod cancel;
+mod scenarios;
 mod seeds;
