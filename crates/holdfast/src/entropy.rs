@@ -17,13 +17,11 @@ thread_local! {
 
 /// Runs `f` with this thread's source of randomness.
 pub(crate) fn with_rng<T>(f: impl FnOnce(&mut dyn rand::RngCore) -> T) -> T {
-    let mut f = Some(f);
-    let seeded = SEEDED.with(|s| s.borrow_mut().as_mut().map(|rng| (f.take().expect("unused"))(rng)));
-    match (seeded, f) {
-        (Some(out), _) => out,
-        (None, Some(f)) => f(&mut rand::rng()),
-        (None, None) => unreachable!("with_rng ran its closure without a result"),
-    }
+    // `f` only draws numbers: it never comes back here while the cell is borrowed.
+    SEEDED.with(|s| match s.borrow_mut().as_mut() {
+        Some(seeded) => f(seeded),
+        None => f(&mut rand::rng()),
+    })
 }
 
 /// Makes this thread's client-core randomness a generator seeded with

@@ -37,6 +37,11 @@
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].
 //!
+//! One more feature, `simulation`, is for tests only: it exposes
+//! `holdfast::entropy`, which lets a thread draw owner tokens and jitter from
+//! a seed so that `holdfast-testkit`'s simulated runs replay exactly. Seeded
+//! tokens are predictable; never enable it in production.
+//!
 //! ## Guarantees
 //!
 //! Every store passes the conformance suite C1..C16 of `holdfast-testkit`
