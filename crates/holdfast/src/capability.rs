@@ -52,6 +52,12 @@ pub struct Capabilities {
     /// store implements the whole lease model, so semaphores and read-write
     /// locks work on it.
     pub shared_leases: bool,
+    /// The store can raise a key's fence floor
+    /// ([`Backend::raise_fence`](crate::backend::Backend::raise_fence)): its
+    /// fences come from a counter per key (or per store) that a floor can
+    /// move up, not from a log position (etcd revisions, ZooKeeper zxids).
+    /// RedLock needs it of every member, to keep its fences increasing.
+    pub fence_floor: bool,
 }
 
 impl Capabilities {
@@ -66,6 +72,7 @@ impl Capabilities {
             fence_durability: FenceDurability::Volatile,
             renew_slice: Some(256),
             shared_leases: false,
+            fence_floor: false,
         }
     }
 }

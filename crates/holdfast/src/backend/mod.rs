@@ -371,4 +371,21 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         let _ = (key, token, label);
         Err(crate::Error::Unsupported { store: self.name(), what: "changing a held grant's label" })
     }
+
+    /// Raises `key`'s fence floor to at least `floor`, so that every later
+    /// grant of `key` gets a fence above `floor`; never lowers it, whoever
+    /// asks (raising is harmless, so no owner check guards it). Returns
+    /// whether `token` held an unexpired grant of `key` when the raise was
+    /// applied. Declared by [`Capabilities::fence_floor`]; RedLock writes the
+    /// fence it chose back to its majority with it, so that fences stay
+    /// increasing across majorities.
+    ///
+    /// # Cancel safety
+    ///
+    /// One store call: dropped, the floor is either raised or not, and a
+    /// repeated raise changes nothing more.
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        let _ = (key, token, floor);
+        Err(crate::Error::Unsupported { store: self.name(), what: "raising a fence floor" })
+    }
 }

@@ -161,6 +161,8 @@ impl Backend for EtcdBackend {
             renew_slice: Some(4096),
             shared_leases: true,
             fence_durability: FenceDurability::Durable,
+            // Fences are log positions (revisions, zxids): no floor can move them.
+            fence_floor: false,
         }
     }
 

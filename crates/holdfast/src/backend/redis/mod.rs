@@ -361,6 +361,7 @@ impl Backend for RedisBackend {
             // (64 leases: well under a millisecond of the server).
             renew_slice: Some(64),
             shared_leases: true,
+            fence_floor: false,
         }
     }
 

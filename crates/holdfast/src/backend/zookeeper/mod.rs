@@ -159,6 +159,8 @@ impl Backend for ZkBackend {
             renew_slice: Some(4096),
             shared_leases: true,
             fence_durability: FenceDurability::Durable,
+            // Fences are log positions (revisions, zxids): no floor can move them.
+            fence_floor: false,
         }
     }
 
