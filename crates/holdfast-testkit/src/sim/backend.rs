@@ -11,7 +11,7 @@ use holdfast::{Capabilities, Error, FenceDurability, LockKey, OwnerToken, Result
 use tokio::sync::oneshot;
 
 use super::link::Link;
-use super::state::{Acquired, StoreState};
+use super::state::{Acquired, MAX_FENCE_FLOOR, StoreState};
 use super::{Data, StoreInner};
 use crate::history::Event;
 
@@ -136,6 +136,7 @@ impl Backend for SimBackend {
         caps.fence_durability = FenceDurability::Durable;
         caps.renew_slice = Some(self.store.config.renew_slice);
         caps.shared_leases = true;
+        caps.fence_floor = true;
         caps
     }
 
@@ -200,5 +201,20 @@ impl Backend for SimBackend {
         let (key, label) = (key.clone(), label.to_owned());
         self.call("relabel", move |_, data, now| Ok(state(data).relabel(key.as_str(), token.to_bytes(), &label, now)))
             .await
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the sim takes"),
+            ));
+        }
+        // Nothing for the history: a raise grants, extends and releases nothing.
+        let key = key.clone();
+        self.call("raise_fence", move |_, data, now| {
+            Ok(state(data).raise_fence(key.as_str(), token.to_bytes(), floor, now))
+        })
+        .await
     }
 }

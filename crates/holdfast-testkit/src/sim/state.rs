@@ -8,6 +8,10 @@ use std::time::Duration;
 use holdfast::backend::admission::{self, Decision, Row};
 use holdfast::backend::{AcquireRequest, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 
+/// The highest fence floor the simulated store takes: 2^62, as the SQL
+/// stores take, leaving 2^62 fences above it.
+pub(crate) const MAX_FENCE_FLOOR: u64 = 1 << 62;
+
 /// One row of a key: a held lease or a waiting request's reservation.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -161,6 +165,16 @@ impl StoreState {
             }
         }
         held
+    }
+
+    /// Raises `key`'s counter to `floor` if it is lower (never lowers it), so
+    /// the key's next fence or place is above `floor`; whether `token` holds
+    /// a lease of `key` (not a reservation). The caller keeps `floor` at most
+    /// [`MAX_FENCE_FLOOR`], so the counter never overflows.
+    pub(crate) fn raise_fence(&mut self, key: &str, token: [u8; 16], floor: u64, now: Duration) -> bool {
+        let k = self.key(key, now);
+        k.counter = k.counter.max(floor);
+        k.entries.iter().any(|e| e.token == token && e.held)
     }
 
     /// Replaces the label of `token`'s lease of `key`.

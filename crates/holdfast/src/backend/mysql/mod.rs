@@ -162,7 +162,7 @@ impl MysqlBackend {
                 .with_inactive_connection_ttl(Duration::from_secs(60))
                 .with_reset_connection(false),
         );
-        let statements = sql::Statements::new(&config.leases_table(), &config.fence_table());
+        let statements = sql::Statements::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
         let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
         let wakeups =
             shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
@@ -338,7 +338,12 @@ impl Backend for MysqlBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { fence_durability: self.fence_durability, shared_leases: true, ..Capabilities::minimal() }
+        Capabilities {
+            fence_durability: self.fence_durability,
+            shared_leases: true,
+            fence_floor: true,
+            ..Capabilities::minimal()
+        }
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
@@ -446,6 +451,23 @@ impl Backend for MysqlBackend {
         self.timed(async {
             let mut conn = self.conn().await?;
             shares::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
+        })
+        .await
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > sql::MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the MySQL store takes"),
+            ));
+        }
+        // Raising to a floor twice is raising once, so a deadlock victim retries.
+        self.retry_contention(|| {
+            self.timed(async {
+                let mut conn = self.conn().await?;
+                sql::raise_fence(&mut conn, &self.sql, key.as_str(), token, floor).await
+            })
         })
         .await
     }

@@ -33,14 +33,18 @@ pub(super) struct Statements {
     sweep_delete: String,
     renew_one: String,
     holder: String,
+    raise_fence: String,
+    holds: String,
     leases: String,
 }
 
 impl Statements {
-    /// Statements over `<leases>` and `<fence>`, both already validated names.
-    pub(super) fn new(leases: &str, fence: &str) -> Self {
+    /// Statements over `<leases>`, `<fence>` and `<shares>`, all already
+    /// validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str) -> Self {
         let l = format!("`{leases}`");
         let f = format!("`{fence}`");
+        let s = format!("`{shares}`");
         Statements {
             schema: vec![
                 // lock_key is VARBINARY: keys compare as exact bytes, so 'A',
@@ -115,6 +119,18 @@ impl Statements {
             holder: format!(
                 "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
                  WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> X'00000000000000000000000000000000'"
+            ),
+            // Matches the counter row whatever its value, so it always
+            // locks it (as every grant does first): a grant in flight has
+            // committed its fence before this runs, and none starts until
+            // the raise commits. An unchanged value is not written.
+            raise_fence: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
+            // An unexpired exclusive lease (the gate's token is all zero
+            // bytes, which no client draws) or a held share.
+            holds: format!(
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                     OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
+                                AND expires_at > UTC_TIMESTAMP(6))"
             ),
             leases: l,
         }
@@ -195,6 +211,34 @@ pub(super) async fn acquire(
             Ok(Acquired::Busy { expires_in: None })
         }
     }
+}
+
+/// The highest fence floor [`raise_fence`] takes: 2^62. The counter is a
+/// `BIGINT UNSIGNED` and would hold more, but a counter near 2^64 would fail
+/// every later grant (out of range), and fences above `i64::MAX` break
+/// readers that keep them signed; 2^62 leaves 2^62 fences above any floor.
+/// Real floors are fences of other stores (a Redis fence, microseconds since
+/// 1970, reaches 2^62 in the year 148,000).
+pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
+
+/// One short transaction: the namespace's fence counter raised to `floor`
+/// if it is lower (never lowered), so every later grant of any key of the
+/// namespace gets a fence above it; true if `token` holds an unexpired lease
+/// of `key` (exclusive or shared, not a reservation), read under the
+/// counter's lock. The caller checked `floor` against [`MAX_FENCE_FLOOR`].
+pub(super) async fn raise_fence(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+    floor: u64,
+) -> mysql_async::Result<bool> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
+    let held: Option<i64> = tx.exec_first(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await?;
+    tx.commit().await?;
+    Ok(held == Some(1))
 }
 
 /// Deletes the row of `token`; true if it owned one (not taken over).

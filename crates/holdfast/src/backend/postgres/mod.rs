@@ -138,6 +138,7 @@ impl Backend for PostgresBackend {
             store_notification: self.inner.config.listen.is_some(),
             fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
             shared_leases: true,
+            fence_floor: true,
             ..Capabilities::minimal()
         }
     }
@@ -265,5 +266,9 @@ impl Backend for PostgresBackend {
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         self.relabel_lease(key, token, label).await
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        self.raise_fence_to(key.as_str(), token, floor).await
     }
 }

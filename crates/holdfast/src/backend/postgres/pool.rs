@@ -51,7 +51,7 @@ pub(super) struct Conn {
     /// Whether named prepared statements may be used on it.
     pub(super) named: bool,
     /// The statements prepared on it, indexed by [`Stmt`](super::sql::Stmt).
-    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; 5],
+    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; super::sql::Stmt::COUNT],
     /// Left inside a transaction by a caller that gave up: not to be used again.
     pub(super) broken: std::sync::atomic::AtomicBool,
 }

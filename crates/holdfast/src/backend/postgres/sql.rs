@@ -22,6 +22,7 @@ use super::{PostgresBackend, STORE};
 use crate::backend::{AcquireRequest, Grant};
 use crate::capability::FenceDurability;
 use crate::error::{Error, Result};
+use crate::key::OwnerToken;
 use crate::wait::Attempt;
 
 /// The SQL of one namespace (schema + table).
@@ -48,6 +49,9 @@ pub(super) struct Statements {
     pub status: String,
     /// Deletes up to 16 rows whose lease ran out more than a minute ago.
     pub sweep: String,
+    /// `$1 key, $2 token, $3 floor` -> `(held)`: the counter raised to the
+    /// floor if lower; whether the token holds an unexpired lease of the key.
+    pub raise_fence: String,
 }
 
 impl Statements {
@@ -59,6 +63,7 @@ impl Statements {
             Stmt::Renew => &self.renew,
             Stmt::Status => &self.status,
             Stmt::Sweep => &self.sweep,
+            Stmt::RaiseFence => &self.raise_fence,
         }
     }
 
@@ -207,6 +212,22 @@ impl Statements {
                      SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
                      LIMIT 16 FOR UPDATE SKIP LOCKED)"
             ),
+            // f: the namespace counter to max(value, floor), never lower; a
+            //    no-op writes nothing. A data-modifying CTE runs whether or
+            //    not the query reads it. When it writes, it waits for the
+            //    row lock of a grant in flight, which then has its fence.
+            // The holder check (the exclusive lease row, not the shares'
+            // gate token, or a held share) reads the statement's snapshot.
+            raise_fence: format!(
+                "WITH f AS (
+                     UPDATE {f} SET value = $3 WHERE id = 0 AND value < $3
+                     RETURNING 1
+                 )
+                 SELECT EXISTS (SELECT 1 FROM {t}
+                                WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
+                     OR EXISTS (SELECT 1 FROM {sh}
+                                WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp())"
+            ),
         }
     }
 }
@@ -238,7 +259,20 @@ pub(super) enum Stmt {
     Renew = 2,
     Status = 3,
     Sweep = 4,
+    RaiseFence = 5,
 }
+
+impl Stmt {
+    /// How many there are (the size of a connection's prepared set).
+    pub(super) const COUNT: usize = 6;
+}
+
+/// The highest fence floor [`raise_fence`](PostgresBackend::raise_fence_to)
+/// takes: 2^62, so that the namespace's counter (a signed `bigint`) keeps
+/// 2^62 fences above any floor and can never overflow. Real floors are
+/// fences of other stores (a Redis fence, microseconds since 1970, reaches
+/// 2^62 in the year 148,000).
+pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
 
 impl PostgresBackend {
     /// Creates the namespace if needed; returns the fence durability the
@@ -383,6 +417,32 @@ impl PostgresBackend {
             None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
             None => Attempt::Busy { expires_in: left },
         })
+    }
+
+    /// One statement: the namespace's fence counter raised to `floor` if it
+    /// is lower (never lowered), so every later grant of any key of the
+    /// namespace gets a fence above it; true if `token` holds an unexpired
+    /// lease of `key` (exclusive or shared, not a reservation).
+    pub(super) async fn raise_fence_to(&self, key: &str, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the PostgreSQL store takes"),
+            ));
+        }
+        // At most 2^62: fits the signed bigint column.
+        let floor = floor as i64;
+        let token = token.to_bytes().to_vec();
+        let rows = self
+            .query(
+                "raise fence",
+                Some(key),
+                Stmt::RaiseFence,
+                &[(&key, Type::TEXT), (&token, Type::BYTEA), (&floor, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "raise fence returned no row"))?;
+        row.try_get(0).map_err(map_err)
     }
 
     /// At most once a minute per client: delete a few rows whose holders

@@ -44,6 +44,7 @@ struct Scripts {
     release: Script,
     renew: Script,
     status: Script,
+    raise_fence: Script,
 }
 
 impl Scripts {
@@ -56,6 +57,7 @@ impl Scripts {
             release: script(include_str!("scripts/release.lua")),
             renew: script(include_str!("scripts/renew.lua")),
             status: script(include_str!("scripts/status.lua")),
+            raise_fence: script(include_str!("scripts/raise_fence.lua")),
         }
     }
 }
@@ -121,6 +123,12 @@ fn lock_keys(prefix: &str, key: &LockKey) -> [String; 4] {
     let s = format!("{h}:s");
     [h, q, e, s]
 }
+
+/// The highest fence floor [`Backend::raise_fence`] takes: 2^52. The
+/// scripts count fences in Lua numbers (doubles, exact to 2^53), so a floor
+/// up to here leaves 2^52 exact fences above it; the server clock in
+/// microseconds, which fences otherwise follow, reaches it in the year 2112.
+const MAX_FENCE_FLOOR: u64 = 1 << 52;
 
 fn ms(d: Duration) -> u64 {
     d.as_millis().clamp(1, u64::MAX as u128) as u64
@@ -361,7 +369,7 @@ impl Backend for RedisBackend {
             // (64 leases: well under a millisecond of the server).
             renew_slice: Some(64),
             shared_leases: true,
-            fence_floor: false,
+            fence_floor: true,
         }
     }
 
@@ -466,6 +474,21 @@ impl Backend for RedisBackend {
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
         let mut inv = self.inner.scripts.shared_admin.key(h);
         inv.key(s).arg("label").arg(token.to_hex()).arg(label);
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held == 1)
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^52, the highest floor the Redis store takes (fences are Lua numbers)"),
+            ));
+        }
+        // The lock hash and its shares: one hash tag, one Cluster slot.
+        let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
+        let mut inv = self.inner.scripts.raise_fence.key(h);
+        inv.key(s).arg(token.to_hex()).arg(floor).arg(ms(self.inner.config.fence_keep));
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }

@@ -155,6 +155,7 @@ impl Backend for SqliteBackend {
             // before sorting would write each table page once per slice).
             renew_slice: None,
             shared_leases: true,
+            fence_floor: true,
             ..Capabilities::minimal()
         }
     }
@@ -243,5 +244,18 @@ impl Backend for SqliteBackend {
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::resize(conn, &k, limit)).await
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > sql::MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the SQLite store takes"),
+            ));
+        }
+        // At most 2^62: fits the signed INTEGER column.
+        let floor = floor as i64;
+        let k = key.as_str().to_owned();
+        self.with_conn(move |conn| sql::raise_fence(conn, &k, token, floor)).await
     }
 }

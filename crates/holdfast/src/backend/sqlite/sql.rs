@@ -266,6 +266,32 @@ pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::
     Ok(held as u64)
 }
 
+/// The highest fence floor [`raise_fence`] takes: 2^62, so that the file's
+/// counter (a signed 64-bit INTEGER, shared by every key) keeps 2^62 fences
+/// above any floor and can never overflow. Real floors are fences of other
+/// stores (a Redis fence, microseconds since 1970, reaches 2^62 in the year
+/// 148,000).
+pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
+
+/// One `BEGIN IMMEDIATE` transaction: the file's fence counter raised to
+/// `floor` if it is lower (never lowered), so every later grant of any key
+/// gets a fence above `floor`; true if `token` holds an unexpired lease of
+/// `key` (exclusive or shared, not a reservation). The caller checked
+/// `floor` against [`MAX_FENCE_FLOOR`].
+pub(super) fn raise_fence(conn: &mut Connection, key: &str, token: OwnerToken, floor: i64) -> rusqlite::Result<bool> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // value = max(value, floor), without writing the page when it is a no-op.
+    tx.prepare_cached("UPDATE holdfast_fence SET value = ?1 WHERE id = 0 AND value < ?1")?.execute(params![floor])?;
+    let held: bool = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM holdfast_grants
+                             WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?3)",
+        )?
+        .query_row(params![key, token.to_bytes(), now_ms()], |r| r.get(0))?;
+    tx.commit()?;
+    Ok(held)
+}
+
 /// Replaces the label of `token`'s unexpired grant; true if there was one.
 pub(super) fn relabel(conn: &mut Connection, key: &str, token: OwnerToken, label: &str) -> rusqlite::Result<bool> {
     let changed = conn

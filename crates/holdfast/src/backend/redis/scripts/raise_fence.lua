@@ -1,0 +1,25 @@
+-- Raises a lock's fence floor. KEYS: H, S. ARGV: token, floor, fence_keep_ms.
+-- Returns 1 if the token held a live lease of the lock (the exclusive grant
+-- or a held share), else 0.
+-- The lock's last fence f becomes max(f, floor), so the next fence (see
+-- next_fence) is above floor; it is never lowered. H is then kept as a last
+-- fence always is: at least fence_keep_ms past the later of now and the end
+-- of the lock's last lease. A raise that changes nothing writes nothing.
+-- floor is at most 2^52 (checked by the client): Lua numbers are doubles,
+-- exact to 2^53, so f + 1 stays exact.
+local h, sk = KEYS[1], KEYS[2]
+local token, floor, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local s = read_lock(h)
+local now = math.floor(now_us() / 1000)
+local held = 0
+if holder(s, now) == token then
+  held = 1
+else
+  local v = redis.call('HGET', sk, token)
+  local r = v and parse_share(token, v)
+  if r and r.held and r.x > now then held = 1 end
+end
+if floor > s.f then
+  write(h, s, now, keep, 'f', int(floor))
+end
+return held
