@@ -77,6 +77,7 @@ mod lock_options;
 mod mutex;
 #[cfg(test)]
 mod prop_support;
+pub mod redlock;
 mod release;
 mod rwlock;
 mod secret;

@@ -16,6 +16,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("mysql", "mysql"),
+    ("redlock", "redlock"),
 ];
 
 /// Connects to the store `url` names.
@@ -43,6 +44,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "redis" | "rediss" => Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(crate::redlock::RedLock::open_url(url).await?)),
         #[cfg(feature = "zookeeper")]
         "zk" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
         other => match SCHEMES.iter().find(|(s, _)| *s == other) {

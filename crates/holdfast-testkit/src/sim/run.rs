@@ -52,6 +52,10 @@ pub struct RunConfig {
     /// guards are released by the client, not left to expire. Meaningful
     /// only when it is well under the TTL.
     pub cleanup_within: Option<Duration>,
+    /// Each client locks through one RedLock over all the stores (its
+    /// grants recorded under store id `stores`), instead of on one store
+    /// at a time.
+    pub redlock: bool,
 }
 
 impl Default for RunConfig {
@@ -70,6 +74,7 @@ impl Default for RunConfig {
             restarts_keep_state: true,
             restart_down_for: None,
             cleanup_within: None,
+            redlock: false,
         }
     }
 }
@@ -156,12 +161,21 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
     let mut workers = Vec::new();
     let register = Register::default();
     for c in 0..config.clients {
+        let opts = ClientOptions::default().with_label(format!("client-{c}")).with_store_retry(config.ttl * 3);
         let mut clients = Vec::new();
-        for store in &stores {
+        let mut members = Vec::new();
+        for (s, store) in stores.iter().enumerate() {
             let (backend, link) = store.connect(rng.random(), faults.clone());
             links.push(link);
-            let opts = ClientOptions::default().with_label(format!("client-{c}")).with_store_retry(config.ttl * 3);
-            clients.push(Client::with_backend(backend, opts));
+            if config.redlock {
+                members.push(backend);
+            } else {
+                clients.push((s as u32, Client::with_backend(backend, opts.clone())));
+            }
+        }
+        if config.redlock {
+            let redlock = holdfast::redlock::RedLock::new(members).expect("simulated stores raise fences");
+            clients.push((config.stores, Client::with_backend(Arc::new(redlock), opts)));
         }
         let worker = Worker {
             id: c,
@@ -220,7 +234,8 @@ async fn chaos(mut rng: StdRng, stores: Vec<SimStore>, links: Vec<Link>, config:
 
 struct Worker {
     id: u32,
-    clients: Vec<Client>,
+    /// Each client with the store id its grants are recorded under.
+    clients: Vec<(u32, Client)>,
     rng: StdRng,
     recorder: Recorder,
     register: Register,
@@ -230,9 +245,8 @@ struct Worker {
 impl Worker {
     async fn run(mut self) {
         for _ in 0..self.config.ops {
-            let store = self.rng.random_range(0..self.clients.len());
+            let (store, client) = self.clients[self.rng.random_range(0..self.clients.len())].clone();
             let key = format!("k{}", self.rng.random_range(0..self.config.keys));
-            let client = self.clients[store].clone();
             let m = client.mutex(&key).ttl(self.config.ttl);
             let wait = self.config.ttl.mul_f64(self.rng.random_range(0.0..2.0));
             let guard = match self.rng.random_range(0..10) {
@@ -244,7 +258,7 @@ impl Worker {
                 _ => m.acquire_timeout(wait).await.ok(),
             };
             match guard {
-                Some(g) => self.hold(store as u32, &key, g).await,
+                Some(g) => self.hold(store, &key, g).await,
                 None => tokio::time::sleep(self.config.ttl / 20).await,
             }
         }

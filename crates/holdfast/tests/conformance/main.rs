@@ -10,6 +10,8 @@ mod postgres;
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
+#[cfg(feature = "redlock")]
+mod redlock;
 mod sim;
 #[cfg(feature = "sqlite")]
 mod sqlite;

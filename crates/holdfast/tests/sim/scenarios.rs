@@ -79,3 +79,39 @@ fn restart_without_data_after_a_ttl_repeats_fences_but_grants_once() {
     assert_eq!(exclusion, 0, "a store down for a TTL after losing its data granted a key twice");
     assert_eq!(stale_accepted, 0, "the register accepted a stale write");
 }
+
+/// The model's counterexample `redlock::e_a_store_restarting_without_persistence_breaks_exclusion`,
+/// replayed on the client core: a RedLock member that restarts without its
+/// data and answers at once lets a second majority form while the first
+/// holder's lease is valid. The documented limit of RedLock.
+#[test]
+fn redlock_member_restarting_without_data_grants_twice() {
+    let config = RunConfig {
+        redlock: true,
+        restarts_keep_state: false,
+        restart_down_for: Some(Duration::from_millis(50)),
+        faults: 20,
+        ..RunConfig::default()
+    };
+    let (seed, broken) = until_broken(&config, 0, "exclusion");
+    assert!(seed.is_some(), "no RedLock run with a member restarted without its data broke exclusion: {broken:?}");
+}
+
+/// The delayed restart RedLock asks for: a member that lost its data stays
+/// down longer than a lease, and no key is granted twice.
+#[test]
+fn redlock_member_restarting_after_a_ttl_grants_once() {
+    let config = RunConfig {
+        redlock: true,
+        restarts_keep_state: false,
+        restart_down_for: Some(Duration::from_millis(1100)),
+        faults: 20,
+        ..RunConfig::default()
+    };
+    let mut exclusion = 0;
+    for seed in 0..WITHIN {
+        let out = run_seed(seed, &config);
+        exclusion += out.verdict.violations.iter().filter(|v| v.guarantee == "exclusion").count();
+    }
+    assert_eq!(exclusion, 0, "a RedLock member down for a TTL after losing its data let a key be granted twice");
+}

@@ -116,14 +116,23 @@ fn abandoned_attempts_are_released() {
     assert_clean("abandoned_attempts_are_released", &s);
 }
 
+/// RedLock over the three stores: every client locks through a majority,
+/// under the same faults, store restarts keeping their data.
+#[test]
+fn redlock_seeds() {
+    let s = sweep(&RunConfig { redlock: true, ..RunConfig::default() }, 2_000_000..2_000_000 + seeds(2000) / 8);
+    assert_clean("redlock_seeds", &s);
+}
+
 /// Replays one seed and prints its history and verdict:
 /// `SEED=17 cargo test -p holdfast --test sim replay -- --ignored --nocapture`
-/// (`LONG=1` for the long-lease runs).
+/// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's).
 #[test]
 #[ignore = "a tool: replays the seed in SEED"]
 fn replay() {
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).expect("SEED=<n>");
-    let config = if std::env::var_os("LONG").is_some() { RunConfig::long_leases() } else { RunConfig::default() };
+    let mut config = if std::env::var_os("LONG").is_some() { RunConfig::long_leases() } else { RunConfig::default() };
+    config.redlock = std::env::var_os("REDLOCK").is_some();
     let out = run_seed(seed, &config);
     for e in &out.events {
         println!("{e:?}");
