@@ -33,6 +33,7 @@
 //! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
+//! | `redlock://host:port,host:port,...` | `redlock` | [RedLock](redlock) over a majority of N Redis servers, fences written back to the majority; [`redlock::RedLock::new`] over any stores |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].
