@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! cargo run -p holdfast-bench --release --features peers --bin peers -- --url redis://127.0.0.1:6379 --rounds 3
+//! cargo run -p holdfast-bench --release --features peers --bin peers -- --url redlock://127.0.0.1:6379,127.0.0.1:6380,127.0.0.1:6381
 //! ```
+//!
+//! With a `redlock://` URL, holdfast's RedLock runs against rslock's and
+//! distributed-lock-redis's own RedLock over the same servers (no raw floor).
 //!
 //! Peers (latest on crates.io when this was written):
 //! - `rslock` 0.10 (`LockManager` on the one server, `acquire_no_guard` =
@@ -120,10 +124,18 @@ async fn main() {
 async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     let opts = args.options();
     let url = opts.url.as_str();
-    if !url.starts_with("redis://") {
-        return Err(Error::invalid("url", "the peer bench needs a redis:// URL (the peers are Redis locks)"));
-    }
-    let counter = command_counter_for(url).await?;
+    // redis:// for one server; redlock://h1:p1,h2:p2,h3:p3 for RedLock over
+    // several, where the peers run their own RedLock over the same servers.
+    let servers: Vec<String> = if let Some(hosts) = url.strip_prefix("redlock://") {
+        hosts.split('?').next().unwrap_or_default().split(',').map(|h| format!("redis://{h}")).collect()
+    } else if url.starts_with("redis://") {
+        vec![url.to_owned()]
+    } else {
+        return Err(Error::invalid("url", "the peer bench needs a redis:// or redlock:// URL (the peers are Redis locks)"));
+    };
+    let redlock = url.starts_with("redlock://");
+    // Commands are counted on one server: for RedLock, none are.
+    let counter = if redlock { None } else { command_counter_for(url).await? };
     // holdfast's Redis store may not be built in yet; then the peers still run.
     let holdfast = match Client::connect(url).await {
         Ok(client) => Some(Arc::new(HoldfastLocker::new(client, opts.ttl, opts.fair))),
@@ -132,12 +144,13 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
             None
         }
     };
-    let floor_locker = FloorLocker::new(floor_for(url).await?).with_ttl(opts.ttl);
-    let floor_description = floor_locker.describe().to_owned();
-    let floor = (!args.no_floor).then(|| Arc::new(floor_locker));
-    let rslock = Arc::new(Rslock { manager: rslock::LockManager::new(vec![url.to_owned()]), ttl: opts.ttl });
+    // The raw floor is one server's SET NX; RedLock has none.
+    let floor_locker = if redlock { None } else { Some(FloorLocker::new(floor_for(url).await?).with_ttl(opts.ttl)) };
+    let floor_description = floor_locker.as_ref().map(|f| f.describe().to_owned());
+    let floor = floor_locker.filter(|_| !args.no_floor).map(Arc::new);
+    let rslock = Arc::new(Rslock { manager: rslock::LockManager::new(servers.clone()), ttl: opts.ttl });
     let dlr = distributed_lock_redis::RedisLockProvider::builder()
-        .url(url)
+        .urls(&servers)
         .expiry(opts.ttl)
         .build()
         .await
@@ -177,8 +190,12 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
         }
         results.extend(by_subject.into_iter().filter_map(median));
     }
-    let store = if holdfast.is_some() { "redis" } else { "redis (holdfast store not built in)" };
-    let report = BenchReport::new(&opts, store, floor.as_ref().map(|_| floor_description), results, Vec::new());
+    let store = match (redlock, holdfast.is_some()) {
+        (true, _) => "redlock (3 redis-servers)",
+        (false, true) => "redis",
+        (false, false) => "redis (holdfast store not built in)",
+    };
+    let report = BenchReport::new(&opts, store, floor.as_ref().and(floor_description), results, Vec::new());
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(|e| Error::backend("holdfast-bench", false, e))?;
         println!("{json}");
