@@ -10,6 +10,25 @@ use holdfast_testkit::sim::run::{RunConfig, run_seed};
 /// How many seeds a scenario may take to show its break.
 const WITHIN: u64 = 300;
 
+/// The default run (or RedLock's) whose stores restart without their data,
+/// down for `down_for`, 20 times a run.
+fn restarting_without_data(redlock: bool, down_for: Duration) -> RunConfig {
+    RunConfig {
+        redlock,
+        restarts_keep_state: false,
+        restart_down_for: Some(down_for),
+        faults: 20,
+        ..RunConfig::default()
+    }
+}
+
+/// How many times `guarantee` broke over the first [`WITHIN`] seeds.
+fn breaches(config: &RunConfig, guarantee: &str) -> usize {
+    (0..WITHIN)
+        .map(|seed| run_seed(seed, config).verdict.violations.iter().filter(|v| v.guarantee == guarantee).count())
+        .sum()
+}
+
 /// Runs seeds from `first` until one breaks `guarantee`; returns that seed
 /// and every guarantee broken (with a count) over the seeds run.
 fn until_broken(config: &RunConfig, first: u64, guarantee: &str) -> (Option<u64>, BTreeMap<&'static str, usize>) {
@@ -43,12 +62,7 @@ fn store_clock_outside_the_margin_expires_leases_first() {
 /// stay down for a TTL).
 #[test]
 fn restart_without_data_grants_twice() {
-    let config = RunConfig {
-        restarts_keep_state: false,
-        restart_down_for: Some(Duration::from_millis(50)),
-        faults: 20,
-        ..RunConfig::default()
-    };
+    let config = restarting_without_data(false, Duration::from_millis(50));
     let (seed, broken) = until_broken(&config, 0, "exclusion");
     assert!(seed.is_some(), "no run of a store restarted without its data broke exclusion: {broken:?}");
 }
@@ -61,23 +75,11 @@ fn restart_without_data_grants_twice() {
 /// without persistence, documented in the README.
 #[test]
 fn restart_without_data_after_a_ttl_repeats_fences_but_grants_once() {
-    let config = RunConfig {
-        restarts_keep_state: false,
-        restart_down_for: Some(Duration::from_millis(1100)),
-        faults: 20,
-        ..RunConfig::default()
-    };
+    let config = restarting_without_data(false, Duration::from_millis(1100));
     let (seed, broken) = until_broken(&config, 0, "fencing");
     assert!(seed.is_some(), "no run of a store restarted without its data repeated a fence: {broken:?}");
-    let mut exclusion = 0;
-    let mut stale_accepted = 0;
-    for seed in 0..WITHIN {
-        let out = run_seed(seed, &config);
-        exclusion += out.verdict.violations.iter().filter(|v| v.guarantee == "exclusion").count();
-        stale_accepted += out.verdict.violations.iter().filter(|v| v.guarantee == "stale write").count();
-    }
-    assert_eq!(exclusion, 0, "a store down for a TTL after losing its data granted a key twice");
-    assert_eq!(stale_accepted, 0, "the register accepted a stale write");
+    assert_eq!(breaches(&config, "exclusion"), 0, "a store down for a TTL after losing its data granted a key twice");
+    assert_eq!(breaches(&config, "stale write"), 0, "the register accepted a stale write");
 }
 
 /// The model's counterexample `redlock::e_a_store_restarting_without_persistence_breaks_exclusion`,
@@ -86,13 +88,7 @@ fn restart_without_data_after_a_ttl_repeats_fences_but_grants_once() {
 /// holder's lease is valid. The documented limit of RedLock.
 #[test]
 fn redlock_member_restarting_without_data_grants_twice() {
-    let config = RunConfig {
-        redlock: true,
-        restarts_keep_state: false,
-        restart_down_for: Some(Duration::from_millis(50)),
-        faults: 20,
-        ..RunConfig::default()
-    };
+    let config = restarting_without_data(true, Duration::from_millis(50));
     let (seed, broken) = until_broken(&config, 0, "exclusion");
     assert!(seed.is_some(), "no RedLock run with a member restarted without its data broke exclusion: {broken:?}");
 }
@@ -101,17 +97,10 @@ fn redlock_member_restarting_without_data_grants_twice() {
 /// down longer than a lease, and no key is granted twice.
 #[test]
 fn redlock_member_restarting_after_a_ttl_grants_once() {
-    let config = RunConfig {
-        redlock: true,
-        restarts_keep_state: false,
-        restart_down_for: Some(Duration::from_millis(1100)),
-        faults: 20,
-        ..RunConfig::default()
-    };
-    let mut exclusion = 0;
-    for seed in 0..WITHIN {
-        let out = run_seed(seed, &config);
-        exclusion += out.verdict.violations.iter().filter(|v| v.guarantee == "exclusion").count();
-    }
-    assert_eq!(exclusion, 0, "a RedLock member down for a TTL after losing its data let a key be granted twice");
+    let config = restarting_without_data(true, Duration::from_millis(1100));
+    assert_eq!(
+        breaches(&config, "exclusion"),
+        0,
+        "a RedLock member down for a TTL after losing its data let a key be granted twice"
+    );
 }
