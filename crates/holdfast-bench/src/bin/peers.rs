@@ -131,7 +131,10 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     } else if url.starts_with("redis://") {
         vec![url.to_owned()]
     } else {
-        return Err(Error::invalid("url", "the peer bench needs a redis:// or redlock:// URL (the peers are Redis locks)"));
+        return Err(Error::invalid(
+            "url",
+            "the peer bench needs a redis:// or redlock:// URL (the peers are Redis locks)",
+        ));
     };
     let redlock = url.starts_with("redlock://");
     // Commands are counted on one server: for RedLock, none are.
