@@ -2,5 +2,6 @@
 //! fault runs checked by the history checker, and replay.
 
 mod cancel;
+mod mutations;
 mod scenarios;
 mod seeds;
