@@ -371,6 +371,9 @@ fn check_lost_first(events: &[Event], beliefs: &HashMap<GrantId, Belief>, verdic
         }
     }
     gone.extend(live.drain().map(|(id, (fence, exp))| (id, fence, exp)));
+    // In time order, so that a verdict lists its violations the same way in
+    // every run (the map above iterates in a per-process order).
+    gone.sort_by_key(|(id, fence, at)| (*at, *id, *fence));
     for (id, fence, at) in gone {
         if let Some(b) = beliefs.get(&id).filter(|b| b.fence == fence && b.end > at && b.start < b.end) {
             verdict.violations.push(Violation {

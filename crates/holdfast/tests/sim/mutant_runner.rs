@@ -71,8 +71,9 @@ fn config(name: &str) -> RunConfig {
             ops: 30,
             ..RunConfig::long_leases()
         },
+        "redlock" => RunConfig { redlock: true, ..RunConfig::default() },
         other => {
-            eprintln!("mutant-runner: unknown config {other:?} (default, long, cleanup)");
+            eprintln!("mutant-runner: unknown config {other:?} (default, long, cleanup, redlock)");
             std::process::exit(2);
         }
     }

@@ -2,7 +2,8 @@
 //! bug the client core had, or could easily have, in a copy of the sources,
 //! and shows that seeded fault runs find it within 1,000 seeds: the
 //! cancelled cleanup found in review, a renewer that ignores a failed
-//! renewal, a deadline counted from the reply instead of the request.
+//! renewal, a deadline counted from the reply instead of the request, and
+//! RedLock without its fence write-back.
 //!
 //! # Why source patches
 //!
@@ -56,7 +57,7 @@ const SEEDS: u64 = 1000;
 const SAFETY: &[&str] = &["exclusion", "fencing", "stale write", "lost first"];
 
 /// The runner's configs the mutations use (`unmutated_copy_is_clean` runs each).
-const CONFIGS: &[&str] = &["default", "cleanup"];
+const CONFIGS: &[&str] = &["default", "cleanup", "redlock"];
 
 /// The crates copied into the mutant's workspace, from the repository root.
 const COPIED: &[&str] = &["crates/holdfast", "crates/holdfast-testkit"];
@@ -387,6 +388,22 @@ fn deadline_from_reply() {
         original: "valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for",
         mutated: "valid_until: Mutex::new(Instant::now() /* MUTANT: from the reply */ + valid_for",
         config: "default",
+        expect: SAFETY,
+    });
+}
+
+/// RedLock without the fence write-back (the model's variant (a)): the fence
+/// is the highest of the granting majority, but the members that issued
+/// less are not raised to it, so a later majority through such a member
+/// issues a fence that repeats or goes back.
+#[test]
+fn redlock_without_fence_write_back() {
+    catch(&Mutation {
+        name: "RedLock without the fence write-back",
+        file: "crates/holdfast/src/redlock/quorum.rs",
+        original: "            if v.grant.fence >= fence {",
+        mutated: "            if true /* MUTANT: no write-back */ {",
+        config: "redlock",
         expect: SAFETY,
     });
 }
