@@ -29,11 +29,17 @@ pub struct ClientOptions {
     /// lost, failover, its session expired) before it fails with the store's
     /// error; default 10 s. See the [waiting policy](crate::wait#the-waiting-policy).
     pub store_retry: Duration,
+    /// The store's identity, as [`Client::store_id`] reports it; `None`: the
+    /// redacted URL for a client opened from a URL, the store's name for one
+    /// built with [`Client::with_backend`]. Only a
+    /// [multi-lock](crate::MultiLock) reads it, to order and tell apart parts
+    /// on different stores; every process must give a store the same identity.
+    pub store_id: Option<String>,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { label: None, store_retry: DEFAULT_STORE_RETRY }
+        ClientOptions { label: None, store_retry: DEFAULT_STORE_RETRY, store_id: None }
     }
 }
 
@@ -47,6 +53,14 @@ impl ClientOptions {
     /// Sets how long a waiting acquire rides out a failing store.
     pub fn with_store_retry(mut self, store_retry: Duration) -> Self {
         self.store_retry = store_retry;
+        self
+    }
+
+    /// Sets the store's identity (see [`store_id`](Self::store_id)): for a
+    /// client built with [`Client::with_backend`] whose store takes part in
+    /// [multi-locks](crate::MultiLock) next to another store of the same kind.
+    pub fn with_store_id(mut self, store_id: impl Into<String>) -> Self {
+        self.store_id = Some(store_id.into());
         self
     }
 }
@@ -75,6 +89,7 @@ pub(crate) struct ClientInner {
     pub(crate) renewer: Renewer,
     pub(crate) label: String,
     pub(crate) store_retry: Duration,
+    store_id: String,
     reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
 }
 
@@ -106,20 +121,25 @@ impl Client {
     /// # Cancel safety
     ///
     /// As for [`connect`](Self::connect).
-    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self> {
+    pub async fn connect_with(url: &str, mut options: ClientOptions) -> Result<Self> {
         let backend = crate::url::connect(url).await?;
+        options.store_id.get_or_insert_with(|| crate::url::redact_url(url));
         Ok(Self::with_backend(backend, options))
     }
 
-    /// A client over a backend built by hand (or a custom one).
+    /// A client over a backend built by hand (or a custom one). Its
+    /// [`store_id`](Self::store_id) is the one in `options`, or else the
+    /// store's name.
     pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
         let label = options.label.unwrap_or_else(default_label);
+        let store_id = options.store_id.unwrap_or_else(|| backend.name().to_owned());
         Client {
             inner: Arc::new(ClientInner {
                 renewer: Renewer::new(backend.clone()),
                 backend,
                 label,
                 store_retry: options.store_retry,
+                store_id,
                 reentrant: StdMutex::default(),
             }),
         }
@@ -224,6 +244,16 @@ impl Client {
     /// The store's name (`"sqlite"`, `"redis"`, ...).
     pub fn store_name(&self) -> &'static str {
         self.inner.backend.name()
+    }
+
+    /// The store's identity: the one set with [`ClientOptions::with_store_id`],
+    /// or else the URL the client was opened with, passwords hidden
+    /// ([`redact_url`](crate::redact_url)), or else (a client built with
+    /// [`with_backend`](Self::with_backend)) the store's name. A
+    /// [multi-lock](crate::MultiLock) orders its parts by key, then by this,
+    /// and refuses two parts with the same key and identity.
+    pub fn store_id(&self) -> &str {
+        &self.inner.store_id
     }
 
     /// How many leases this client is renewing now.

@@ -75,6 +75,7 @@ mod key;
 mod lease;
 mod lock;
 mod lock_options;
+mod multi;
 mod mutex;
 #[cfg(test)]
 mod prop_support;
@@ -99,6 +100,7 @@ pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
 pub use lock::Lock;
 pub use lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
+pub use multi::{MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use rwlock::{ReadLock, RwLock, WriteLock};
 pub use secret::Secret;
