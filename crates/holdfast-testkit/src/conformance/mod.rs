@@ -26,7 +26,7 @@ use std::time::Duration;
 use holdfast::backend::Backend;
 use holdfast::{Client, ClientOptions};
 
-pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await};
+pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await, c9_cancel_first_suspension_repeated};
 pub use child::{
     c3_expiry_killed_process, c12_permit_bound_processes, c14_read_write_processes, child_entry, multi_process,
 };
@@ -162,7 +162,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@clauses $start;
             c1_exclusion, c2_fencing, c2_fence_floor, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
-            c9_cancel_every_await, c9_cancel_during_cleanup, c9_retry_refreshes_the_lease,
+            c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,

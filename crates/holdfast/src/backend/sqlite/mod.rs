@@ -87,13 +87,23 @@ impl SqliteBackend {
         Ok(SqliteBackend { conn: Arc::new(Mutex::new(conn)), queue: Arc::default(), config, wakeups: Arc::default() })
     }
 
-    /// Runs `f` on the connection on the blocking pool, in turn.
+    /// Runs `f` on the connection on the blocking pool, in turn. The turn
+    /// goes with the work, not with this future: dropped while `f` runs, the
+    /// future does not let the next call (the cleanup's release of this very
+    /// attempt) reach the connection before `f` has committed.
     async fn with_conn<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
-        let _turn = self.queue.lock().await;
-        self.on_conn(f).await
+        let turn = self.queue.clone().lock_owned().await;
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn).map_err(map_err)
+        })
+        .await
+        .map_err(|e| Error::backend(STORE, false, e))?
     }
 
     /// Runs `f` on the connection on the blocking pool, ahead of the queue.
