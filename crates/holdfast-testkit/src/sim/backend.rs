@@ -51,6 +51,9 @@ impl SimBackend {
             let (store, link) = (self.store.clone(), self.link.clone());
             tokio::spawn(async move {
                 tokio::time::sleep_until(arrives).await;
+                if let Some(place) = plan.place {
+                    link.turn(place).await;
+                }
                 let out = {
                     let mut data = store.data();
                     if data.up {
@@ -60,6 +63,9 @@ impl SimBackend {
                         Err(Error::backend("sim", true, format!("{what}: connection refused (store restarting)")))
                     }
                 };
+                if let Some(place) = plan.place {
+                    link.applied(place);
+                }
                 let Some(back) = plan.reply_after else { return };
                 tokio::time::sleep(back).await;
                 if link.carries_back() {

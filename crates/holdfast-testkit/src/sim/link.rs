@@ -59,6 +59,10 @@ pub enum LinkState {
 pub(crate) struct Plan {
     pub(crate) arrives: Option<Instant>,
     pub(crate) reply_after: Option<Duration>,
+    /// The request's place among the in-order requests of a FIFO link: it
+    /// is applied only after every earlier one (timers due in the same
+    /// millisecond fire in no set order).
+    pub(crate) place: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -68,12 +72,16 @@ struct Inner {
     state: LinkState,
     /// When the last in-order request arrives (FIFO links).
     last_arrival: Option<Instant>,
+    /// Places given to in-order requests so far.
+    places: u64,
 }
 
 /// One client's link to a store. Cheap to clone; clones share the link.
 #[derive(Debug, Clone)]
 pub struct Link {
     inner: Arc<Mutex<Inner>>,
+    /// How many in-order requests have been applied.
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Link {
@@ -85,7 +93,9 @@ impl Link {
                 faults,
                 state: LinkState::Up,
                 last_arrival: None,
+                places: 0,
             })),
+            applied: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -112,20 +122,35 @@ impl Link {
     pub(crate) fn plan(&self) -> Plan {
         let mut l = self.lock();
         let now = Instant::now();
-        let Inner { rng, faults, state, last_arrival } = &mut *l;
+        let Inner { rng, faults, state, last_arrival, places } = &mut *l;
         // Draw every value whatever the outcome, so one fault does not shift
         // the draws of the requests after it.
         let (lose_request, lose_reply) = (rng.random_bool(faults.lose_request), rng.random_bool(faults.lose_reply));
         let (there, back) = (delay(rng, faults), delay(rng, faults));
         if *state == LinkState::Partitioned || lose_request {
-            return Plan { arrives: None, reply_after: None };
+            return Plan { arrives: None, reply_after: None, place: None };
         }
         let mut arrives = now + there;
+        let mut place = None;
         if !faults.reorder {
             arrives = arrives.max(last_arrival.unwrap_or(arrives));
             *last_arrival = Some(arrives);
+            place = Some(*places);
+            *places += 1;
         }
-        Plan { arrives: Some(arrives), reply_after: (!lose_reply).then_some(back) }
+        Plan { arrives: Some(arrives), reply_after: (!lose_reply).then_some(back), place }
+    }
+
+    /// Waits until every in-order request before `place` was applied.
+    pub(crate) async fn turn(&self, place: u64) {
+        let mut applied = self.applied.subscribe();
+        // The sender lives in `self`: the wait ends when the count gets there.
+        let _ = applied.wait_for(|n| *n >= place).await;
+    }
+
+    /// Marks the in-order request at `place` applied.
+    pub(crate) fn applied(&self, place: u64) {
+        self.applied.send_modify(|n| *n = (*n).max(place + 1));
     }
 
     /// Whether a reply (or a notification) sent now gets through.
