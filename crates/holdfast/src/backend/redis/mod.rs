@@ -5,6 +5,7 @@
 mod config;
 #[cfg(test)]
 mod keys_props;
+mod lua;
 mod pubsub;
 
 use std::fmt;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rand::Rng;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Script, ScriptInvocation};
+use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, ScriptInvocation};
 
 pub use config::RedisConfig;
 
@@ -25,42 +26,10 @@ use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt};
+use lua::Scripts;
 use pubsub::Notifier;
 
 const STORE: &str = "redis";
-
-const COMMON: &str = include_str!("scripts/common.lua");
-
-fn script(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
-}
-
-/// The scripts, each loaded once per server (EVALSHA, EVAL on NOSCRIPT).
-struct Scripts {
-    acquire: Script,
-    fair_acquire: Script,
-    shared_acquire: Script,
-    shared_admin: Script,
-    release: Script,
-    renew: Script,
-    status: Script,
-    raise_fence: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Scripts {
-            acquire: script(include_str!("scripts/acquire.lua")),
-            fair_acquire: script(include_str!("scripts/fair_acquire.lua")),
-            shared_acquire: script(include_str!("scripts/shared_acquire.lua")),
-            shared_admin: script(include_str!("scripts/shared_admin.lua")),
-            release: script(include_str!("scripts/release.lua")),
-            renew: script(include_str!("scripts/renew.lua")),
-            status: script(include_str!("scripts/status.lua")),
-            raise_fence: script(include_str!("scripts/raise_fence.lua")),
-        }
-    }
-}
 
 /// The Redis store (`redis://`, `rediss://`).
 #[derive(Clone)]
