@@ -2,8 +2,9 @@
 //! bug the client core had, or could easily have, in a copy of the sources,
 //! and shows that seeded fault runs find it within 1,000 seeds: the
 //! cancelled cleanup found in review, a renewer that ignores a failed
-//! renewal, a deadline counted from the reply instead of the request, and
-//! RedLock without its fence write-back.
+//! renewal, a deadline counted from the reply instead of the request, no
+//! drift margin, and RedLock without its fence write-back or counting
+//! itself granted before the write-back landed (the model's variants).
 //!
 //! # Why source patches
 //!
@@ -404,6 +405,40 @@ fn redlock_without_fence_write_back() {
         original: "            if v.grant.fence >= fence {",
         mutated: "            if true /* MUTANT: no write-back */ {",
         config: "redlock",
+        expect: SAFETY,
+    });
+}
+
+/// RedLock counting itself granted before its write-back landed (the
+/// model's variant (c)): the raise goes out in the background, so a later
+/// majority can form through a member it has not reached yet.
+#[test]
+fn redlock_validity_before_write_back() {
+    catch(&Mutation {
+        name: "RedLock granted before its write-back landed",
+        file: "crates/holdfast/src/redlock/quorum.rs",
+        original: "            let raise = self.stores[v.member].raise_fence(&req.key, req.token, fence);
+            matches!(self.call(v.member, \"raise_fence\", raise, self.call_timeout).await, Ok(true))",
+        mutated: "            // MUTANT: the write-back is sent, not waited for.
+            let (store, key, token) = (self.stores[v.member].clone(), req.key.clone(), req.token);
+            tokio::spawn(async move { let _ = store.raise_fence(&key, token, fence).await; });
+            true",
+        config: "redlock",
+        expect: SAFETY,
+    });
+}
+
+/// No drift margin (the model's variant (f)): the client counts its lease
+/// to the full TTL, and a store clock running fast (within 1%) ends it
+/// first.
+#[test]
+fn no_drift_margin() {
+    catch(&Mutation {
+        name: "no drift margin",
+        file: "crates/holdfast/src/lease/mod.rs",
+        original: "    ttl / 100 + Duration::from_millis(1)\n}",
+        mutated: "    let _ = ttl;\n    Duration::ZERO // MUTANT: no margin\n}",
+        config: "default",
         expect: SAFETY,
     });
 }

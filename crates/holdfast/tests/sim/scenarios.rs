@@ -8,7 +8,7 @@ use std::time::Duration;
 use holdfast_testkit::sim::run::{RunConfig, run_seed};
 
 /// How many seeds a scenario may take to show its break.
-const WITHIN: u64 = 300;
+const WITHIN: u64 = 200;
 
 /// The default run (or RedLock's) whose stores restart without their data,
 /// down for `down_for`, 20 times a run.

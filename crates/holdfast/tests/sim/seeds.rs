@@ -112,7 +112,7 @@ fn many_seeds() {
 /// seconds after the network heals, every store is empty.
 #[test]
 fn abandoned_attempts_are_released() {
-    let s = sweep(&RunConfig::long_leases(), 1_000_000..1_000_000 + seeds(2000) / 4);
+    let s = sweep(&RunConfig::long_leases(), 1_000_000..1_000_000 + seeds(2000) / 8);
     assert_clean("abandoned_attempts_are_released", &s);
 }
 
