@@ -11,6 +11,9 @@
 //!
 //! 1. One round asks every member at once, each call bounded by a short
 //!    timeout (`call_timeout_ms`, 250 ms), with a token of the round's own.
+//!    A waiter asks the first member that answers before the others, and
+//!    the others only if it granted: waiters queue on that member, and a
+//!    round that would not count never holds a majority.
 //! 2. With a majority granted, the fence is the highest fence any granting
 //!    member issued, written back (raised with max, never overwritten) to
 //!    every granting member that issued a lower one. The grant counts only if
@@ -156,7 +159,7 @@ impl RedLock {
     /// members past a waiter that holds the first one would let a process
     /// that just released keep a contended key to itself.
     async fn try_round(&self, round: &AcquireRequest, queued: bool) -> Result<Option<Grant>> {
-        let tally = self.members.try_all(round).await;
+        let tally = if queued { self.members.try_queued(round).await } else { self.members.try_all(round).await };
         let majority = self.majority();
         if tally.votes.len() >= majority && (!queued || tally.has_first()) {
             return Ok(self.members.complete(round, tally.votes).await);

@@ -46,6 +46,20 @@ pub(super) struct Tally {
 }
 
 impl Tally {
+    fn count(&mut self, member: usize, out: Result<Option<Grant>>) {
+        if out.is_ok() && self.first_answering.is_none() {
+            self.first_answering = Some(member);
+        }
+        match out {
+            Ok(Some(grant)) => self.votes.push(Vote { member, grant }),
+            Ok(None) => {}
+            Err(e) => {
+                self.failed += 1;
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
     /// Whether the first member that answered granted: waiters queue on it,
     /// so a round that did not get it must not take the key past them.
     pub(super) fn has_first(&self) -> bool {
@@ -79,24 +93,40 @@ impl Members {
 
     /// One try on every member at once, with `req` (a round's token).
     pub(super) async fn try_all(&self, req: &AcquireRequest) -> Tally {
-        let calls = self.stores.iter().enumerate().map(|(i, store)| async move {
-            (i, self.call(i, "acquire", store.try_acquire(req), self.call_timeout).await)
-        });
         let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
-        for (member, out) in join_all(calls).await {
-            if out.is_ok() && tally.first_answering.is_none() {
-                tally.first_answering = Some(member);
-            }
-            match out {
-                Ok(Some(grant)) => tally.votes.push(Vote { member, grant }),
-                Ok(None) => {}
-                Err(e) => {
-                    tally.failed += 1;
-                    tally.error.get_or_insert(e);
+        self.try_from(req, 0, &mut tally).await;
+        tally
+    }
+
+    /// One try for a waiter: the members in order until one answers, and
+    /// the rest at once only if that one granted. A waiter that does not get
+    /// the first member touches no other, so no majority forms for a round
+    /// that would not count (a `status` or an election's observer would see
+    /// a holder that never held).
+    pub(super) async fn try_queued(&self, req: &AcquireRequest) -> Tally {
+        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
+        for (member, store) in self.stores.iter().enumerate() {
+            let out = self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await;
+            let answered = out.is_ok();
+            tally.count(member, out);
+            if answered {
+                if tally.has_first() {
+                    self.try_from(req, member + 1, &mut tally).await;
                 }
+                break;
             }
         }
         tally
+    }
+
+    /// Tries the members from `first` on at once, counting them in `tally`.
+    async fn try_from(&self, req: &AcquireRequest, first: usize, tally: &mut Tally) {
+        let calls = self.stores.iter().enumerate().skip(first).map(|(i, store)| async move {
+            (i, self.call(i, "acquire", store.try_acquire(req), self.call_timeout).await)
+        });
+        for (member, out) in join_all(calls).await {
+            tally.count(member, out);
+        }
     }
 
     /// Waits on the members in their order (the same in every client, so
