@@ -64,6 +64,7 @@
 pub mod backend;
 mod capability;
 mod client;
+mod composite_url;
 mod election;
 #[cfg(feature = "simulation")]
 pub mod entropy;

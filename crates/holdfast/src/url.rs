@@ -54,7 +54,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
                 "url",
                 format!(
                     "unknown scheme {other:?}; known: {}",
-                    SCHEMES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+                    SCHEMES
+                        .iter()
+                        .map(|(s, _)| *s)
+                        .chain(crate::composite_url::COMPOSITE_SCHEMES.iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )),
         },
@@ -77,6 +82,9 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 /// assert_eq!(redact_url("sqlite:///tmp/a@b.db"), "sqlite:///tmp/a@b.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
+    if let Some(composite) = crate::composite_url::redact(url) {
+        return composite;
+    }
     let (scheme, rest) = match split_scheme(url) {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
