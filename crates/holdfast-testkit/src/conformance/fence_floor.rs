@@ -28,6 +28,16 @@ async fn grant_above(raw: &Arc<dyn Backend>, key: &LockKey, above: u64, what: &s
     grant.fence
 }
 
+/// Acquires `key` for a new token (which must be granted) and returns it.
+async fn hold(raw: &Arc<dyn Backend>, key: &LockKey, ttl: Duration, what: &str) -> (OwnerToken, u64) {
+    let req = AcquireRequest::new(key.clone(), OwnerToken::random(), ttl);
+    match raw.try_acquire(&req).await {
+        Ok(Some(g)) => (req.token, g.fence),
+        Ok(None) => panic!("{what}: the free key was not granted"),
+        Err(e) => panic!("{what}: acquire failed: {e}"),
+    }
+}
+
 /// C2 (fence floor): for a store that declares
 /// [`fence_floor`](holdfast::Capabilities::fence_floor),
 ///
@@ -35,8 +45,9 @@ async fn grant_above(raw: &Arc<dyn Backend>, key: &LockKey, above: u64, what: &s
 ///    next grant after it is above the floor;
 /// 2. a raise to a floor below the last fence changes nothing: fences keep
 ///    increasing from where they were;
-/// 3. a raise by a token that holds nothing answers `false` and still
-///    raises;
+/// 3. a raise by a token that holds nothing answers `false` and raises
+///    nothing, and neither does a raise by a holder whose lease expired
+///    (the fallback chain's epoch switch relies on it);
 /// 4. a floor the size of a Redis fence (microseconds since 1970, ~2^51)
 ///    is taken; one near the top of 64 bits (`i64::MAX`, `u64::MAX`) is
 ///    either taken (and the next two grants are above it, in order) or
@@ -55,38 +66,48 @@ pub async fn c2_fence_floor(store: &Store) {
     }
 
     // 1. Raised by the holder.
-    let a = AcquireRequest::new(key.clone(), OwnerToken::random(), TTL);
-    let fence_a = raw.try_acquire(&a).await.expect("acquire A").expect("a free key is granted").fence;
+    let (a, fence_a) = hold(&raw, &key, TTL, "A").await;
     let floor = fence_a + 1000;
-    assert!(
-        raw.raise_fence(&key, a.token, floor).await.expect("raise by the holder"),
-        "the holder's raise said not held"
-    );
-    assert!(raw.release(&key, a.token).await.expect("release A"), "the raise took the holder's grant away");
+    assert!(raw.raise_fence(&key, a, floor).await.expect("raise by the holder"), "the holder's raise said not held");
+    assert!(raw.release(&key, a).await.expect("release A"), "the raise took the holder's grant away");
     let last = grant_above(&raw, &key, floor, "the grant after a raise to A's fence + 1000").await;
 
     // 2. A lower floor changes nothing.
-    let stranger = OwnerToken::random();
-    assert!(!raw.raise_fence(&key, stranger, 1).await.expect("raise to 1"), "a token holding nothing was held");
+    let (b, _) = hold(&raw, &key, TTL, "B").await;
+    assert!(raw.raise_fence(&key, b, 1).await.expect("raise to 1"), "the holder's raise said not held");
+    assert!(raw.release(&key, b).await.expect("release B"), "B's grant was gone at release");
     let last = grant_above(&raw, &key, last, "the grant after a raise to a lower floor").await;
 
-    // 3. A token that holds nothing still raises.
-    let floor = last + 5000;
-    assert!(!raw.raise_fence(&key, stranger, floor).await.expect("raise by a stranger"), "a stranger was held");
-    grant_above(&raw, &key, floor, "the grant after a stranger's raise").await;
+    // 3. A token that holds nothing raises nothing; nor does an expired
+    // holder. 2^40 above the last fence is far beyond any fence the store
+    // would reach on its own meanwhile (a Redis fence is at least
+    // microseconds since 1970: 2^40 us is 12 days).
+    let far = last + (1 << 40);
+    assert!(
+        !raw.raise_fence(&key, OwnerToken::random(), far).await.expect("raise by a stranger"),
+        "a stranger was held"
+    );
+    let last = grant_above(&raw, &key, last, "the grant after a stranger's raise").await;
+    assert!(last < far, "a stranger's raise moved the floor: fence {last} is not below {far}");
+    let (c, _) = hold(&raw, &key, holdfast::MIN_TTL, "C, with the shortest TTL").await;
+    tokio::time::sleep(holdfast::MIN_TTL + store.expiry_slack + Duration::from_millis(50)).await;
+    let expired = raw.raise_fence(&key, c, far).await.expect("raise by an expired holder");
+    let last = grant_above(&raw, &key, last, "the grant after an expired holder's raise").await;
+    assert!(!expired && last < far, "an expired holder's raise: held {expired}, next fence {last} (floor {far})");
 
-    // 4. Large floors. A Redis fence of about now must fit every store.
-    let floor = 1u64 << 51;
-    assert!(!raw.raise_fence(&key, stranger, floor).await.expect("raise to 2^51"), "a stranger was held");
-    let mut last = grant_above(&raw, &key, floor, "the grant after a raise to 2^51").await;
-    for floor in [i64::MAX as u64 - 1, i64::MAX as u64, u64::MAX - 1, u64::MAX] {
-        match raw.raise_fence(&key, stranger, floor).await {
+    // 4. Large floors, raised by a holder. A Redis fence of about now must fit every store.
+    let mut last = last;
+    for floor in [1u64 << 51, i64::MAX as u64 - 1, i64::MAX as u64, u64::MAX - 1, u64::MAX] {
+        let (d, _) = hold(&raw, &key, TTL, "D").await;
+        match raw.raise_fence(&key, d, floor).await {
             Ok(held) => {
-                assert!(!held, "a stranger was held");
+                assert!(held, "the holder's raise to {floor} said not held");
+                assert!(raw.release(&key, d).await.expect("release D"), "D's grant was gone at release");
                 last = grant_above(&raw, &key, floor, &format!("the grant after a raise to {floor}")).await;
                 last = grant_above(&raw, &key, last, &format!("the second grant after a raise to {floor}")).await;
             }
-            Err(Error::InvalidInput { .. }) => {
+            Err(Error::InvalidInput { .. }) if floor > 1 << 51 => {
+                assert!(raw.release(&key, d).await.expect("release D"), "D's grant was gone at release");
                 last = grant_above(&raw, &key, last, &format!("the grant after a refused floor {floor}")).await;
             }
             Err(e) => panic!("raise to {floor}: expected the floor taken or InvalidInput, got {e}"),

@@ -167,14 +167,17 @@ impl StoreState {
         held
     }
 
-    /// Raises `key`'s counter to `floor` if it is lower (never lowers it), so
-    /// the key's next fence or place is above `floor`; whether `token` holds
-    /// a lease of `key` (not a reservation). The caller keeps `floor` at most
-    /// [`MAX_FENCE_FLOOR`], so the counter never overflows.
+    /// If `token` holds a lease of `key` (not a reservation), raises `key`'s
+    /// counter to `floor` if it is lower (never lowers it), so the key's next
+    /// fence or place is above `floor`; whether it held. The caller keeps
+    /// `floor` at most [`MAX_FENCE_FLOOR`], so the counter never overflows.
     pub(crate) fn raise_fence(&mut self, key: &str, token: [u8; 16], floor: u64, now: Duration) -> bool {
         let k = self.key(key, now);
-        k.counter = k.counter.max(floor);
-        k.entries.iter().any(|e| e.token == token && e.held)
+        let held = k.entries.iter().any(|e| e.token == token && e.held);
+        if held {
+            k.counter = k.counter.max(floor);
+        }
+        held
     }
 
     /// Replaces the label of `token`'s lease of `key`.

@@ -372,13 +372,21 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         Err(crate::Error::Unsupported { store: self.name(), what: "changing a held grant's label" })
     }
 
-    /// Raises `key`'s fence floor to at least `floor`, so that every later
-    /// grant of `key` gets a fence above `floor`; never lowers it, whoever
-    /// asks (raising is harmless, so no owner check guards it). Returns
-    /// whether `token` held an unexpired grant of `key` when the raise was
-    /// applied. Declared by [`Capabilities::fence_floor`]; RedLock writes the
-    /// fence it chose back to its majority with it, so that fences stay
-    /// increasing across majorities.
+    /// If `token` holds an unexpired lease of `key` (exclusive or a held
+    /// share, not a reservation), raises `key`'s fence floor to at least
+    /// `floor`, so that every later grant of `key` gets a fence above
+    /// `floor`; never lowers it. Returns whether `token` held; a token that
+    /// holds nothing raises nothing. On SQLite, PostgreSQL and MySQL the
+    /// floor is the store's (or namespace's) one counter, shared by every
+    /// key. Declared by [`Capabilities::fence_floor`].
+    ///
+    /// RedLock writes the fence it chose back to its majority with it, so
+    /// that fences stay increasing across majorities (raising with max
+    /// makes a late write-back harmless; the owner check adds nothing
+    /// there). The fallback chain moves its mode record to a new epoch with
+    /// it, and there the owner check is what matters: a switch whose lease
+    /// on the record lapsed while its raise was in flight must not move the
+    /// epoch under mode leases granted after the lapse.
     ///
     /// # Cancel safety
     ///

@@ -33,6 +33,7 @@ pub(super) struct Statements {
     sweep_delete: String,
     renew_one: String,
     holder: String,
+    lock_fence: String,
     raise_fence: String,
     holds: String,
     leases: String,
@@ -120,10 +121,11 @@ impl Statements {
                 "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
                  WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> X'00000000000000000000000000000000'"
             ),
-            // Matches the counter row whatever its value, so it always
-            // locks it (as every grant does first): a grant in flight has
-            // committed its fence before this runs, and none starts until
-            // the raise commits. An unchanged value is not written.
+            // Locks the counter row (as every grant does first): a grant in
+            // flight has committed its fence before the holder check reads,
+            // and none starts until the raise commits.
+            lock_fence: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
+            // An unchanged value is not written.
             raise_fence: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
             // An unexpired exclusive lease (the gate's token is all zero
             // bytes, which no client draws) or a held share.
@@ -221,11 +223,12 @@ pub(super) async fn acquire(
 /// 1970, reaches 2^62 in the year 148,000).
 pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
 
-/// One short transaction: the namespace's fence counter raised to `floor`
-/// if it is lower (never lowered), so every later grant of any key of the
-/// namespace gets a fence above it; true if `token` holds an unexpired lease
-/// of `key` (exclusive or shared, not a reservation), read under the
-/// counter's lock. The caller checked `floor` against [`MAX_FENCE_FLOOR`].
+/// One short transaction: if `token` holds an unexpired lease of `key`
+/// (exclusive or shared, not a reservation; read under the counter's lock),
+/// the namespace's fence counter raised to `floor` if it is lower (never
+/// lowered), so every later grant of any key of the namespace gets a fence
+/// above it; whether it held (a token that holds nothing raises nothing).
+/// The caller checked `floor` against [`MAX_FENCE_FLOOR`].
 pub(super) async fn raise_fence(
     conn: &mut Conn,
     s: &Statements,
@@ -235,10 +238,15 @@ pub(super) async fn raise_fence(
 ) -> mysql_async::Result<bool> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
-    let held: Option<i64> = tx.exec_first(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await?;
+    // Lock the counter row first, so that no grant in flight commits between
+    // the holder check and the raise.
+    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    let held = tx.exec_first::<i64, _, _>(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
+    if held {
+        tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
+    }
     tx.commit().await?;
-    Ok(held == Some(1))
+    Ok(held)
 }
 
 /// Deletes the row of `token`; true if it owned one (not taken over).

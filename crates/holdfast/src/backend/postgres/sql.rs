@@ -212,21 +212,26 @@ impl Statements {
                      SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
                      LIMIT 16 FOR UPDATE SKIP LOCKED)"
             ),
-            // f: the namespace counter to max(value, floor), never lower; a
-            //    no-op writes nothing. A data-modifying CTE runs whether or
-            //    not the query reads it. When it writes, it waits for the
-            //    row lock of a grant in flight, which then has its fence.
-            // The holder check (the exclusive lease row, not the shares'
-            // gate token, or a held share) reads the statement's snapshot.
+            // h: the holder check (the exclusive lease row, not the shares'
+            //    gate token, or a held share), on the statement's snapshot.
+            // f: only if it held, the namespace counter to max(value,
+            //    floor), never lower; a no-op writes nothing. A
+            //    data-modifying CTE runs whether or not the query reads it.
+            //    When it writes, it waits for the row lock of a grant in
+            //    flight, which then has its fence.
             raise_fence: format!(
-                "WITH f AS (
-                     UPDATE {f} SET value = $3 WHERE id = 0 AND value < $3
+                "WITH h AS (
+                     SELECT EXISTS (SELECT 1 FROM {t}
+                                    WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
+                         OR EXISTS (SELECT 1 FROM {sh}
+                                    WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp())
+                         AS held
+                 ),
+                 f AS (
+                     UPDATE {f} SET value = $3 WHERE id = 0 AND value < $3 AND (SELECT held FROM h)
                      RETURNING 1
                  )
-                 SELECT EXISTS (SELECT 1 FROM {t}
-                                WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
-                     OR EXISTS (SELECT 1 FROM {sh}
-                                WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp())"
+                 SELECT held FROM h"
             ),
         }
     }
@@ -419,10 +424,11 @@ impl PostgresBackend {
         })
     }
 
-    /// One statement: the namespace's fence counter raised to `floor` if it
-    /// is lower (never lowered), so every later grant of any key of the
-    /// namespace gets a fence above it; true if `token` holds an unexpired
-    /// lease of `key` (exclusive or shared, not a reservation).
+    /// One statement: if `token` holds an unexpired lease of `key`
+    /// (exclusive or shared, not a reservation), the namespace's fence
+    /// counter raised to `floor` if it is lower (never lowered), so every
+    /// later grant of any key of the namespace gets a fence above it; whether
+    /// it held (a token that holds nothing raises nothing).
     pub(super) async fn raise_fence_to(&self, key: &str, token: OwnerToken, floor: u64) -> Result<bool> {
         if floor > MAX_FENCE_FLOOR {
             return Err(Error::invalid(

@@ -273,21 +273,25 @@ pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::
 /// 148,000).
 pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
 
-/// One `BEGIN IMMEDIATE` transaction: the file's fence counter raised to
-/// `floor` if it is lower (never lowered), so every later grant of any key
-/// gets a fence above `floor`; true if `token` holds an unexpired lease of
-/// `key` (exclusive or shared, not a reservation). The caller checked
-/// `floor` against [`MAX_FENCE_FLOOR`].
+/// One `BEGIN IMMEDIATE` transaction: if `token` holds an unexpired lease of
+/// `key` (exclusive or shared, not a reservation), the file's fence counter
+/// raised to `floor` if it is lower (never lowered), so every later grant of
+/// any key gets a fence above `floor`; whether it held (a token that holds
+/// nothing raises nothing). The caller checked `floor` against
+/// [`MAX_FENCE_FLOOR`].
 pub(super) fn raise_fence(conn: &mut Connection, key: &str, token: OwnerToken, floor: i64) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // value = max(value, floor), without writing the page when it is a no-op.
-    tx.prepare_cached("UPDATE holdfast_fence SET value = ?1 WHERE id = 0 AND value < ?1")?.execute(params![floor])?;
     let held: bool = tx
         .prepare_cached(
             "SELECT EXISTS (SELECT 1 FROM holdfast_grants
                              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?3)",
         )?
         .query_row(params![key, token.to_bytes(), now_ms()], |r| r.get(0))?;
+    if held {
+        // value = max(value, floor), without writing the page when it is a no-op.
+        tx.prepare_cached("UPDATE holdfast_fence SET value = ?1 WHERE id = 0 AND value < ?1")?
+            .execute(params![floor])?;
+    }
     tx.commit()?;
     Ok(held)
 }

@@ -1,6 +1,6 @@
 -- Raises a lock's fence floor. KEYS: H, S. ARGV: token, floor, fence_keep_ms.
 -- Returns 1 if the token held a live lease of the lock (the exclusive grant
--- or a held share), else 0.
+-- or a held share), else 0, and then changes nothing: only a holder raises.
 -- The lock's last fence f becomes max(f, floor), so the next fence (see
 -- next_fence) is above floor; it is never lowered. H is then kept as a last
 -- fence always is: at least fence_keep_ms past the later of now and the end
@@ -19,7 +19,7 @@ else
   local r = v and parse_share(token, v)
   if r and r.held and r.x > now then held = 1 end
 end
-if floor > s.f then
+if held == 1 and floor > s.f then
   write(h, s, now, keep, 'f', int(floor))
 end
 return held
