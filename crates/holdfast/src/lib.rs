@@ -84,6 +84,7 @@ pub mod redlock;
 mod release;
 mod rwlock;
 mod secret;
+mod segmented;
 mod semaphore;
 mod url;
 mod url_options;
@@ -105,6 +106,7 @@ pub use multi::{MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use rwlock::{ReadLock, RwLock, WriteLock};
 pub use secret::Secret;
+pub use segmented::{AllSegmentsGuard, MAX_SEGMENTS, SegmentGuard, Segmented, route as segment_route, segment_key};
 pub use semaphore::Semaphore;
 pub use url::{SCHEMES, redact_url};
 
