@@ -296,7 +296,7 @@ impl Client {
     }
 }
 
-fn default_label() -> String {
+pub(crate) fn default_label() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())

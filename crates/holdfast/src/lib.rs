@@ -71,6 +71,7 @@ pub mod entropy;
 #[cfg(not(feature = "simulation"))]
 mod entropy;
 mod error;
+pub mod fallback;
 mod guard;
 mod key;
 mod lease;

@@ -2,6 +2,8 @@
 
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(all(feature = "redis", feature = "sqlite"))]
+mod fallback;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
