@@ -34,6 +34,7 @@
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
 //! | `redlock://host:port,host:port,...` | `redlock` | [RedLock](redlock) over a majority of N Redis servers, fences written back to the majority; [`redlock::RedLock::new`] over any stores |
+//! | `layered://FAST_URL\|AUTH_URL` | (the two stores') | [layered hybrid](layered): a fast store filters contention, an authoritative one grants and fences; [`layered::Layered::new`] over any two stores |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].
@@ -74,6 +75,7 @@ mod error;
 pub mod fallback;
 mod guard;
 mod key;
+pub mod layered;
 mod lease;
 mod lock;
 mod lock_options;

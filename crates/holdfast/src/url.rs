@@ -46,6 +46,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(crate::redlock::RedLock::open_url(url).await?)),
+        "layered" => Ok(Arc::new(crate::layered::Layered::open_url(url).await?)),
         "fallback" => Ok(Arc::new(crate::fallback::Fallback::open_url(url).await?)),
         #[cfg(feature = "zookeeper")]
         "zk" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),

@@ -4,6 +4,8 @@
 mod etcd;
 #[cfg(all(feature = "redis", feature = "sqlite"))]
 mod fallback;
+#[cfg(all(feature = "redis", feature = "postgres"))]
+mod layered;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]

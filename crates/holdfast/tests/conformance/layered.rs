@@ -1,0 +1,36 @@
+//! The layered hybrid lock: a fresh Redis (the fast store, no persistence)
+//! in front of a fresh PostgreSQL (the authoritative store) per test, the
+//! whole suite through `layered://`, as users open it. The fault proxy sits
+//! in front of the authoritative store, whose answers decide every call; the
+//! fast store's faults are in `tests/layered.rs`.
+
+use std::time::Duration;
+
+use holdfast_testkit::conformance::{ProxyTarget, Store};
+use holdfast_testkit::servers::{free_port, postgres::PostgresServer, redis::RedisServer};
+
+fn start() -> Store {
+    let (fast, authoritative) = (RedisServer::start(), PostgresServer::start());
+    let auth_url = authoritative.url();
+    Store {
+        url: format!("layered://{}|{auth_url}", fast.url()),
+        // The authoritative store's: expiry on PostgreSQL's clock, a few
+        // statement round trips (the fast lease, on Redis, runs out with it).
+        expiry_slack: Duration::from_millis(200),
+        unreachable_url: format!(
+            "layered://redis://127.0.0.1:{}?timeout_ms=1000|postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
+            free_port(),
+            free_port()
+        ),
+        // The proxy rewrites PostgreSQL's address only; Redis is reached directly.
+        via_proxy: Some(ProxyTarget::loopback(
+            authoritative.port(),
+            format!("layered://{}|{auth_url}&op_timeout_ms=1000&connect_timeout=1", fast.url()),
+            Duration::from_millis(1000),
+        )),
+        in_process: None,
+        server: Box::new((fast, authoritative)),
+    }
+}
+
+holdfast_testkit::conformance_suite!(start);
