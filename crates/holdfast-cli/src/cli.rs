@@ -135,8 +135,20 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: u64,
     /// Sell without the lock, to see what it prevents (expect exit 1).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "segments")]
     pub without_lock: bool,
+    /// Split the stock evenly over N segments, each under its own lock (`KEY/seg-I`) with its own
+    /// witness; a buyer is routed to a segment by a hash of their id and falls over to the next
+    /// segment with stock when theirs is empty. `--segments 1` is the one-lock baseline.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=holdfast::MAX_SEGMENTS as i64))]
+    pub segments: Option<u32>,
+    /// Buyer tasks per worker process, each buying one item at a time.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub tasks: u32,
+    /// Simulated work per item, held under the lock (a payment call, say), in milliseconds. With 0
+    /// the critical section is a few file operations and the lock store itself is what limits.
+    #[arg(long, default_value_t = 0, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub work_ms: u64,
 }
 
 /// `holdfast run`.
@@ -206,6 +218,18 @@ pub struct DemoWorkerArgs {
     /// Sell without the lock.
     #[arg(long)]
     pub without_lock: bool,
+    /// Segments of the stock (witness subdirectories `seg-I`), if segmented.
+    #[arg(long)]
+    pub segments: Option<u32>,
+    /// Buyer tasks in this worker.
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u32,
+    /// Simulated work per item under the lock, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub work_ms: u64,
+    /// This worker's number, for its buyers' ids.
+    #[arg(long, default_value_t = 0)]
+    pub index: u32,
 }
 
 /// `holdfast bench`.

@@ -8,16 +8,27 @@
 //! records the overlap, the fences come out of order, or two workers sell the
 //! same item (oversold > 0). The demo uses only the public `holdfast::Client`
 //! API, so it runs unchanged on every store URL.
+//!
+//! With `--segments N` the stock is split evenly over N segments, each with
+//! its own lock ([`holdfast::Segmented`]) and its own witness (`seg-I`); a
+//! buyer id is routed to a segment and falls over to the next one with
+//! stock, and every witness is checked the same way.
+
+mod verdict;
+mod worker;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use holdfast_testkit::witness::{Report, Witness};
+use holdfast_testkit::witness::Witness;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::{DemoArgs, DemoWorkerArgs, ENV_BACKEND};
+pub use verdict::Verdict;
+pub use worker::worker;
+
+use crate::cli::{DemoArgs, ENV_BACKEND};
 use crate::duration;
-use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK, UNAVAILABLE};
+use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK};
 
 /// The lease TTL workers take the lock with: a worker that dies holding it
 /// holds up the others this long at most.
@@ -38,18 +49,25 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     // Fail fast, once, on a bad URL or a store that is down.
     let client = super::connect(&url, None).await?;
     let store = client.store_name();
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let key = format!("holdfast-demo/{}-{nanos}", std::process::id());
+    if let Some(n) = args.segments {
+        client.segmented(key.as_str(), n as usize)?;
+    }
     drop(client);
 
     let witness_dir = tmp.path().join("witness");
-    let witness = Witness::new(&witness_dir).map_err(io_failure)?;
-    witness.reset(args.stock as i64).map_err(io_failure)?;
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let key = format!("holdfast-demo/{}-{nanos}", std::process::id());
+    let witnesses = stock_witnesses(&witness_dir, args.stock, args.segments)?;
 
-    let how = if args.without_lock { "WITHOUT a lock".to_owned() } else { format!("under lock {key:?}") };
+    let how = match args.segments {
+        _ if args.without_lock => "WITHOUT a lock".to_owned(),
+        None => format!("under lock {key:?}"),
+        Some(n) => format!("in {n} segments under locks \"{key}/seg-0..{}\"", n - 1),
+    };
     crate::say!(
-        "holdfast demo: {} workers sell {} items {how} on {store} ({})",
+        "holdfast demo: {} workers ({} buyer tasks each) sell {} items {how} on {store} ({})",
         args.workers,
+        args.tasks,
         args.stock,
         holdfast::redact_url(&url)
     );
@@ -57,13 +75,15 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     let exe = std::env::current_exe().map_err(|e| Failure::new(INTERNAL, format!("cannot find my own binary: {e}")))?;
     let mut workers = Vec::new();
-    for _ in 0..args.workers {
-        let child = tokio::process::Command::new(&exe)
-            .arg("__demo-worker")
-            .arg("--key")
-            .arg(&key)
-            .arg("--witness")
-            .arg(&witness_dir)
+    for index in 0..args.workers {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("__demo-worker").arg("--key").arg(&key).arg("--witness").arg(&witness_dir);
+        cmd.args(["--tasks", &args.tasks.to_string(), "--work-ms", &args.work_ms.to_string()]);
+        cmd.args(["--index", &index.to_string()]);
+        if let Some(n) = args.segments {
+            cmd.args(["--segments", &n.to_string()]);
+        }
+        let child = cmd
             .args(args.without_lock.then_some("--without-lock"))
             .env(ENV_BACKEND, &url)
             .stdin(Stdio::null())
@@ -76,9 +96,8 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     }
 
     while !workers.iter().all(|w| w.is_finished()) {
-        if let Ok(left) = witness.counter() {
-            bar.set_position(args.stock.saturating_sub(left.max(0) as u64));
-        }
+        let left: i64 = witnesses.iter().filter_map(|w| w.counter().ok()).map(|c| c.max(0)).sum();
+        bar.set_position(args.stock.saturating_sub(left as u64));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = started.elapsed();
@@ -109,15 +128,24 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         return Err(f);
     }
 
-    let report = witness.report().map_err(io_failure)?;
-    let v = Verdict::new(args.stock, sold, &report);
+    let reports = witnesses.iter().map(Witness::report).collect::<Result<Vec<_>, _>>().map_err(io_failure)?;
+    let v = Verdict::segmented(args.stock, sold, &reports);
     let mark = |ok: bool| if ok { "ok" } else { "BROKEN" };
     let rate = sold as f64 / elapsed.as_secs_f64().max(1e-9);
+    if let Some(n) = args.segments {
+        let (low, high) = (args.stock / u64::from(n), args.stock.div_ceil(u64::from(n)));
+        let each = if low == high { low.to_string() } else { format!("{low} or {high}") };
+        crate::say!("segments           {n} ({each} items each; a lock and a witness each)");
+    }
+    if args.work_ms > 0 {
+        crate::say!("critical section   {} ms of simulated work per item, under the lock", args.work_ms);
+    }
     crate::say!("sold               {}", v.sold);
     crate::say!("left               {}", v.left);
-    crate::say!("oversold           {}    {} (must be 0)", v.oversold, mark(v.oversold == 0 && v.left >= 0));
+    crate::say!("oversold           {}    {} (must be 0)", v.oversold, mark(v.oversold == 0 && v.below_zero == 0));
     let inside = if v.max_inside > 1 { format!("{}+", v.max_inside) } else { v.max_inside.to_string() };
-    crate::say!("max holders inside {inside}    {} (must be 1)", mark(v.max_inside <= 1));
+    let per = if args.segments.is_some() { " per segment" } else { "" };
+    crate::say!("max holders inside {inside}    {} (must be 1{per})", mark(v.max_inside <= 1));
     crate::say!(
         "fences             {}    {} ({} grants)",
         if v.fences_increasing { "strictly increasing" } else { "NOT increasing" },
@@ -139,41 +167,23 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     }
 }
 
-/// What the demo concludes from the workers' sales and the witness.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    /// Items the workers say they sold.
-    pub sold: u64,
-    /// Stock left in the witness.
-    pub left: i64,
-    /// Sales beyond what left the stock: two workers sold the same item.
-    pub oversold: i64,
-    /// The most holders the witness saw inside at once.
-    pub max_inside: u64,
-    /// Whether fences rose strictly in entry order.
-    pub fences_increasing: bool,
-    /// Grants the witness recorded.
-    pub grants: u64,
-}
-
-impl Verdict {
-    /// Judges a run that started with `stock` items.
-    pub fn new(stock: u64, sold: u64, report: &Report) -> Self {
-        let taken = stock as i64 - report.counter;
-        Verdict {
-            sold,
-            left: report.counter,
-            oversold: sold as i64 - taken,
-            max_inside: report.max_inside,
-            fences_increasing: report.fences_increasing,
-            grants: report.entries,
-        }
-    }
-
-    /// Whether every invariant held.
-    pub fn ok(&self) -> bool {
-        self.oversold == 0 && self.left >= 0 && self.max_inside <= 1 && self.fences_increasing
-    }
+/// The witnesses holding the stock: one in `dir`, or with `segments` one
+/// per segment in `dir/seg-I`, the stock split evenly (the first
+/// `stock % n` segments one more).
+fn stock_witnesses(dir: &std::path::Path, stock: u64, segments: Option<u32>) -> Result<Vec<Witness>, Failure> {
+    let Some(n) = segments else {
+        let witness = Witness::new(dir).map_err(io_failure)?;
+        witness.reset(stock as i64).map_err(io_failure)?;
+        return Ok(vec![witness]);
+    };
+    (0..n)
+        .map(|i| {
+            let witness = worker::segment_witness(dir, i)?;
+            let share = stock / u64::from(n) + u64::from(u64::from(i) < stock % u64::from(n));
+            witness.reset(share as i64).map_err(io_failure)?;
+            Ok(witness)
+        })
+        .collect()
 }
 
 fn progress_bar(len: u64) -> ProgressBar {
@@ -199,84 +209,9 @@ fn parse_worker_line(stdout: &str) -> Option<(u64, u64)> {
     }
 }
 
-/// One worker: buys items until the stock is gone, then prints `sold N lost L`.
-pub async fn worker(args: DemoWorkerArgs) -> Result<u8, Failure> {
-    let url = args.backend.backend.clone().ok_or_else(|| Failure::usage(format!("{ENV_BACKEND} is not set")))?;
-    let client = super::connect(&url, None).await?;
-    let witness = Witness::new(&args.witness).map_err(io_failure)?;
-    let mutex = client.mutex(args.key.as_str()).ttl(WORKER_TTL);
-    let (mut sold, mut lost) = (0u64, 0u64);
-    if args.without_lock {
-        // No lock, so no fence either: every entry records fence 0.
-        while !buy(&witness, 0, &mut sold)? {}
-        crate::say!("sold {sold} lost 0");
-        return Ok(OK);
-    }
-    loop {
-        let guard = mutex.acquire_timeout(WORKER_WAIT).await.map_err(|e| match e {
-            holdfast::Error::Timeout { .. } => {
-                Failure::new(UNAVAILABLE, format!("no turn at the lock in {WORKER_WAIT:?}"))
-            }
-            e => e.into(),
-        })?;
-        let sold_out = buy(&witness, guard.fence(), &mut sold)?;
-        match guard.release().await {
-            Ok(()) => {}
-            Err(holdfast::Error::Lost { .. }) => lost += 1,
-            Err(e) => return Err(e.into()),
-        }
-        if sold_out {
-            break;
-        }
-    }
-    crate::say!("sold {sold} lost {lost}");
-    Ok(OK)
-}
-
-/// Reads the stock. Only without the lock can a read meet another worker's
-/// half-done write (an empty file); it then reads again.
-fn read_counter(witness: &Witness) -> Result<i64, Failure> {
-    let mut tries = 0;
-    loop {
-        match witness.counter() {
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData && tries < 1000 => tries += 1,
-            other => return other.map_err(io_failure),
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
-/// Inside the lock: one purchase if any stock is left. Returns whether it was sold out.
-fn buy(witness: &Witness, fence: u64, sold: &mut u64) -> Result<bool, Failure> {
-    let inside = witness.enter(fence).map_err(io_failure)?;
-    let left = read_counter(witness)?;
-    if left > 0 {
-        witness.set_counter(left - 1).map_err(io_failure)?;
-        *sold += 1;
-    }
-    witness.exit(inside).map_err(io_failure)?;
-    Ok(left <= 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn report(counter: i64, max_inside: u64, fences_increasing: bool) -> Report {
-        Report { entries: 10, overlaps: max_inside.saturating_sub(1), max_inside, fences_increasing, counter }
-    }
-
-    #[test]
-    fn verdict_catches_each_broken_invariant() {
-        assert!(Verdict::new(10, 10, &report(0, 1, true)).ok());
-        let oversold = Verdict::new(10, 11, &report(0, 1, true));
-        assert_eq!(oversold.oversold, 1);
-        assert!(!oversold.ok());
-        assert!(!Verdict::new(10, 10, &report(0, 2, true)).ok());
-        assert!(!Verdict::new(10, 10, &report(0, 1, false)).ok());
-        assert!(!Verdict::new(10, 11, &report(-1, 1, true)).ok());
-    }
-
     #[test]
     fn worker_lines_parse() {
         assert_eq!(parse_worker_line("sold 12 lost 0\n"), Some((12, 0)));
