@@ -56,6 +56,11 @@ pub struct RunConfig {
     /// grants recorded under store id `stores`), instead of on one store
     /// at a time.
     pub redlock: bool,
+    /// Each client locks through one fallback chain over all the stores in
+    /// order (the last is the arbiter; grants recorded under store id
+    /// `stores`), with a mode lease of two TTLs, so that partitions make
+    /// clients disagree about which store is down and switch.
+    pub fallback: bool,
 }
 
 impl Default for RunConfig {
@@ -75,6 +80,7 @@ impl Default for RunConfig {
             restart_down_for: None,
             cleanup_within: None,
             redlock: false,
+            fallback: false,
         }
     }
 }
@@ -167,7 +173,7 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
         for (s, store) in stores.iter().enumerate() {
             let (backend, link) = store.connect(rng.random(), faults.clone());
             links.push(link);
-            if config.redlock {
+            if config.redlock || config.fallback {
                 members.push(backend);
             } else {
                 clients.push((s as u32, Client::with_backend(backend, opts.clone())));
@@ -176,6 +182,13 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
         if config.redlock {
             let redlock = holdfast::redlock::RedLock::new(members).expect("simulated stores raise fences");
             clients.push((config.stores, Client::with_backend(Arc::new(redlock), opts)));
+        } else if config.fallback {
+            let chain = holdfast::fallback::Fallback::new(members)
+                .and_then(|c| c.with_mode_ttl(config.ttl * 2))
+                .expect("simulated stores can arbitrate")
+                .with_switch_after(config.ttl / 4)
+                .with_fail_back_after(Some(config.ttl * 4));
+            clients.push((config.stores, Client::with_backend(Arc::new(chain), opts)));
         }
         let worker = Worker {
             id: c,

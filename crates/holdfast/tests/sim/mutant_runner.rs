@@ -72,8 +72,9 @@ fn config(name: &str) -> RunConfig {
             ..RunConfig::long_leases()
         },
         "redlock" => RunConfig { redlock: true, ..RunConfig::default() },
+        "fallback" => RunConfig { fallback: true, ..RunConfig::default() },
         other => {
-            eprintln!("mutant-runner: unknown config {other:?} (default, long, cleanup, redlock)");
+            eprintln!("mutant-runner: unknown config {other:?} (default, long, cleanup, redlock, fallback)");
             std::process::exit(2);
         }
     }

@@ -3,8 +3,9 @@
 //! and shows that seeded fault runs find it within 1,000 seeds: the
 //! cancelled cleanup found in review, a renewer that ignores a failed
 //! renewal, a deadline counted from the reply instead of the request, no
-//! drift margin, and RedLock without its fence write-back or counting
-//! itself granted before the write-back landed (the model's variants).
+//! drift margin, RedLock without its fence write-back or counting itself
+//! granted before the write-back landed, and a fallback chain whose new
+//! epoch is usable at once (the models' variants).
 //!
 //! # Why source patches
 //!
@@ -58,7 +59,7 @@ const SEEDS: u64 = 1000;
 const SAFETY: &[&str] = &["exclusion", "fencing", "stale write", "lost first"];
 
 /// The runner's configs the mutations use (`unmutated_copy_is_clean` runs each).
-const CONFIGS: &[&str] = &["default", "cleanup", "redlock"];
+const CONFIGS: &[&str] = &["default", "cleanup", "redlock", "fallback"];
 
 /// The crates copied into the mutant's workspace, from the repository root.
 const COPIED: &[&str] = &["crates/holdfast", "crates/holdfast-testkit"];
@@ -454,4 +455,21 @@ fn unmutated_copy_is_clean() {
     for (config, f) in CONFIGS.iter().zip(found) {
         assert!(f.is_none(), "the unmutated copy failed with the `{config}` config: {f:?}");
     }
+}
+
+/// The fallback chain with a new epoch usable at once (the model's
+/// `EpochWithoutWait`): the switch takes the mode record as one more shared
+/// lease instead of as a writer, so it raises the epoch while clients still
+/// hold mode leases of the old one, and a client of the new epoch grants
+/// from the new store while a holder of the old epoch still believes.
+#[test]
+fn fallback_epoch_usable_at_once() {
+    catch(&Mutation {
+        name: "fallback chain: new epoch usable at once",
+        file: "crates/holdfast/src/fallback/mode.rs",
+        original: "            .with_mode(LeaseMode::Writer)",
+        mutated: "            .with_mode(LeaseMode::Shared { weight: 1, limit: UNLIMITED }) // MUTANT: no wait",
+        config: "fallback",
+        expect: SAFETY,
+    });
 }

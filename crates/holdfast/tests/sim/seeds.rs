@@ -124,15 +124,38 @@ fn redlock_seeds() {
     assert_clean("redlock_seeds", &s);
 }
 
+/// The fallback chain over the three stores (the last the arbiter): every
+/// client locks through the chain while partitions make clients disagree
+/// about which store is down, so they switch (and fail back) under load.
+#[test]
+fn fallback_seeds() {
+    let config = RunConfig { fallback: true, ..RunConfig::default() };
+    let s = sweep(&config, 3_000_000..3_000_000 + seeds(2000) / 8);
+    assert_clean("fallback_seeds", &s);
+    // Not vacuous: the runs switch. Count grants by the epoch in their fence.
+    let mut by_epoch = std::collections::BTreeMap::<u64, u64>::new();
+    for seed in 3_000_000..3_000_020 {
+        for e in run_seed(seed, &config).events {
+            if let Event::Granted { fence, .. } = e {
+                *by_epoch.entry(fence >> 52).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("fallback_seeds: grants by epoch over 20 seeds: {by_epoch:?}");
+    assert!(by_epoch.keys().any(|e| *e >= 2), "no run switched twice: {by_epoch:?}");
+}
+
 /// Replays one seed and prints its history and verdict:
 /// `SEED=17 cargo test -p holdfast --test sim replay -- --ignored --nocapture`
-/// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's).
+/// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's,
+/// `FALLBACK=1` for the fallback chain's).
 #[test]
 #[ignore = "a tool: replays the seed in SEED"]
 fn replay() {
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).expect("SEED=<n>");
     let mut config = if std::env::var_os("LONG").is_some() { RunConfig::long_leases() } else { RunConfig::default() };
     config.redlock = std::env::var_os("REDLOCK").is_some();
+    config.fallback = std::env::var_os("FALLBACK").is_some();
     let out = run_seed(seed, &config);
     for e in &out.events {
         println!("{e:?}");
