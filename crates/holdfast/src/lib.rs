@@ -35,6 +35,7 @@
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
 //! | `redlock://host:port,host:port,...` | `redlock` | [RedLock](redlock) over a majority of N Redis servers, fences written back to the majority; [`redlock::RedLock::new`] over any stores |
 //! | `layered://FAST_URL\|AUTH_URL` | (the two stores') | [layered hybrid](layered): a fast store filters contention, an authoritative one grants and fences; [`layered::Layered::new`] over any two stores |
+//! | `fallback://URL\|URL\|...\|ARBITER_URL` | (its stores') | [fallback chain](fallback): one store grants at a time, the next when it keeps failing, switches arbitrated by the last store; never two holders; [`fallback::Fallback::new`] over any stores |
 //!
 //! The URL scheme picks the store in one place; a scheme whose feature is off
 //! is [`Error::FeatureDisabled`].

@@ -105,7 +105,13 @@ impl Fallback {
 
     /// Waits on store `store` under `lease`, taking fresh mode leases as
     /// they come due, until the store answers or the record moves away.
-    pub(super) async fn wait_on(&self, store: usize, req: &AcquireRequest, mut lease: ModeLease, need: Duration) -> Waited {
+    pub(super) async fn wait_on(
+        &self,
+        store: usize,
+        req: &AcquireRequest,
+        mut lease: ModeLease,
+        need: Duration,
+    ) -> Waited {
         let acquire = self.stores[store].acquire(req);
         tokio::pin!(acquire);
         loop {
