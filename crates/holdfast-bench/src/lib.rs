@@ -35,6 +35,10 @@
 //!   acquisitions/s, library calls, store requests and server commands per
 //!   acquisition, tasks that never acquired, longest wait, busiest/least busy
 //!   task, and how often the releasing task takes the key again.
+//! - [`run_layered`] (the `layered` example): N clients on one key over an
+//!   authoritative store alone and behind a fast store
+//!   (`layered://FAST|AUTH`): acquisitions/s, acquire latency, calls to
+//!   the authoritative store and its server's own count per acquisition.
 //!
 //! ## Metrics
 //!
@@ -64,6 +68,8 @@ mod counter;
 pub mod floor;
 pub mod held;
 pub mod hot;
+mod layered;
+mod layered_counter;
 mod locker;
 mod machine;
 mod report;
@@ -82,6 +88,7 @@ pub use counter::{CommandCounter, CommandCounts, CountingBackend, RenewPeaks, co
 pub use floor::{Floor, floor_for};
 pub use held::{HeldOptions, HeldResult, run_held};
 pub use hot::{HotOptions, HotResult, WorkerCommand, run_hot, serve_hot_worker};
+pub use layered::{LayeredOptions, LayeredResult, LayeredSubject, run_layered};
 pub use locker::{ACQUIRE_LIMIT, FloorGuard, FloorLocker, HoldfastGuard, HoldfastLocker, Locker, Role};
 pub use machine::Machine;
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
