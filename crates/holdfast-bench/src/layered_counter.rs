@@ -2,7 +2,7 @@
 //! [`run_layered`](crate::run_layered): PostgreSQL's transactions, ZooKeeper's
 //! packets received.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use holdfast::{Error, Result};
 
@@ -91,7 +91,7 @@ impl ServerCounter {
         match self {
             #[cfg(feature = "postgres")]
             ServerCounter::Postgres(client) => {
-                let deadline = Instant::now() + Duration::from_secs(20);
+                let deadline = std::time::Instant::now() + Duration::from_secs(20);
                 loop {
                     let row = client
                         .query_one(
@@ -105,7 +105,7 @@ impl ServerCounter {
                     if row.try_get::<_, i64>(0).map_err(bench_error)? == 0 {
                         return Ok(());
                     }
-                    if Instant::now() >= deadline {
+                    if std::time::Instant::now() >= deadline {
                         return Err(bench_error("the bench's PostgreSQL clients did not disconnect within 20 s"));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
