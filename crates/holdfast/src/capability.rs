@@ -60,6 +60,19 @@ pub struct Capabilities {
     pub fence_floor: bool,
 }
 
+impl FenceDurability {
+    /// The weakest of `all` (what a composite over those stores can promise);
+    /// `Durable` for none.
+    pub fn weakest(all: impl IntoIterator<Item = FenceDurability>) -> FenceDurability {
+        let rank = |d: &FenceDurability| match d {
+            FenceDurability::Durable => 0,
+            FenceDurability::ProcessCrash => 1,
+            FenceDurability::Volatile => 2,
+        };
+        all.into_iter().max_by_key(rank).unwrap_or(FenceDurability::Durable)
+    }
+}
+
 impl Capabilities {
     /// The least a store can declare: not fair, waiting by polling, volatile fences.
     pub const fn minimal() -> Self {

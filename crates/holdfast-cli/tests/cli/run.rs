@@ -248,14 +248,14 @@ fn runs_under_a_fallback_chain_url() {
     // The chain's default 10 s mode lease: a lease is believed at most 5 s
     // ahead, so `--kill-after` plus the margin must stay under about 3 s.
     let env = Env::new();
-    let url = format!(
-        "fallback://sqlite://{}|sqlite://{}",
-        env.path("first.db").display(),
-        env.path("arbiter.db").display()
-    );
+    let url =
+        format!("fallback://sqlite://{}|sqlite://{}", env.path("first.db").display(), env.path("arbiter.db").display());
     let mut fences = Vec::new();
     for _ in 0..2 {
-        let out = env.run_on(&url, "jobs/chained", &["--kill-after", "2s"], &["sh", "-c", "sleep 4; echo $HOLDFAST_FENCE"]).output().unwrap();
+        let out = env
+            .run_on(&url, "jobs/chained", &["--kill-after", "2s"], &["sh", "-c", "sleep 4; echo $HOLDFAST_FENCE"])
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&out.stderr));
         fences.push(String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().expect("a fence"));
     }

@@ -264,13 +264,7 @@ impl Backend for Fallback {
         caps.counts_waiters = all.iter().all(|c| c.counts_waiters);
         caps.session_bound = all.iter().any(|c| c.session_bound);
         caps.shared_leases = all.iter().all(|c| c.shared_leases);
-        caps.fence_durability = if all.iter().all(|c| c.fence_durability == FenceDurability::Durable) {
-            FenceDurability::Durable
-        } else if all.iter().all(|c| c.fence_durability != FenceDurability::Volatile) {
-            FenceDurability::ProcessCrash
-        } else {
-            FenceDurability::Volatile
-        };
+        caps.fence_durability = FenceDurability::weakest(all.iter().map(|c| c.fence_durability));
         caps.renew_slice = all.iter().filter_map(|c| c.renew_slice).min().or(Some(256));
         caps
     }

@@ -198,13 +198,7 @@ impl Backend for RedLock {
         let all: Vec<Capabilities> = self.members.stores.iter().map(|m| m.capabilities()).collect();
         let mut caps = Capabilities::minimal();
         caps.store_notification = all.iter().all(|c| c.store_notification);
-        caps.fence_durability = if all.iter().all(|c| c.fence_durability == FenceDurability::Durable) {
-            FenceDurability::Durable
-        } else if all.iter().all(|c| c.fence_durability != FenceDurability::Volatile) {
-            FenceDurability::ProcessCrash
-        } else {
-            FenceDurability::Volatile
-        };
+        caps.fence_durability = FenceDurability::weakest(all.iter().map(|c| c.fence_durability));
         caps.renew_slice = all.iter().filter_map(|c| c.renew_slice).min().or(Some(256));
         caps
     }
