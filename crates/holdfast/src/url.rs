@@ -10,6 +10,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("sqlite", "sqlite"),
     ("redis", "redis"),
     ("rediss", "redis"),
+    ("redis+sentinel", "redis"),
     ("etcd", "etcd"),
     ("etcds", "etcd"),
     ("zk", "zookeeper"),
@@ -41,7 +42,9 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(crate::backend::postgres::PostgresBackend::open_url(url).await?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?)),
+        "redis" | "rediss" | "redis+sentinel" => {
+            Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?))
+        }
         #[cfg(feature = "mysql")]
         "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
         #[cfg(feature = "redlock")]
@@ -172,6 +175,11 @@ mod tests {
             ("postgres://u:p@h/db?x=1", "postgres://u:***@h/db?x=1"),
             ("postgres://u@h/db", "postgres://u@h/db"),
             ("etcd://u:p%40ss@h1:2379,h2:2379", "etcd://u:***@h1:2379,h2:2379"),
+            (
+                "redis+sentinel://:s3cret@s1:26379,s2:26379,s3:26379/mymaster/0?replicas=1",
+                "redis+sentinel://:***@s1:26379,s2:26379,s3:26379/mymaster/0?replicas=1",
+            ),
+            ("redis+sentinel://u:a/b@s3cret@s1,s2/m", "redis+sentinel://u:***@s1,s2/m"),
             // Unencoded `/`, `@` and `:` in a password (base64 passwords have `/`).
             ("redis://u:ab/c@d:e@h:1/0", "redis://u:***@h:1/0"),
             ("u:s3cret@h:6379", "u:***@h:6379"),

@@ -5,12 +5,17 @@
 //! ([`RedisServer::start_durable`]: `appendonly yes`, `appendfsync always`)
 //! comes back with its data and a volatile one ([`RedisServer::start`]:
 //! no RDB, no AOF) comes back empty.
+//!
+//! [`RedisSentinel`] starts a master, a replica and three sentinels.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use super::{ServerProcess, free_port, port_open, require_binary, wait_until};
+
+pub mod sentinel;
+pub use sentinel::RedisSentinel;
 
 /// A running (or killed, until restarted) redis-server.
 #[derive(Debug)]

@@ -14,6 +14,8 @@ mod postgres;
 mod redis;
 #[cfg(feature = "redis")]
 mod redis_fair;
+#[cfg(feature = "redis")]
+mod redis_sentinel;
 #[cfg(feature = "redlock")]
 mod redlock;
 mod sim;

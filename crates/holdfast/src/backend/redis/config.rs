@@ -1,4 +1,4 @@
-//! `redis://` and `rediss://` URL parsing.
+//! `redis://`, `rediss://` and `redis+sentinel://` URL parsing.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,6 +9,8 @@ use crate::error::{Error, Result};
 use crate::url::redact_url;
 use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
+
+use super::sentinel::{self, SentinelSettings};
 
 /// Settings of the Redis store, from its URL.
 ///
@@ -45,6 +47,14 @@ pub struct RedisConfig {
     pub poll: PollBounds,
     /// Leases per renewal script call (`renew_batch`, default 1000).
     pub renew_batch: usize,
+    /// Replicas that must acknowledge a grant or a renewal (`WAIT`) before it
+    /// counts (`replicas`, default 0: no `WAIT`).
+    pub replicas: u32,
+    /// How long `WAIT` waits for them (`replicas_timeout_ms`, default half of
+    /// `timeout_ms`, at most 1000; below `timeout_ms`).
+    pub replicas_timeout: Duration,
+    /// The sentinels and the master name, for `redis+sentinel://`.
+    pub(super) sentinel: Option<SentinelSettings>,
 }
 
 impl fmt::Debug for RedisConfig {
@@ -61,6 +71,9 @@ impl fmt::Debug for RedisConfig {
             .field("fence_keep", &self.fence_keep)
             .field("poll", &self.poll)
             .field("renew_batch", &self.renew_batch)
+            .field("replicas", &self.replicas)
+            .field("replicas_timeout", &self.replicas_timeout)
+            .field("sentinel", &self.sentinel)
             .finish()
     }
 }
@@ -77,6 +90,9 @@ pub(crate) const OPTIONS: &[Opt] = &[
     Opt::new("poll_min_ms"),
     Opt::new("poll_max_ms"),
     Opt::new("renew_batch"),
+    Opt::new("replicas"),
+    Opt::new("replicas_timeout_ms"),
+    Opt::new("sentinel_auth"),
 ];
 
 /// Every duration option: 1 ms to a day.
@@ -85,8 +101,24 @@ const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 impl RedisConfig {
     /// Parses `redis://[user:pass@]host[:port][/db][?options]` or `rediss://...`.
     /// The options are in the "URL options" table of the store's docs.
+    ///
+    /// `redis+sentinel://[user:password@]host[:port],host[:port]/MASTER_NAME[/db][?options]`
+    /// names the sentinels (port 26379 when left out) and the master name
+    /// they monitor; the user and password log in to the master.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::invalid("url", reason);
+        if sentinel::strip_scheme(url).is_some() {
+            let (main, query) = url.split_once('?').unwrap_or((url, ""));
+            let main = main.split_once('#').map_or(main, |(m, _)| m);
+            let mut settings = sentinel::parse(main)?;
+            let opts = UrlOptions::parse("redis", query, OPTIONS)?;
+            if opts.str("ca_file").is_some() {
+                return Err(bad("redis+sentinel:// does not support TLS yet, so ca_file has no use".into()));
+            }
+            settings.auth_sentinels =
+                opts.choice("sentinel_auth", &[("none", false), ("same", true)])?.unwrap_or(false);
+            return Self::with_options(Secret::new(main), false, Some(settings), &opts);
+        }
         let mut parsed = url::Url::parse(url).map_err(|e| bad(format!("{}: {e}", redact_url(url))))?;
         let tls = match parsed.scheme() {
             "redis" => false,
@@ -111,6 +143,20 @@ impl RedisConfig {
         let opts = UrlOptions::parse("redis", parsed.query().unwrap_or(""), OPTIONS)?;
         parsed.set_query(None);
         parsed.set_fragment(None);
+        if opts.str("sentinel_auth").is_some() {
+            return Err(bad("sentinel_auth needs a redis+sentinel:// URL".into()));
+        }
+        Self::with_options(Secret::new(parsed.to_string()), tls, None, &opts)
+    }
+
+    /// The config of `server_url` with the options `opts`.
+    fn with_options(
+        server_url: Secret,
+        tls: bool,
+        sentinel: Option<SentinelSettings>,
+        opts: &UrlOptions,
+    ) -> Result<Self> {
+        let bad = |reason: String| Error::invalid("url", reason);
         let prefix = match opts.str("namespace") {
             None => "holdfast".to_owned(),
             Some(v) if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control() || "{}".contains(c)) => {
@@ -131,8 +177,20 @@ impl RedisConfig {
         if ca_file.is_some() && !tls {
             return Err(bad("ca_file needs a rediss:// URL".into()));
         }
+        let replicas = opts.number("replicas", 0..=1000)?.unwrap_or(0);
+        let replicas_timeout = match opts.duration_ms("replicas_timeout_ms", MS)? {
+            Some(t) if t >= timeout => {
+                return Err(bad(format!(
+                    "replicas_timeout_ms ({}) must be below timeout_ms ({})",
+                    t.as_millis(),
+                    timeout.as_millis()
+                )));
+            }
+            Some(t) => t,
+            None => (timeout / 2).min(Duration::from_secs(1)),
+        };
         Ok(RedisConfig {
-            server_url: Secret::new(parsed.to_string()),
+            server_url,
             tls,
             ca_file,
             timeout,
@@ -145,6 +203,9 @@ impl RedisConfig {
             fence_keep: opts.duration_ms("fence_keep_ms", MS)?.unwrap_or(Duration::from_secs(600)),
             poll,
             renew_batch: opts.number("renew_batch", 1..=100_000)?.unwrap_or(1000),
+            replicas,
+            replicas_timeout,
+            sentinel,
         })
     }
 }
@@ -200,6 +261,8 @@ mod tests {
             ("poll_min_ms=20", "poll_min_ms=20"),
             ("poll_max_ms=200", "poll_max_ms=200"),
             ("renew_batch=10", "renew_batch=10"),
+            ("replicas=1", "replicas=1"),
+            ("replicas_timeout_ms=300", "replicas_timeout_ms=300"),
         ] {
             let old = RedisConfig::from_url(&format!("rediss://h?{old}")).unwrap();
             assert_eq!(old, RedisConfig::from_url(&format!("rediss://h?{common}")).unwrap(), "{common}");
@@ -207,6 +270,35 @@ mod tests {
         }
         let err = RedisConfig::from_url("redis://h?root=/x").unwrap_err().to_string();
         assert!(err.contains("\"root\"") && err.contains("namespace (or prefix)"), "{err}");
+    }
+
+    #[test]
+    fn sentinel_urls_and_replica_options() {
+        let c = RedisConfig::from_url(
+            "redis+sentinel://:topsecret@127.0.0.1:26379,127.0.0.1:26380/mymaster/1?replicas=1&replicas_timeout_ms=200&sentinel_auth=same",
+        )
+        .unwrap();
+        let s = c.sentinel.as_ref().unwrap();
+        assert_eq!(s.sentinels.len(), 2);
+        assert_eq!((s.master_name.as_str(), s.db, s.auth_sentinels), ("mymaster", 1, true));
+        assert_eq!((c.replicas, c.replicas_timeout), (1, Duration::from_millis(200)));
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("topsecret"), "{dbg}");
+        let d = RedisConfig::from_url("redis+sentinel://h/m?timeout_ms=600").unwrap();
+        assert_eq!(
+            (d.replicas, d.replicas_timeout, d.sentinel.unwrap().auth_sentinels),
+            (0, Duration::from_millis(300), false)
+        );
+        for bad in [
+            "redis+sentinel://h/m?ca_file=/x",
+            "redis+sentinel://h/m?sentinel_auth=maybe",
+            "redis+sentinel://h/m?replicas=-1",
+            "redis+sentinel://h/m?replicas_timeout_ms=5000",
+            "redis://h?sentinel_auth=same",
+            "redis+sentinel://h",
+        ] {
+            assert!(matches!(RedisConfig::from_url(bad), Err(Error::InvalidInput { .. })), "{bad}");
+        }
     }
 
     #[test]

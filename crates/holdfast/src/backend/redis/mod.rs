@@ -5,8 +5,11 @@
 mod config;
 #[cfg(test)]
 mod keys_props;
+mod link;
 mod lua;
 mod pubsub;
+mod replicas;
+mod sentinel;
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rand::Rng;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, ScriptInvocation};
+use redis::{FromRedisValue, ScriptInvocation};
 
 pub use config::RedisConfig;
 
@@ -26,12 +28,13 @@ use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt};
+use link::Link;
 use lua::Scripts;
 use pubsub::Notifier;
 
 const STORE: &str = "redis";
 
-/// The Redis store (`redis://`, `rediss://`).
+/// The Redis store (`redis://`, `rediss://`, `redis+sentinel://`).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -39,11 +42,11 @@ pub struct RedisBackend {
 
 struct Inner {
     config: RedisConfig,
-    conn: ConnectionManager,
+    conn: Link,
     /// Renewal's own connection: a renewal never queues behind the
     /// acquires and releases pipelined on `conn`, so load on the client
     /// cannot delay it into a lost lease.
-    renew_conn: ConnectionManager,
+    renew_conn: Link,
     scripts: Scripts,
     notifier: Arc<Notifier>,
     client_id: String,
@@ -104,7 +107,8 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` or `rediss://` URL names.
+    /// Connects to the server a `redis://` or `rediss://` URL names, or to
+    /// the master the sentinels of a `redis+sentinel://` URL name.
     ///
     /// # Cancel safety
     ///
@@ -122,53 +126,11 @@ impl RedisBackend {
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
-        let info =
-            config.server_url.expose().into_connection_info().map_err(|e| {
-                Error::invalid("url", format!("{}: {e}", crate::redact_url(config.server_url.expose())))
-            })?;
-        let push_settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let push_info = info.clone().set_redis_settings(push_settings);
-        let make_client = |info: redis::ConnectionInfo| -> Result<redis::Client> {
-            match &config.ca_file {
-                Some(path) => {
-                    let pem = std::fs::read(path)
-                        .map_err(|e| Error::invalid("url", format!("cannot read ca_file {}: {e}", path.display())))?;
-                    redis::Client::build_with_tls(
-                        info,
-                        redis::TlsCertificates { client_tls: None, root_cert: Some(pem) },
-                    )
-                    .map_err(map_err)
-                }
-                None => redis::Client::open(info).map_err(map_err),
-            }
-        };
-        let base = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_millis(500));
-
         let client_id = format!("{:016x}", rand::rng().random::<u64>());
         let (notifier, handler, pending) =
             Notifier::new(format!("{}:w:", config.prefix), format!("{}:c:{client_id}", config.prefix));
-
-        let limit = config.connect_timeout + config.timeout;
-        let cmd_client = make_client(info.clone())?;
-        let conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(cmd_client, base.clone()))
-            .await
-            .map_err(|_| timed_out("connecting", limit))?
-            .map_err(map_err)?;
-        let renew_client = make_client(info)?;
-        let renew_conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(renew_client, base.clone()))
-            .await
-            .map_err(|_| timed_out("connecting the renewal connection", limit))?
-            .map_err(map_err)?;
-        let push_client = make_client(push_info)?;
-        let push_config = base.set_push_sender(handler).set_automatic_resubscription();
-        let push_conn = tokio::time::timeout(limit, ConnectionManager::new_with_config(push_client, push_config))
-            .await
-            .map_err(|_| timed_out("connecting the pub/sub connection", limit))?
-            .map_err(map_err)?;
+        // Connection setup (and following a Sentinel master) lives in link.rs.
+        let link::Links { conn, renew_conn, push_conn } = link::open(&config, handler).await?;
         pending.spawn(push_conn, config.timeout);
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
@@ -201,7 +163,7 @@ impl RedisBackend {
     }
 
     /// [`invoke`](Self::invoke) on a given connection.
-    async fn invoke_on<T: FromRedisValue>(&self, conn: &ConnectionManager, inv: &ScriptInvocation<'_>) -> Result<T> {
+    async fn invoke_on<T: FromRedisValue>(&self, conn: &Link, inv: &ScriptInvocation<'_>) -> Result<T> {
         let mut conn = conn.clone();
         let limit = self.inner.config.timeout;
         let deadline = tokio::time::Instant::now() + limit;
@@ -230,7 +192,11 @@ impl RedisBackend {
         }
         inv.arg(ms(self.inner.config.fence_keep));
         let started = Instant::now();
+        let generation = self.inner.conn.generation();
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
+        if granted == 1 {
+            self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+        }
         Ok(if granted == 1 {
             Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))
         } else {
@@ -247,7 +213,11 @@ impl RedisBackend {
         inv.key(s).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label).arg(ms(self.inner.config.fence_keep));
         inv.arg(mode).arg(weight).arg(limit).arg(u8::from(reserve));
         let started = Instant::now();
+        let generation = self.inner.conn.generation();
         let (outcome, value): (i64, i64) = self.invoke(&inv).await?;
+        if outcome == 1 {
+            self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+        }
         match outcome {
             1 => Ok(Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))),
             2 => Err(Error::Conflict {
@@ -307,7 +277,7 @@ impl RedisBackend {
 
 /// Fences survive a crash of the server only with `appendonly yes` and
 /// `appendfsync always`; anything else (or a server that hides CONFIG) is volatile.
-async fn detect_durability(conn: &mut ConnectionManager, limit: Duration) -> FenceDurability {
+async fn detect_durability(conn: &mut Link, limit: Duration) -> FenceDurability {
     let query = async {
         let aof: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("appendonly").query_async(conn).await?;
         let fsync: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("appendfsync").query_async(conn).await?;
@@ -390,7 +360,9 @@ impl Backend for RedisBackend {
                 let [h, _, _, s] = lock_keys(prefix, &lease.key);
                 inv.key(h).key(s).arg(lease.token.to_hex()).arg(ms(lease.ttl));
             }
+            let generation = self.inner.renew_conn.generation();
             let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
+            self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
             if held.len() != chunk.len() {
                 return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
             }

@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
 
+use super::link::Link;
 use crate::wait::{KeyWaiters, LocalWakeups};
 
 enum Request {
@@ -212,7 +212,7 @@ pub(super) struct Pending {
 
 impl Pending {
     /// Runs the subscription task on `conn` until the notifier is dropped.
-    pub(super) fn spawn(self, conn: ConnectionManager, timeout: Duration) {
+    pub(super) fn spawn(self, conn: Link, timeout: Duration) {
         tokio::spawn(run(self, conn, timeout));
     }
 }
@@ -220,9 +220,27 @@ impl Pending {
 /// How long a lock channel nobody waits on stays subscribed.
 const IDLE_UNSUBSCRIBE: Duration = Duration::from_secs(1);
 
-async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
+/// After the connection moved to another master (Sentinel), subscribes
+/// there again to every channel subscribed before; a channel that fails is
+/// dropped from `subscribed`, and its waiters poll.
+async fn follow_master(conn: &mut Link, seen: &mut u64, subscribed: &mut HashSet<String>, timeout: Duration) {
+    let now = conn.generation();
+    if now == *seen {
+        return;
+    }
+    *seen = now;
+    let channels: Vec<String> = subscribed.drain().collect();
+    for channel in channels {
+        if let Ok(Ok(())) = tokio::time::timeout(timeout, conn.subscribe(&channel)).await {
+            subscribed.insert(channel);
+        }
+    }
+}
+
+async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
     let Pending { mut rx, counts } = pending;
     let mut subscribed: HashSet<String> = HashSet::new();
+    let mut generation = conn.generation();
     let mut idle: HashMap<String, tokio::time::Instant> = HashMap::new();
     // While anything is subscribed, a PING a second keeps the connection
     // checked: the manager reconnects (and resubscribes) on a failure even if
@@ -250,6 +268,7 @@ async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
                         _ => tracing::debug!(%channel, "unsubscribe failed; a stray message only costs a retry"),
                     }
                 }
+                follow_master(&mut conn, &mut generation, &mut subscribed, timeout).await;
                 if !subscribed.is_empty() {
                     let cmd = redis::cmd("PING");
                     let ping = cmd.query_async::<Value>(&mut conn);
@@ -262,6 +281,7 @@ async fn run(pending: Pending, mut conn: ConnectionManager, timeout: Duration) {
         };
         match req {
             Request::Subscribe(channel, reply) => {
+                follow_master(&mut conn, &mut generation, &mut subscribed, timeout).await;
                 idle.remove(&channel);
                 if subscribed.contains(&channel) {
                     let _ = reply.send(Ok(()));

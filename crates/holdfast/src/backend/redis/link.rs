@@ -1,0 +1,273 @@
+//! The store's connections: a plain reconnecting `ConnectionManager` for
+//! `redis://`, or one that follows the master through the sentinels for
+//! `redis+sentinel://`.
+//!
+//! A followed connection sends on a `ConnectionManager` to the master the
+//! sentinels last named. When a call fails with a connection error,
+//! `READONLY` (the server was turned into a replica), `LOADING` or
+//! `MASTERDOWN`, it asks the sentinels again before it returns the error;
+//! when they name another master, every later call goes to a new manager
+//! there. The store's one resend of an idempotent script
+//! (`RedisBackend::invoke_on`) then reaches the new master. Until the
+//! sentinels have promoted a replica they name the dead master; its lookup
+//! fails the `ROLE` check and the connection stays where it is.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture, Value};
+
+use super::config::RedisConfig;
+use super::sentinel::Resolver;
+use super::{map_err, timed_out};
+use crate::error::{Error, Result};
+
+/// One of the store's connections (commands, renewal, pub/sub).
+#[derive(Clone)]
+pub(super) enum Link {
+    /// A fixed server (`redis://`, `rediss://`).
+    Direct(ConnectionManager),
+    /// The master the sentinels name (`redis+sentinel://`).
+    Followed(Arc<Followed>),
+}
+
+/// A connection that follows the master.
+pub(super) struct Followed {
+    resolver: Arc<Resolver>,
+    protocol: ProtocolVersion,
+    config: ConnectionManagerConfig,
+    connect_limit: Duration,
+    current: RwLock<Current>,
+    /// One lookup at a time; holds when the last one started.
+    lookup: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+#[derive(Clone)]
+struct Current {
+    generation: u64,
+    addr: String,
+    conn: ConnectionManager,
+}
+
+/// The shortest time between two lookups of one connection: a failing
+/// master fails every call, and each call need not ask the sentinels.
+const LOOKUP_SPACING: Duration = Duration::from_millis(100);
+
+/// Errors after which the master may have moved.
+fn may_have_moved(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::BusyLoading | ServerErrorKind::MasterDown)
+        )
+}
+
+impl Followed {
+    fn current(&self) -> Current {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Asks the sentinels again after an error seen on generation `seen`,
+    /// and moves to the master they name if it is another one.
+    async fn follow(&self, seen: u64) {
+        let mut last = self.lookup.lock().await;
+        if self.current().generation != seen {
+            return; // another call moved already
+        }
+        let now = tokio::time::Instant::now();
+        if last.is_some_and(|t| now - t < LOOKUP_SPACING) {
+            return;
+        }
+        *last = Some(now);
+        let client = match self.resolver.master(self.protocol).await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(master = self.resolver.master_name(), error = %e, "no master from the sentinels yet");
+                return;
+            }
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        if addr == self.current().addr {
+            return; // the manager reconnects to the same master by itself
+        }
+        let connect = ConnectionManager::new_with_config(client, self.config.clone());
+        match tokio::time::timeout(self.connect_limit, connect).await {
+            Ok(Ok(conn)) => {
+                let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+                tracing::info!(master = self.resolver.master_name(), from = %current.addr, to = %addr,
+                    "redis master moved; following it");
+                *current = Current { generation: current.generation + 1, addr, conn };
+            }
+            Ok(Err(e)) => tracing::debug!(%addr, error = %e, "cannot connect to the new master yet"),
+            Err(_) => tracing::debug!(%addr, "connecting to the new master timed out"),
+        }
+    }
+}
+
+impl Link {
+    /// How many times this connection moved to another master (0 for a
+    /// fixed server). A change means the commands sent since went to
+    /// another server.
+    pub(super) fn generation(&self) -> u64 {
+        match self {
+            Link::Direct(_) => 0,
+            Link::Followed(f) => f.current().generation,
+        }
+    }
+
+    /// The manager calls go to now.
+    fn manager(&self) -> (u64, ConnectionManager) {
+        match self {
+            Link::Direct(c) => (0, c.clone()),
+            Link::Followed(f) => {
+                let c = f.current();
+                (c.generation, c.conn)
+            }
+        }
+    }
+
+    async fn after<T>(&self, seen: u64, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let (Link::Followed(f), Err(e)) = (self, &r) {
+            if may_have_moved(e) {
+                f.follow(seen).await;
+            }
+        }
+        r
+    }
+
+    /// Subscribes the pub/sub connection to `channel`.
+    pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        let (seen, mut conn) = self.manager();
+        let r = conn.subscribe(channel).await;
+        self.after(seen, r).await
+    }
+
+    /// Unsubscribes the pub/sub connection from `channel`.
+    pub(super) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        let (seen, mut conn) = self.manager();
+        let r = conn.unsubscribe(channel).await;
+        self.after(seen, r).await
+    }
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::Direct(c) => c.req_packed_command(cmd),
+            Link::Followed(_) => Box::pin(async move {
+                let (seen, mut conn) = self.manager();
+                let r = conn.req_packed_command(cmd).await;
+                self.after(seen, r).await
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Direct(c) => c.req_packed_commands(cmd, offset, count),
+            Link::Followed(_) => Box::pin(async move {
+                let (seen, mut conn) = self.manager();
+                let r = conn.req_packed_commands(cmd, offset, count).await;
+                self.after(seen, r).await
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        self.manager().1.get_db()
+    }
+}
+
+/// The three connections of a store: commands, renewal, pub/sub (RESP3,
+/// sending pushes to `push`).
+pub(super) struct Links {
+    pub(super) conn: Link,
+    pub(super) renew_conn: Link,
+    pub(super) push_conn: Link,
+}
+
+/// Opens the three connections `config` asks for; the pub/sub one
+/// delivers its pushes to `push`.
+pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushSender) -> Result<Links> {
+    let base = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(3)
+        .set_max_delay(Duration::from_millis(500));
+    let push_config = base.clone().set_push_sender(push).set_automatic_resubscription();
+    let limit = config.connect_timeout + config.timeout;
+    let connect = |client: redis::Client, config: ConnectionManagerConfig, what: &'static str| async move {
+        tokio::time::timeout(limit, ConnectionManager::new_with_config(client, config))
+            .await
+            .map_err(|_| timed_out(what, limit))?
+            .map_err(map_err)
+    };
+    let Some(settings) = &config.sentinel else {
+        let info =
+            config.server_url.expose().into_connection_info().map_err(|e| {
+                Error::invalid("url", format!("{}: {e}", crate::redact_url(config.server_url.expose())))
+            })?;
+        let push_settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let push_info = info.clone().set_redis_settings(push_settings);
+        return Ok(Links {
+            conn: Link::Direct(connect(direct_client(config, info.clone())?, base.clone(), "connecting").await?),
+            renew_conn: Link::Direct(
+                connect(direct_client(config, info)?, base, "connecting the renewal connection").await?,
+            ),
+            push_conn: Link::Direct(
+                connect(direct_client(config, push_info)?, push_config, "connecting the pub/sub connection").await?,
+            ),
+        });
+    };
+    let resolver = Arc::new(Resolver::new(settings, limit)?);
+    let follow = |protocol: ProtocolVersion, config: ConnectionManagerConfig, what: &'static str| {
+        let resolver = resolver.clone();
+        async move {
+            let client = resolver.master(protocol).await.map_err(|e| {
+                Error::backend(
+                    super::STORE,
+                    true,
+                    format!("no master {:?} from the sentinels: {e}", resolver.master_name()),
+                )
+            })?;
+            let addr = client.get_connection_info().addr().to_string();
+            let conn = connect(client, config.clone(), what).await?;
+            Ok::<_, Error>(Link::Followed(Arc::new(Followed {
+                resolver,
+                protocol,
+                config,
+                connect_limit: limit,
+                current: RwLock::new(Current { generation: 0, addr, conn }),
+                lookup: tokio::sync::Mutex::new(None),
+            })))
+        }
+    };
+    Ok(Links {
+        conn: follow(ProtocolVersion::RESP2, base.clone(), "connecting").await?,
+        renew_conn: follow(ProtocolVersion::RESP2, base, "connecting the renewal connection").await?,
+        push_conn: follow(ProtocolVersion::RESP3, push_config, "connecting the pub/sub connection").await?,
+    })
+}
+
+/// A client of a fixed server, with the CA file of `config` if any.
+fn direct_client(config: &RedisConfig, info: redis::ConnectionInfo) -> Result<redis::Client> {
+    match &config.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| Error::invalid("url", format!("cannot read ca_file {}: {e}", path.display())))?;
+            redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(pem) })
+                .map_err(map_err)
+        }
+        None => redis::Client::open(info).map_err(map_err),
+    }
+}

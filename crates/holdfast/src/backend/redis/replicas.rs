@@ -1,0 +1,60 @@
+//! `replicas=N`: a grant or a renewal counts only once `N` replicas
+//! acknowledged it (`WAIT N replicas_timeout_ms`, sent on the connection
+//! that wrote it), as Redisson's replica sync check does.
+
+use super::link::Link;
+use super::{RedisBackend, STORE, map_err, timed_out};
+use crate::error::{Error, Result};
+use crate::key::{LockKey, OwnerToken};
+
+impl RedisBackend {
+    /// Waits until `config.replicas` replicas have every write this
+    /// client sent on `conn` before, or fails with a retryable error.
+    /// `generation` is the connection's [`Link::generation`] from before
+    /// the write: a connection that moved to another master since cannot
+    /// confirm it (its `WAIT` would count writes it never sent).
+    pub(super) async fn confirm_writes(&self, conn: &Link, generation: u64) -> Result<()> {
+        let config = &self.inner.config;
+        if config.replicas == 0 {
+            return Ok(());
+        }
+        let mut c = conn.clone();
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(config.replicas).arg(config.replicas_timeout.as_millis() as u64);
+        let limit = config.timeout;
+        let acks: i64 = match tokio::time::timeout(limit, cmd.query_async(&mut c)).await {
+            Ok(r) => r.map_err(map_err)?,
+            Err(_) => return Err(timed_out("WAIT", limit)),
+        };
+        if conn.generation() != generation {
+            return Err(Error::backend(STORE, true, "the master changed before its replicas confirmed the write"));
+        }
+        if acks < i64::from(config.replicas) {
+            return Err(Error::backend(
+                STORE,
+                true,
+                format!(
+                    "{acks} of the {} replicas asked for confirmed the write within {:?}",
+                    config.replicas, config.replicas_timeout
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Confirms a grant just made on the command connection; a grant not
+    /// confirmed is released (by its token, best effort) and the acquire
+    /// fails with the retryable error.
+    pub(super) async fn confirm_grant(&self, key: &LockKey, token: OwnerToken, generation: u64) -> Result<()> {
+        match self.confirm_writes(&self.inner.conn, generation).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::debug!(key = key.as_str(), error = %e, "grant not confirmed by replicas; releasing it");
+                if let Err(release) = crate::backend::Backend::release(self, key, token).await {
+                    tracing::debug!(error = %release, "releasing an unconfirmed grant failed; its lease runs out");
+                }
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Redis Sentinel: `redis+sentinel://` URLs and finding the current master.
+//!
+//! The lookup itself is the `redis` crate's (`redis::sentinel::Sentinel`):
+//! it asks the sentinels in turn (`SENTINEL GET-MASTER-ADDR-BY-NAME`), keeps
+//! one connection per sentinel, and checks with `ROLE` that the address it
+//! got really is a master before answering. What holdfast adds is in
+//! `link.rs`: when to ask again (a connection error, `READONLY`, `LOADING`)
+//! and moving its connections to the answer.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+
+use crate::Secret;
+use crate::error::{Error, Result};
+use crate::url::redact_url;
+use crate::url_options::percent_decode;
+
+/// The scheme of Sentinel URLs.
+pub(super) const SCHEME: &str = "redis+sentinel";
+
+/// The port of a sentinel written without one.
+const DEFAULT_PORT: u16 = 26379;
+
+/// Where the sentinels are, which master they watch, and how to log in
+/// (`redis+sentinel://[user:password@]host[:port],host[:port]/MASTER[/db]`).
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct SentinelSettings {
+    /// The sentinels, in the order written.
+    pub(super) sentinels: Vec<(String, u16)>,
+    /// The name the sentinels monitor the master under.
+    pub(super) master_name: String,
+    /// The database number on the master.
+    pub(super) db: i64,
+    /// The ACL user of the master (and its replicas).
+    pub(super) username: Option<String>,
+    /// The password of the master (and its replicas).
+    pub(super) password: Option<Secret>,
+    /// Log in to the sentinels with the same user and password
+    /// (`sentinel_auth=same`); by default the sentinels are asked without
+    /// credentials (`sentinel_auth=none`).
+    pub(super) auth_sentinels: bool,
+}
+
+impl fmt::Debug for SentinelSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelSettings")
+            .field("sentinels", &self.sentinels)
+            .field("master_name", &self.master_name)
+            .field("db", &self.db)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("auth_sentinels", &self.auth_sentinels)
+            .finish()
+    }
+}
+
+/// The part after `redis+sentinel://` (any case), if `url` is a Sentinel URL.
+pub(super) fn strip_scheme(url: &str) -> Option<&str> {
+    let (scheme, rest) = url.split_once("://")?;
+    scheme.eq_ignore_ascii_case(SCHEME).then_some(rest)
+}
+
+/// Parses a Sentinel URL without its query (`main`, as written).
+pub(super) fn parse(main: &str) -> Result<SentinelSettings> {
+    let bad = |why: &str| Error::invalid("url", format!("{}: {why}", redact_url(main)));
+    let Some(rest) = strip_scheme(main) else {
+        return Err(bad("expected redis+sentinel://HOST:PORT,HOST:PORT/MASTER_NAME"));
+    };
+    // Everything up to the last '@' is user info: a password may hold an
+    // unencoded '/' or '@'.
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => {
+            let (user, pass) = match u.split_once(':') {
+                Some((user, pass)) => (user, Some(pass)),
+                None => (u, None),
+            };
+            let user = percent_decode(user, "the user of a redis+sentinel:// URL")?;
+            let pass = pass.map(|p| percent_decode(p, "the password of a redis+sentinel:// URL")).transpose()?;
+            ((!user.is_empty()).then_some(user), pass.filter(|p| !p.is_empty()).map(Secret::new))
+        }
+    };
+    let Some((hosts, path)) = rest.split_once('/') else {
+        return Err(bad("a redis+sentinel:// URL needs the master name after the sentinels: .../MASTER_NAME"));
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        sentinels.push(parse_host(host).ok_or_else(|| {
+            bad("the sentinels are a comma-separated list of HOST[:PORT] (IPv6 as [ADDR]:PORT), none empty")
+        })?);
+    }
+    let (name, db) = match path.split_once('/') {
+        Some((name, db)) => (name, Some(db)),
+        None => (path, None),
+    };
+    let master_name = percent_decode(name, "the master name of a redis+sentinel:// URL")?;
+    if master_name.is_empty() || master_name.len() > 256 || master_name.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(bad("the master name (after the sentinels) must be 1..256 characters without spaces"));
+    }
+    let db = match db {
+        None | Some("") => 0,
+        Some(db) => match db.parse::<u32>() {
+            Ok(n) => i64::from(n),
+            Err(_) => return Err(bad("after the master name comes only the database number: .../MASTER_NAME/DB")),
+        },
+    };
+    Ok(SentinelSettings { sentinels, master_name, db, username, password, auth_sentinels: false })
+}
+
+/// `host`, `host:port` or `[v6]:port`.
+fn parse_host(s: &str) -> Option<(String, u16)> {
+    let (host, port) = if let Some(v6) = s.strip_prefix('[') {
+        let (addr, after) = v6.split_once(']')?;
+        match after {
+            "" => (addr, None),
+            p => (addr, Some(p.strip_prefix(':')?)),
+        }
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let ok_host = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || "-._:%".contains(c));
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0)?,
+    };
+    ok_host.then(|| (host.to_owned(), port))
+}
+
+/// Finds the current master through the sentinels; shared by every
+/// connection of a client.
+pub(super) struct Resolver {
+    sentinel: tokio::sync::Mutex<Sentinel>,
+    master_name: String,
+    /// The settings of connections to the master: db, user, password.
+    redis: RedisConnectionInfo,
+    limit: Duration,
+}
+
+impl Resolver {
+    /// A resolver for `settings`; one lookup (all sentinels included) is
+    /// bounded by `limit`.
+    pub(super) fn new(settings: &SentinelSettings, limit: Duration) -> Result<Self> {
+        let mut redis = RedisConnectionInfo::default().set_db(settings.db);
+        if let Some(user) = &settings.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &settings.password {
+            redis = redis.set_password(password.expose());
+        }
+        let mut infos = Vec::new();
+        for (host, port) in &settings.sentinels {
+            let info = ConnectionAddr::Tcp(host.clone(), *port)
+                .into_connection_info()
+                .map_err(|e| Error::invalid("url", format!("sentinel {host}:{port}: {e}")))?;
+            let mut login = RedisConnectionInfo::default();
+            if settings.auth_sentinels {
+                if let Some(user) = &settings.username {
+                    login = login.set_username(user);
+                }
+                if let Some(password) = &settings.password {
+                    login = login.set_password(password.expose());
+                }
+            }
+            infos.push(info.set_redis_settings(login));
+        }
+        let sentinel = Sentinel::build(infos).map_err(|e| Error::invalid("url", format!("sentinels: {e}")))?;
+        Ok(Resolver {
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            master_name: settings.master_name.clone(),
+            redis,
+            limit,
+        })
+    }
+
+    /// A client of the current master (confirmed by `ROLE`), speaking
+    /// `protocol`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the `redis` crate keeps only sentinel connections it
+    /// has checked, and nothing else changes.
+    pub(super) async fn master(&self, protocol: ProtocolVersion) -> redis::RedisResult<redis::Client> {
+        let node =
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.redis.clone().set_protocol(protocol));
+        let lookup = async {
+            let mut sentinel = self.sentinel.lock().await;
+            sentinel.async_master_for(&self.master_name, Some(&node)).await
+        };
+        match tokio::time::timeout(self.limit, lookup).await {
+            Ok(r) => r,
+            Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "asking the sentinels timed out"))),
+        }
+    }
+
+    /// The master name, for messages.
+    pub(super) fn master_name(&self) -> &str {
+        &self.master_name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sentinel_urls() {
+        let s = parse("redis+sentinel://u:p%40ss/w@a:1,b,[::1]:3/my.master/2").unwrap();
+        assert_eq!(s.sentinels, vec![("a".into(), 1), ("b".into(), 26379), ("::1".into(), 3)]);
+        assert_eq!(s.master_name, "my.master");
+        assert_eq!(s.db, 2);
+        assert_eq!(s.username.as_deref(), Some("u"));
+        assert_eq!(s.password.as_ref().map(Secret::expose), Some("p@ss/w"));
+        let dbg = format!("{s:?}");
+        assert!(!dbg.contains("p@ss") && dbg.contains("***"), "{dbg}");
+        let s = parse("REDIS+SENTINEL://h:26380/m").unwrap();
+        assert_eq!((s.db, s.username, s.password), (0, None, None));
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel://h:1,/m",
+            "redis+sentinel://h:0/m",
+            "redis+sentinel://h:x/m",
+            "redis+sentinel://:1/m",
+            "redis+sentinel://h/m/x",
+            "redis+sentinel://h/m/1/2",
+            "redis+sentinel://[::1/m",
+            "redis://h/m",
+        ] {
+            assert!(matches!(parse(bad), Err(Error::InvalidInput { .. })), "{bad}");
+        }
+        let err = parse("redis+sentinel://u:topsecret@h:1").unwrap_err().to_string();
+        assert!(!err.contains("topsecret"), "{err}");
+    }
+}
