@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::faults::FaultProxy;
 use crate::servers::{ServerProcess, free_port, require_binary, wait_until};
 
 /// The master name the sentinels monitor.
@@ -26,6 +27,8 @@ pub struct RedisSentinel {
     nodes: Vec<(u16, ServerProcess)>,
     /// The sentinels, by port.
     sentinels: Vec<(u16, ServerProcess)>,
+    /// The proxy the replica replicates through, if asked for.
+    replication: Option<FaultProxy>,
     /// Dropped last, after the processes were killed.
     dir: tempfile::TempDir,
 }
@@ -53,9 +56,26 @@ impl RedisSentinel {
     /// [`start`](Self::start) with another `down-after-milliseconds` (a long
     /// one keeps a slow test from seeing a failover it did not ask for).
     pub fn start_with(down_after_ms: u64) -> Self {
+        Self::launch(down_after_ms, false)
+    }
+
+    /// [`start`](Self::start), with the replica replicating through a
+    /// [`FaultProxy`] ([`replication_proxy`](Self::replication_proxy)), so a
+    /// test can make it lag (`blackhole`) while the master takes writes.
+    /// The sentinels' `failover-timeout` is then 60 s: a sentinel "fixes" a
+    /// replica that follows another address than the master's (here the
+    /// proxy's) once that long has passed, which a test must not see.
+    pub fn start_with_replication_proxy() -> Self {
+        Self::launch(1000, true)
+    }
+
+    fn launch(down_after_ms: u64, via_proxy: bool) -> Self {
         let server = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server");
         let dir = tempfile::Builder::new().prefix("holdfast-sentinel.").tempdir().expect("temp dir");
         let (pm, pr) = (free_port(), free_port());
+        let replication = via_proxy.then(|| FaultProxy::start(([127, 0, 0, 1], pm).into()));
+        let replica_of = replication.as_ref().map_or(pm, |p| p.addr().port());
+        let failover_timeout_ms = if via_proxy { 60_000 } else { 5000 };
         let mut nodes = Vec::new();
         for (i, port) in [pm, pr].into_iter().enumerate() {
             let d = dir.path().join(format!("node{i}"));
@@ -65,7 +85,7 @@ impl RedisSentinel {
             cmd.args(["--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"]);
             cmd.args(["--repl-diskless-sync-delay", "0"]);
             if i == 1 {
-                cmd.arg("--replicaof").arg("127.0.0.1").arg(pm.to_string());
+                cmd.arg("--replicaof").arg("127.0.0.1").arg(replica_of.to_string());
             }
             nodes.push((port, ServerProcess::spawn(cmd, &d.join("redis.log"))));
         }
@@ -79,7 +99,7 @@ impl RedisSentinel {
                 "port {port}\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir {dir}\nsentinel myid {id}\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {pm} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} {down_after_ms}\n\
-                 sentinel failover-timeout {MASTER_NAME} 5000\n\
+                 sentinel failover-timeout {MASTER_NAME} {failover_timeout_ms}\n\
                  sentinel parallel-syncs {MASTER_NAME} 1\n\
                  sentinel known-replica {MASTER_NAME} 127.0.0.1 {pr}\n",
                 dir = d.display(),
@@ -94,7 +114,7 @@ impl RedisSentinel {
             cmd.arg(&conf_path).arg("--sentinel");
             sentinels.push((*port, ServerProcess::spawn(cmd, &d.join("sentinel.log"))));
         }
-        let set = RedisSentinel { nodes, sentinels, dir };
+        let set = RedisSentinel { nodes, sentinels, replication, dir };
         set.wait_ready(pm, pr);
         set
     }
@@ -170,9 +190,20 @@ impl RedisSentinel {
     /// SIGKILLs the current master; returns its port.
     pub fn kill_master(&mut self) -> u16 {
         let port = self.master_port().expect("no sentinel names a master");
-        let node = self.nodes.iter_mut().find(|(p, _)| *p == port).expect("the master is one of the nodes");
-        node.1.kill();
+        self.kill_node(port);
         port
+    }
+
+    /// SIGKILLs the data node on `port` (one of [`node_ports`](Self::node_ports)).
+    pub fn kill_node(&mut self, port: u16) {
+        let node = self.nodes.iter_mut().find(|(p, _)| *p == port).expect("not a data node's port");
+        node.1.kill();
+    }
+
+    /// The proxy the replica replicates through
+    /// ([`start_with_replication_proxy`](Self::start_with_replication_proxy)).
+    pub fn replication_proxy(&self) -> Option<&FaultProxy> {
+        self.replication.as_ref()
     }
 
     /// Waits until the sentinels name a master other than `old_port` and it
