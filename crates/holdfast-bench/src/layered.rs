@@ -27,6 +27,7 @@ use holdfast::{Capabilities, Client, ClientOptions, Error, LockKey, OwnerToken, 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::layered_counter::ServerCounter;
 use crate::stats::{histogram, quantile_us, record};
 
 /// What [`run_layered`] measures.
@@ -107,9 +108,9 @@ pub async fn run_layered(opts: &LayeredOptions) -> Result<LayeredResult> {
     if opts.tasks == 0 {
         return Err(Error::invalid("tasks", "run at least 1 task"));
     }
-    let counter = crate::layered_counter::ServerCounter::connect(&opts.authoritative_url).await?;
+    let counter = ServerCounter::connect(&opts.authoritative_url).await?;
     let setup = match &counter {
-        Some(c) => Some(c.setup_cost(opts).await?),
+        Some(c) => Some(setup_cost(c, opts).await?),
         None => None,
     };
     let alone = run_subject(opts, false, counter.as_ref(), setup).await?;
@@ -139,7 +140,7 @@ pub(crate) async fn connect_clients(opts: &LayeredOptions, layered: bool, gauge:
 async fn run_subject(
     opts: &LayeredOptions,
     layered: bool,
-    counter: Option<&crate::layered_counter::ServerCounter>,
+    counter: Option<&ServerCounter>,
     setup: Option<u64>,
 ) -> Result<LayeredSubject> {
     let gauge = Arc::new(Gauge::default());
@@ -300,4 +301,14 @@ impl Backend for Counted {
         self.gauge.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.raise_fence(key, token, floor).await
     }
+}
+
+/// What connecting and closing `opts.tasks` clients costs the server,
+/// taken off every subject's count.
+async fn setup_cost(counter: &ServerCounter, opts: &LayeredOptions) -> Result<u64> {
+    counter.settle().await?;
+    let before = counter.snapshot().await?;
+    drop(connect_clients(opts, false, &Arc::new(Gauge::default())).await?);
+    counter.settle().await?;
+    Ok(counter.snapshot().await?.saturating_sub(before))
 }

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use holdfast::{Error, Result};
 
-use crate::layered::{Gauge, LayeredOptions, connect_clients};
-
 /// A server-side counter read on a connection of its own.
 pub(crate) enum ServerCounter {
     /// `xact_commit + xact_rollback` of the database in `pg_stat_database`.
@@ -116,15 +114,5 @@ impl ServerCounter {
                 Ok(())
             }
         }
-    }
-
-    /// What connecting and closing `opts.tasks` clients costs the server,
-    /// taken off every subject's count.
-    pub(crate) async fn setup_cost(&self, opts: &LayeredOptions) -> Result<u64> {
-        self.settle().await?;
-        let before = self.snapshot().await?;
-        drop(connect_clients(opts, false, &std::sync::Arc::new(Gauge::default())).await?);
-        self.settle().await?;
-        Ok(self.snapshot().await?.saturating_sub(before))
     }
 }
