@@ -90,7 +90,8 @@ impl RedisSentinel {
             nodes.push((port, ServerProcess::spawn(cmd, &d.join("redis.log"))));
         }
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-        let ids: Vec<String> = (0..3).map(|i| format!("{:040x}", 0x5e_u128 * 1000 + i as u128 + 1)).collect();
+        // Distinct ids in every set, so two sets running at once never share one.
+        let ids: Vec<String> = (0..3).map(|_| format!("{:032x}{:08x}", rand::random::<u128>(), 0)).collect();
         let mut sentinels = Vec::new();
         for (i, port) in ports.iter().enumerate() {
             let d = dir.path().join(format!("sentinel{i}"));
@@ -129,6 +130,22 @@ impl RedisSentinel {
             Duration::from_secs(20),
             Some(&node_log(1)),
             || matches!(command(pr, &["INFO", "replication"]), Some(Reply::Text(t)) if t.contains("master_link_status:up")),
+        );
+        // "Linked" is not yet streaming: after a diskless sync the master
+        // sends the replica the writes made since only once the replica's
+        // first REPLCONF ACK came (up to a second later), so a master killed
+        // in that window takes them all with it (seen: a grant made 0.8 s
+        // before the kill was not on the promoted replica). A write that
+        // WAIT confirms shows the stream flows.
+        wait_until(
+            "redis replica streaming (a write WAIT confirms)",
+            Duration::from_secs(20),
+            Some(&node_log(0)),
+            || {
+                let write = ["SET", "holdfast-testkit:ready", "1"];
+                let replies = pipeline(pm, &[&write, &["WAIT", "1", "200"], &["DEL", "holdfast-testkit:ready"]]);
+                matches!(replies.as_deref(), Some([_, Reply::Text(n), _]) if n == "1")
+            },
         );
         for (i, (port, _)) in self.sentinels.iter().enumerate() {
             let log = self.dir.path().join(format!("sentinel{i}/sentinel.log"));
@@ -239,14 +256,24 @@ impl RedisSentinel {
 /// client, so the testkit needs no Redis crate); `None` when the server
 /// cannot be reached or the reply cannot be read within a second.
 pub fn command(port: u16, args: &[&str]) -> Option<Reply> {
+    pipeline(port, &[args]).and_then(|mut r| r.pop())
+}
+
+/// Sends `commands` on one connection to `127.0.0.1:port` and reads their
+/// replies, as [`command`] does for one.
+pub fn pipeline(port: u16, commands: &[&[&str]]) -> Option<Vec<Reply>> {
     let stream = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    let mut req = String::new();
+    for args in commands {
+        req.push_str(&format!("*{}\r\n", args.len()));
+        for a in *args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
     }
     (&stream).write_all(req.as_bytes()).ok()?;
-    read_reply(&mut BufReader::new(stream))
+    let mut reader = BufReader::new(stream);
+    commands.iter().map(|_| read_reply(&mut reader)).collect()
 }
 
 fn read_reply(r: &mut BufReader<TcpStream>) -> Option<Reply> {

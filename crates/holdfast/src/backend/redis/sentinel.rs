@@ -1,17 +1,14 @@
 //! Redis Sentinel: `redis+sentinel://` URLs and finding the current master.
 //!
-//! The lookup itself is the `redis` crate's (`redis::sentinel::Sentinel`):
-//! it asks the sentinels in turn (`SENTINEL GET-MASTER-ADDR-BY-NAME`), keeps
-//! one connection per sentinel, and checks with `ROLE` that the address it
-//! got really is a master before answering. What holdfast adds is in
-//! `link.rs`: when to ask again (a connection error, `READONLY`, `LOADING`)
-//! and moving its connections to the answer.
+//! The lookup ([`Resolver`]) asks the sentinels for the master's address
+//! and checks with `ROLE` that the server there is a master. When to ask
+//! again (a connection error, `READONLY`, `LOADING`) and moving the
+//! connections to the answer is in `link.rs`.
 
 use std::fmt;
 use std::time::Duration;
 
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnectionInfo, Role};
 
 use crate::Secret;
 use crate::error::{Error, Result};
@@ -138,17 +135,31 @@ fn parse_host(s: &str) -> Option<(String, u16)> {
 
 /// Finds the current master through the sentinels; shared by every
 /// connection of a client.
+///
+/// It follows Redis's guidelines for Sentinel clients: ask the sentinels
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` (all at once, so a dead or slow one
+/// costs nothing), take their answers in the order the sentinels are
+/// listed, and use the first address whose server says `ROLE` master. The
+/// `redis` crate's own lookup (`redis::sentinel`) reads `SENTINEL MASTERS`
+/// and skips a master flagged down, which right after a failover names no
+/// usable master for a while (measured: the promoted replica took writes
+/// and `GET-MASTER-ADDR-BY-NAME` named it, while that lookup failed with
+/// `MasterNameNotFoundBySentinel`), so it is not used.
 pub(super) struct Resolver {
-    sentinel: tokio::sync::Mutex<Sentinel>,
+    sentinels: Vec<redis::Client>,
     master_name: String,
     /// The settings of connections to the master: db, user, password.
     redis: RedisConnectionInfo,
     limit: Duration,
 }
 
+fn lookup_error(what: String) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "sentinel lookup", what))
+}
+
 impl Resolver {
-    /// A resolver for `settings`; one lookup (all sentinels included) is
-    /// bounded by `limit`.
+    /// A resolver for `settings`; one lookup (all sentinels and the
+    /// `ROLE` checks included) is bounded by `limit`.
     pub(super) fn new(settings: &SentinelSettings, limit: Duration) -> Result<Self> {
         let mut redis = RedisConnectionInfo::default().set_db(settings.db);
         if let Some(user) = &settings.username {
@@ -157,11 +168,10 @@ impl Resolver {
         if let Some(password) = &settings.password {
             redis = redis.set_password(password.expose());
         }
-        let mut infos = Vec::new();
+        let mut sentinels = Vec::new();
         for (host, port) in &settings.sentinels {
-            let info = ConnectionAddr::Tcp(host.clone(), *port)
-                .into_connection_info()
-                .map_err(|e| Error::invalid("url", format!("sentinel {host}:{port}: {e}")))?;
+            let bad = |e: redis::RedisError| Error::invalid("url", format!("sentinel {host}:{port}: {e}"));
+            let info = ConnectionAddr::Tcp(host.clone(), *port).into_connection_info().map_err(bad)?;
             let mut login = RedisConnectionInfo::default();
             if settings.auth_sentinels {
                 if let Some(user) = &settings.username {
@@ -171,15 +181,15 @@ impl Resolver {
                     login = login.set_password(password.expose());
                 }
             }
-            infos.push(info.set_redis_settings(login));
+            sentinels.push(redis::Client::open(info.set_redis_settings(login)).map_err(bad)?);
         }
-        let sentinel = Sentinel::build(infos).map_err(|e| Error::invalid("url", format!("sentinels: {e}")))?;
-        Ok(Resolver {
-            sentinel: tokio::sync::Mutex::new(sentinel),
-            master_name: settings.master_name.clone(),
-            redis,
-            limit,
-        })
+        Ok(Resolver { sentinels, master_name: settings.master_name.clone(), redis, limit })
+    }
+
+    /// What one sentinel says the master's address is.
+    async fn ask(&self, sentinel: &redis::Client) -> redis::RedisResult<Option<(String, u16)>> {
+        let mut conn = sentinel.get_multiplexed_async_connection().await?;
+        redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master_name).query_async(&mut conn).await
     }
 
     /// A client of the current master (confirmed by `ROLE`), speaking
@@ -187,18 +197,46 @@ impl Resolver {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: the `redis` crate keeps only sentinel connections it
-    /// has checked, and nothing else changes.
+    /// Cancel-safe: it opens connections and keeps none.
     pub(super) async fn master(&self, protocol: ProtocolVersion) -> redis::RedisResult<redis::Client> {
-        let node =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.redis.clone().set_protocol(protocol));
         let lookup = async {
-            let mut sentinel = self.sentinel.lock().await;
-            sentinel.async_master_for(&self.master_name, Some(&node)).await
+            let asks = self.sentinels.iter().map(|s| tokio::time::timeout(self.limit / 2, self.ask(s)));
+            let mut addresses: Vec<(String, u16)> = Vec::new();
+            let mut last_error = None;
+            for answer in futures::future::join_all(asks).await {
+                match answer {
+                    Ok(Ok(Some(addr))) if !addresses.contains(&addr) => addresses.push(addr),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => last_error = Some(e),
+                    Err(_) => last_error = Some(lookup_error("a sentinel did not answer in time".into())),
+                }
+            }
+            if addresses.is_empty() {
+                return Err(last_error.unwrap_or_else(|| lookup_error("no sentinel knows the master name".into())));
+            }
+            for (host, port) in addresses {
+                let info = ConnectionAddr::Tcp(host.clone(), port)
+                    .into_connection_info()?
+                    .set_redis_settings(self.redis.clone().set_protocol(protocol));
+                let client = redis::Client::open(info)?;
+                let mut conn = match client.get_multiplexed_async_connection().await {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        last_error = Some(e);
+                        continue;
+                    }
+                };
+                match redis::cmd("ROLE").query_async::<Role>(&mut conn).await {
+                    Ok(Role::Primary { .. }) => return Ok(client),
+                    Ok(_) => last_error = Some(lookup_error(format!("{host}:{port} is not a master (yet)"))),
+                    Err(e) => last_error = Some(e),
+                }
+            }
+            Err(last_error.unwrap_or_else(|| lookup_error("no master".into())))
         };
         match tokio::time::timeout(self.limit, lookup).await {
             Ok(r) => r,
-            Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "asking the sentinels timed out"))),
+            Err(_) => Err(lookup_error("asking the sentinels timed out".into())),
         }
     }
 
