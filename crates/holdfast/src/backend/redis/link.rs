@@ -74,6 +74,11 @@ impl Followed {
 
     /// Asks the sentinels again after an error seen on generation `seen`,
     /// and moves to the master they name if it is another one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the move is one assignment after the new connection is
+    /// up; a call dropped before leaves the old connection in place.
     async fn follow(&self, seen: u64) {
         let mut last = self.lookup.lock().await;
         if self.current().generation != seen {
@@ -141,6 +146,11 @@ impl Link {
     }
 
     /// Subscribes the pub/sub connection to `channel`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As `ConnectionManager::subscribe`: a dropped call may or may not
+    /// have subscribed.
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         let (seen, mut conn) = self.manager();
         let r = conn.subscribe(channel).await;
@@ -148,6 +158,11 @@ impl Link {
     }
 
     /// Unsubscribes the pub/sub connection from `channel`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As `ConnectionManager::unsubscribe`: a dropped call may or may not
+    /// have unsubscribed.
     pub(super) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         let (seen, mut conn) = self.manager();
         let r = conn.unsubscribe(channel).await;
@@ -198,6 +213,10 @@ pub(super) struct Links {
 
 /// Opens the three connections `config` asks for; the pub/sub one
 /// delivers its pushes to `push`.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: connections opened before the drop are closed with it.
 pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushSender) -> Result<Links> {
     let base = ConnectionManagerConfig::new()
         .set_response_timeout(Some(config.timeout))

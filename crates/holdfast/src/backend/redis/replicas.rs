@@ -13,6 +13,10 @@ impl RedisBackend {
     /// `generation` is the connection's [`Link::generation`] from before
     /// the write: a connection that moved to another master since cannot
     /// confirm it (its `WAIT` would count writes it never sent).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: `WAIT` changes nothing on the server.
     pub(super) async fn confirm_writes(&self, conn: &Link, generation: u64) -> Result<()> {
         let config = &self.inner.config;
         if config.replicas == 0 {
@@ -45,6 +49,11 @@ impl RedisBackend {
     /// Confirms a grant just made on the command connection; a grant not
     /// confirmed is released (by its token, best effort) and the acquire
     /// fails with the retryable error.
+    ///
+    /// # Cancel safety
+    ///
+    /// A call dropped during `WAIT` leaves the grant in place; the client
+    /// releases an acquire that raced a drop by its token (C9).
     pub(super) async fn confirm_grant(&self, key: &LockKey, token: OwnerToken, generation: u64) -> Result<()> {
         match self.confirm_writes(&self.inner.conn, generation).await {
             Ok(()) => Ok(()),

@@ -21,6 +21,9 @@ pub(super) const SCHEME: &str = "redis+sentinel";
 /// The port of a sentinel written without one.
 const DEFAULT_PORT: u16 = 26379;
 
+/// The longest one sentinel's answer is waited for.
+const ASK_LIMIT: Duration = Duration::from_secs(1);
+
 /// Where the sentinels are, which master they watch, and how to log in
 /// (`redis+sentinel://[user:password@]host[:port],host[:port]/MASTER[/db]`).
 #[derive(Clone, PartialEq, Eq)]
@@ -137,9 +140,9 @@ fn parse_host(s: &str) -> Option<(String, u16)> {
 /// connection of a client.
 ///
 /// It follows Redis's guidelines for Sentinel clients: ask the sentinels
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME` (all at once, so a dead or slow one
-/// costs nothing), take their answers in the order the sentinels are
-/// listed, and use the first address whose server says `ROLE` master. The
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` (all at once, at most a second each,
+/// so a dead or slow one costs little), and use the address most of them
+/// name (ties: the first named) whose server says `ROLE` master. The
 /// `redis` crate's own lookup (`redis::sentinel`) reads `SENTINEL MASTERS`
 /// and skips a master flagged down, which right after a failover names no
 /// usable master for a while (measured: the promoted replica took writes
@@ -187,6 +190,10 @@ impl Resolver {
     }
 
     /// What one sentinel says the master's address is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it opens a connection and keeps none.
     async fn ask(&self, sentinel: &redis::Client) -> redis::RedisResult<Option<(String, u16)>> {
         let mut conn = sentinel.get_multiplexed_async_connection().await?;
         redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master_name).query_async(&mut conn).await
@@ -200,21 +207,32 @@ impl Resolver {
     /// Cancel-safe: it opens connections and keeps none.
     pub(super) async fn master(&self, protocol: ProtocolVersion) -> redis::RedisResult<redis::Client> {
         let lookup = async {
-            let asks = self.sentinels.iter().map(|s| tokio::time::timeout(self.limit / 2, self.ask(s)));
-            let mut addresses: Vec<(String, u16)> = Vec::new();
+            // A short bound per sentinel, as Redis's guidelines advise: a
+            // sentinel host that drops packets must not hold up the others.
+            let per_sentinel = self.limit.min(ASK_LIMIT);
+            let asks = self.sentinels.iter().map(|s| tokio::time::timeout(per_sentinel, self.ask(s)));
+            // Each address with the number of sentinels naming it, in the
+            // order first named.
+            let mut addresses: Vec<((String, u16), usize)> = Vec::new();
             let mut last_error = None;
             for answer in futures::future::join_all(asks).await {
                 match answer {
-                    Ok(Ok(Some(addr))) if !addresses.contains(&addr) => addresses.push(addr),
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(Some(addr))) => match addresses.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, votes)) => *votes += 1,
+                        None => addresses.push((addr, 1)),
+                    },
+                    Ok(Ok(None)) => {}
                     Ok(Err(e)) => last_error = Some(e),
                     Err(_) => last_error = Some(lookup_error("a sentinel did not answer in time".into())),
                 }
             }
+            // The address most sentinels name first: a sentinel cut off from
+            // the others may still name an old master that says it is one.
+            addresses.sort_by_key(|(_, votes)| std::cmp::Reverse(*votes));
             if addresses.is_empty() {
                 return Err(last_error.unwrap_or_else(|| lookup_error("no sentinel knows the master name".into())));
             }
-            for (host, port) in addresses {
+            for ((host, port), _) in addresses {
                 let info = ConnectionAddr::Tcp(host.clone(), port)
                     .into_connection_info()?
                     .set_redis_settings(self.redis.clone().set_protocol(protocol));
