@@ -476,7 +476,7 @@ fn processes_exclude_each_other_across_mixed_stores() {
     let mut children: Vec<_> = (0..PROCESSES)
         .map(|i| {
             Command::new(std::env::current_exe().expect("current_exe"))
-                .args(["--exact", "processes_exclude_each_other_across_mixed_stores", "--nocapture"])
+                .args(["--exact", &test_name("processes_exclude_each_other_across_mixed_stores"), "--nocapture"])
                 .env(CHILD_ROLE, if i % 2 == 1 { "reversed" } else { "forward" })
                 .env(CHILD_SQLITE, stores.sqlite_url())
                 .env(CHILD_REDIS, stores.redis.url())
@@ -507,5 +507,14 @@ fn processes_exclude_each_other_across_mixed_stores() {
         assert_eq!(report.entries, PROCESSES * CYCLES, "part {p}: {report:?}");
         assert_eq!(report.counter, (PROCESSES * CYCLES) as i64, "part {p}: lost updates: {report:?}");
         assert!(report.fences_increasing, "part {p}: fences did not increase in grant order");
+    }
+}
+
+/// The full name of test `name` of this module, for `--exact` when the
+/// binary re-runs itself: `module::name` (the crate's name left off).
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
     }
 }

@@ -43,7 +43,7 @@ fn sqlite_url(dir: &tempfile::TempDir) -> String {
 /// Re-runs this test binary as a child for `test`, in `role`.
 fn child(test: &str, role: &str, url: &str, dir: &std::path::Path, key: &str) -> std::process::Child {
     Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", test, "--nocapture"])
+        .args(["--exact", &test_name(test), "--nocapture"])
         .env(CHILD_ROLE, role)
         .env(CHILD_URL, url)
         .env(CHILD_DIR, dir)
@@ -468,4 +468,13 @@ fn bad_input_is_a_typed_error_before_any_io() {
         .expect("refused at once");
         assert!(matches!(seg.mark_empty(7), Err(Error::InvalidInput { what: "segment", .. })));
     });
+}
+
+/// The full name of test `name` of this module, for `--exact` when the
+/// binary re-runs itself: `module::name` (the crate's name left off).
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
+    }
 }

@@ -99,7 +99,7 @@ fn concurrent_first_open_across_processes_never_fails() {
         let children: Vec<_> = (0..CLIENTS)
             .map(|_| {
                 Command::new(&exe)
-                    .args(["--exact", "concurrent_first_open_across_processes_never_fails", "--nocapture"])
+                    .args(["--exact", &test_name("concurrent_first_open_across_processes_never_fails"), "--nocapture"])
                     .env(CHILD_URL, &url)
                     .env(CHILD_START_NS, start.to_string())
                     .stdin(Stdio::null())
@@ -177,4 +177,13 @@ async fn the_log_stays_small_under_back_to_back_writes() {
     }
     let wal = std::fs::metadata(dir.path().join("locks.db-wal")).map(|m| m.len()).unwrap_or(0);
     assert!(wal < 8 << 20, "the write-ahead log grew to {wal} bytes over 6,000 transactions");
+}
+
+/// The full name of test `name` of this module, for `--exact` when the
+/// binary re-runs itself: `module::name` (the crate's name left off).
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
+    }
 }

@@ -98,7 +98,7 @@ fn child_entry() {
 fn spawn_child(test: &str, role: &str, url: &str, key: &str) -> ChildProcess {
     let exe = std::env::current_exe().expect("current_exe");
     Command::new(exe)
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &test_name(test), "--nocapture", "--test-threads", "1"])
         .env(CHILD_ROLE, role)
         .env(CHILD_URL, url)
         .env(CHILD_KEY, key)
@@ -125,5 +125,14 @@ impl Drop for ChildProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// The full name of test `name` (`session::...`) under this module, for
+/// `--exact` when the binary re-runs itself (the crate's name left off).
+fn test_name(name: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{name}"),
+        None => name.to_owned(),
     }
 }

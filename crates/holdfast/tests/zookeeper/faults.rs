@@ -8,7 +8,7 @@ use holdfast::backend::zookeeper::ZkBackend;
 use holdfast::{Client, ClientOptions, Error};
 use holdfast_testkit::servers::zookeeper::{TICK_MS, ZkServer};
 
-use crate::{client, runtime};
+use super::{client, runtime};
 
 /// A hung ensemble (SIGSTOP longer than the session timeout): the holder's
 /// `lost()` fires before anyone else is granted; its release says `Lost`;
@@ -321,7 +321,7 @@ fn lost_waiter_requeues_once_on_a_new_session() {
             Ok(_) => panic!("granted while the holder held"),
         }
         eprintln!("the waiter returned {returned_after:?} after the ensemble hung");
-        let observer = crate::raw(&server, None).await;
+        let observer = super::raw(&server, None).await;
         let parent = "/holdfast/locks/lost%2Fwaiter";
         let prefix = format!("lk-{}-", w.token.to_hex());
         let again = {

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use holdfast::backend::zookeeper::ZkBackend;
 use holdfast_testkit::servers::zookeeper::{ZkServer, watches_by_path};
 
-use crate::{client, raw, runtime};
+use super::{client, raw, runtime};
 
 /// Grants follow request order across several clients (each its own
 /// session); `status` counts the waiters; fences strictly increase; nothing

@@ -1,0 +1,37 @@
+//! Every store's and every composite's own tests (beyond the conformance
+//! suite), in one test binary: each of these files used to be a binary of
+//! its own, and each binary costs a full build and link of the client core
+//! with its dependencies at the package's opt-level, which on CI's 2 cores
+//! was most of the test build. Each module keeps its file and its
+//! `#![cfg(feature)]`; tests are named as before with the file's name as
+//! module (`redlock::one_member_down_still_grants_two_is_a_store_error`),
+//! in the binary `stores`.
+
+#[path = "core.rs"]
+mod core;
+#[path = "etcd/main.rs"]
+mod etcd;
+#[path = "fallback.rs"]
+mod fallback;
+#[path = "layered.rs"]
+mod layered;
+#[path = "multi.rs"]
+mod multi;
+#[path = "mysql.rs"]
+mod mysql;
+#[path = "mysql_faults.rs"]
+mod mysql_faults;
+#[path = "postgres.rs"]
+mod postgres;
+#[path = "postgres_faults.rs"]
+mod postgres_faults;
+#[path = "redis.rs"]
+mod redis;
+#[path = "redlock.rs"]
+mod redlock;
+#[path = "segmented.rs"]
+mod segmented;
+#[path = "sqlite.rs"]
+mod sqlite;
+#[path = "zookeeper/main.rs"]
+mod zookeeper;
