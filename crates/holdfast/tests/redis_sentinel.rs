@@ -92,6 +92,9 @@ fn follows_the_master_through_a_failover() {
     let url = set.url();
     rt().block_on(async {
         let c = client(&url, "follower").await;
+        // A waiter that only pub/sub can wake in time (its fallback poll is 5 s),
+        // connected before the failover and idle through it.
+        let w = client(&format!("{url}?poll_min_ms=5000&poll_max_ms=5000"), "waiter").await;
         let held = c.mutex("sentinel/held").ttl(Duration::from_secs(10)).acquire().await.expect("acquire");
         let held_fence = held.fence();
         tokio::time::sleep(Duration::from_millis(300)).await; // replicated by now
@@ -152,6 +155,21 @@ fn follows_the_master_through_a_failover() {
         );
         assert!(first_loop_grant.unwrap_or_default() < Duration::from_secs(10));
         held.release().await.expect("release after the failover");
+        // Pub/sub followed the master too: a release on the new master wakes
+        // a waiter of another client well before its 5 s poll.
+        let blocker = acquire_until(&c, "sentinel/wake", Duration::from_secs(5)).await;
+        let waiting = tokio::spawn(async move {
+            let g = w.mutex("sentinel/wake").ttl(Duration::from_secs(5)).acquire_timeout(Duration::from_secs(8)).await;
+            (Instant::now(), g.map(|g| g.fence()))
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        blocker.release().await.expect("release");
+        let (woke, granted) = waiting.await.expect("waiter");
+        granted.expect("the waiter got the lock");
+        let wake = woke - released;
+        println!("after the failover, a waiter was woken {wake:?} after the release (its poll: 5 s)");
+        assert!(wake < Duration::from_secs(2), "woken by its poll, not by pub/sub: {wake:?}");
     });
 }
 

@@ -154,7 +154,14 @@ impl Link {
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         let (seen, mut conn) = self.manager();
         let r = conn.subscribe(channel).await;
-        self.after(seen, r).await
+        let r = self.after(seen, r).await;
+        if r.is_err() && self.generation() != seen {
+            // Moved to another master meanwhile: subscribing is idempotent,
+            // so subscribe there rather than leave the waiter to its poll.
+            let (_, mut conn) = self.manager();
+            return conn.subscribe(channel).await;
+        }
+        r
     }
 
     /// Unsubscribes the pub/sub connection from `channel`.
