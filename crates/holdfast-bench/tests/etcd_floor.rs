@@ -8,7 +8,7 @@ use holdfast_bench::floor_for;
 use holdfast_testkit::servers::etcd::EtcdServer;
 use holdfast_testkit::servers::free_port;
 
-mod floor_checks;
+use super::floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_floor_is_owner_checked_and_expires() {

@@ -1,11 +1,12 @@
 //! The MySQL/MariaDB floor against a real MariaDB (started by the testkit on
 //! a free loopback port in a temp dir, killed on drop).
+#![cfg(feature = "mysql")]
 
 use holdfast::OwnerToken;
 use holdfast_bench::floor_for;
 use holdfast_testkit::servers::mysql::MysqlServer;
 
-mod floor_checks;
+use super::floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_floor_is_owner_checked_and_takes_over_expired_rows() {

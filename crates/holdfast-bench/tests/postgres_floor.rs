@@ -1,5 +1,6 @@
 //! The PostgreSQL floor against a real server (testkit: loopback port, temp
 //! dir, killed on drop).
+#![cfg(feature = "postgres")]
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use holdfast_bench::floor_for;
 use holdfast_testkit::servers::free_port;
 use holdfast_testkit::servers::postgres::PostgresServer;
 
-mod floor_checks;
+use super::floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_floor_is_owner_checked_and_takes_over_expired_rows() {

@@ -1,5 +1,6 @@
 //! The Redis floor and command counter against a real redis-server (started
 //! here on a free loopback port in a temp dir, killed on drop).
+#![cfg(feature = "redis")]
 
 use std::process::Command;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use holdfast_bench::{command_counter_for, floor_for};
 use holdfast_testkit::servers::{ServerProcess, free_port, port_open, require_binary, wait_until};
 
-mod floor_checks;
+use super::floor_checks;
 
 struct Redis {
     url: String,

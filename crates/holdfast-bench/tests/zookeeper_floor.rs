@@ -1,5 +1,6 @@
 //! The ZooKeeper floor against a real standalone server (testkit, loopback,
 //! temp dir, killed on drop).
+#![cfg(feature = "zookeeper")]
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use holdfast_bench::floor_for;
 use holdfast_testkit::servers::free_port;
 use holdfast_testkit::servers::zookeeper::ZkServer;
 
-mod floor_checks;
+use super::floor_checks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_floor_is_owner_checked_and_runs_a_workload() {

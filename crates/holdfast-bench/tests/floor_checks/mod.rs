@@ -1,6 +1,6 @@
 //! The checks every raw floor must pass, shared by the per-store floor tests
-//! (each test binary uses the ones that fit its store).
-#![allow(dead_code)] // each test binary uses a subset
+//! (each store's module uses the ones that fit its store).
+#![allow(dead_code)] // each store uses a subset, and a build without a store's feature none
 
 use std::sync::Arc;
 use std::time::Duration;
