@@ -29,8 +29,9 @@ const FREED_AFTER_OUTAGE: Duration = Duration::from_secs(5);
 const HANG_SLACK: Duration = Duration::from_secs(3);
 
 /// The store's proxy target, or `None` when there is no network between
-/// client and store to fault (SQLite: a file in the client's process); the
-/// clause then has nothing to test, says so, and returns.
+/// client and store to fault (SQLite: a file in the client's process) or no
+/// way to put the proxy on it (Redis Sentinel names the master's own
+/// address); the clause then has nothing to test, says so, and returns.
 fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
     let target = store.via_proxy.as_ref();
     if target.is_none() {
@@ -38,7 +39,10 @@ fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
         if store.in_process.is_some() {
             eprintln!("{clause}: not applicable to {scheme}: its links inject these faults in the seeded runs");
         } else {
-            eprintln!("{clause}: not applicable to {scheme}: no network between client and store");
+            eprintln!(
+                "{clause}: not applicable to {scheme}: no fault proxy between client and store (no network, \
+                 or the client finds the server's own address, as through Redis Sentinel)"
+            );
         }
     }
     target

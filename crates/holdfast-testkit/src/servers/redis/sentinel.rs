@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::faults::FaultProxy;
-use crate::servers::{ServerProcess, free_port, require_binary, wait_until};
+use crate::servers::{ServerProcess, require_binary, wait_until};
 
 /// The master name the sentinels monitor.
 pub const MASTER_NAME: &str = "holdfast-master";
@@ -72,7 +72,10 @@ impl RedisSentinel {
     fn launch(down_after_ms: u64, via_proxy: bool) -> Self {
         let server = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server");
         let dir = tempfile::Builder::new().prefix("holdfast-sentinel.").tempdir().expect("temp dir");
-        let (pm, pr) = (free_port(), free_port());
+        // Five distinct ports: bound all at once, then let go (two calls of
+        // `free_port` in a row may return the same port).
+        let ports = distinct_free_ports(5);
+        let (pm, pr) = (ports[0], ports[1]);
         let replication = via_proxy.then(|| FaultProxy::start(([127, 0, 0, 1], pm).into()));
         let replica_of = replication.as_ref().map_or(pm, |p| p.addr().port());
         let failover_timeout_ms = if via_proxy { 60_000 } else { 5000 };
@@ -89,7 +92,7 @@ impl RedisSentinel {
             }
             nodes.push((port, ServerProcess::spawn(cmd, &d.join("redis.log"))));
         }
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let ports: Vec<u16> = ports[2..].to_vec();
         // Distinct ids in every set, so two sets running at once never share one.
         let ids: Vec<String> = (0..3).map(|_| format!("{:032x}{:08x}", rand::random::<u128>(), 0)).collect();
         let mut sentinels = Vec::new();
@@ -250,6 +253,16 @@ impl RedisSentinel {
     pub fn sentinel_log(&self, i: usize) -> PathBuf {
         self.dir.path().join(format!("sentinel{i}/sentinel.log"))
     }
+}
+
+/// `n` distinct free loopback ports (held together while they are chosen).
+fn distinct_free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"))
+        })
+        .collect();
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("local_addr: {e}"))).collect()
 }
 
 /// Sends one command to `127.0.0.1:port` and reads the reply (a minimal RESP2
