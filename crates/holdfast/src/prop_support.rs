@@ -12,6 +12,7 @@ pub(crate) fn config() -> ProptestConfig {
 }
 
 /// Any lease mode: exclusive, writer, or a share of any weight and limit.
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
 pub(crate) fn any_mode() -> impl Strategy<Value = LeaseMode> {
     prop_oneof![
         Just(LeaseMode::Exclusive),
