@@ -115,7 +115,8 @@ impl ZkServer {
             let mut cfg = format!(
                 "tickTime={TICK_MS}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={client}\n\
                  clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok,stat,mntr,wchp,cons\n\
-                 maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n",
+                 maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}\n\
+                 maxClientCnxns=0\n",
                 data.display()
             );
             if n > 1 {
