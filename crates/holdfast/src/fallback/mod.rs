@@ -305,7 +305,7 @@ impl Backend for Fallback {
         let need = self.need(req.ttl);
         loop {
             let lease = self.record.lease_for(need, true).await?;
-            self.maybe_fail_back(lease.mode).await;
+            self.maybe_fail_back(lease.mode);
             let store = lease.mode.active;
             let (store_req, token) = self.store_request(req, store);
             match self.wait_on(store, &store_req, lease, need).await {

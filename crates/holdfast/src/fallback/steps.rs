@@ -73,7 +73,7 @@ impl Fallback {
     /// Starts a switch back to the first store, in the background, once the
     /// chain has run on another for `fail_back_after` and the first store
     /// answers a probe.
-    pub(super) async fn maybe_fail_back(&self, mode: Mode) {
+    pub(super) fn maybe_fail_back(&self, mode: Mode) {
         let Some(after) = self.fail_back_after.filter(|_| mode.active != 0) else { return };
         let now = Instant::now();
         {
@@ -93,14 +93,15 @@ impl Fallback {
                 }
             }
         }
-        let probe = tokio::time::timeout(PROBE_TIMEOUT, self.stores[0].status(self.record.key())).await;
-        if matches!(probe, Ok(Ok(_))) {
-            let record = Arc::clone(&self.record);
-            tokio::spawn(async move {
+        // Off the caller's path: the probe may take up to PROBE_TIMEOUT.
+        let (first, record) = (Arc::clone(&self.stores[0]), Arc::clone(&self.record));
+        tokio::spawn(async move {
+            let probe = tokio::time::timeout(PROBE_TIMEOUT, first.status(record.key())).await;
+            if matches!(probe, Ok(Ok(_))) {
                 // A failed fail-back is retried at the next probe.
                 let _ = record.switch(mode, 0).await;
-            });
-        }
+            }
+        });
     }
 
     /// Waits on store `store` under `lease`, taking fresh mode leases as
