@@ -50,6 +50,8 @@ struct Inner {
     scripts: Scripts,
     notifier: Arc<Notifier>,
     client_id: String,
+    /// `{prefix}:c:`, the start of every client's hand-off channel.
+    client_channel_prefix: String,
     durability: FenceDurability,
 }
 
@@ -89,11 +91,30 @@ fn timed_out(what: &str, after: Duration) -> Error {
 /// The four keys of one lock (the lock hash, the fair queue and its
 /// entries, the shares); they share the hash tag `{prefix:key}`.
 fn lock_keys(prefix: &str, key: &LockKey) -> [String; 4] {
-    let h = format!("{{{prefix}:{}}}", key.as_str());
-    let q = format!("{h}:q");
-    let e = format!("{h}:e");
-    let s = format!("{h}:s");
+    // Built by hand, not with format!: this runs twice per lock cycle.
+    let mut h = String::with_capacity(prefix.len() + key.as_str().len() + 5);
+    h.push('{');
+    h.push_str(prefix);
+    h.push(':');
+    h.push_str(key.as_str());
+    h.push('}');
+    let suffixed = |suffix: &str| {
+        let mut k = String::with_capacity(h.len() + 2);
+        k.push_str(&h);
+        k.push_str(suffix);
+        k
+    };
+    let (q, e, s) = (suffixed(":q"), suffixed(":e"), suffixed(":s"));
     [h, q, e, s]
+}
+
+/// How long a waiter's mark on a lock (`mark_waiter` in the scripts) asks
+/// releases to publish: twice the longest fallback poll, plus a second. A
+/// waiting client attempts again at least once per longest poll, and each
+/// refused attempt renews the mark once half of it has passed, so the mark
+/// outlives every sleep of a live waiter.
+fn waiter_horizon(config: &RedisConfig) -> u64 {
+    ms(config.poll.max * 2 + Duration::from_secs(1))
 }
 
 /// The highest fence floor [`Backend::raise_fence`] takes: 2^52. The
@@ -134,6 +155,7 @@ impl RedisBackend {
         pending.spawn(push_conn, config.timeout);
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
+        let client_channel_prefix = format!("{}:c:", config.prefix);
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -142,6 +164,7 @@ impl RedisBackend {
                 scripts: Scripts::new(),
                 notifier,
                 client_id,
+                client_channel_prefix,
                 durability,
             }),
         })
@@ -182,15 +205,19 @@ impl RedisBackend {
         }
     }
 
-    /// One acquire script call: `Granted` or `Busy` with the holder's time left.
-    async fn attempt(&self, req: &AcquireRequest, fair: bool) -> Result<Attempt> {
-        let [h, q, e, _] = lock_keys(&self.inner.config.prefix, &req.key);
+    /// One acquire script call: `Granted` or `Busy` with the holder's time
+    /// left. A `waiting` caller is subscribed to the lock's channel: a
+    /// refusal marks the lock so that its release publishes there.
+    async fn attempt(&self, req: &AcquireRequest, fair: bool, waiting: bool) -> Result<Attempt> {
+        let config = &self.inner.config;
+        let [h, q, e, _] = lock_keys(&config.prefix, &req.key);
         let mut inv = if fair { self.inner.scripts.fair_acquire.key(h) } else { self.inner.scripts.acquire.key(h) };
         inv.key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
         if fair {
-            inv.arg(ms(self.inner.config.queue_ttl)).arg(&self.inner.client_id);
+            inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
+        } else {
+            inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 });
         }
-        inv.arg(ms(self.inner.config.fence_keep));
         let started = Instant::now();
         let generation = self.inner.conn.generation();
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
@@ -212,6 +239,7 @@ impl RedisBackend {
         let mut inv = self.inner.scripts.shared_acquire.key(h);
         inv.key(s).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label).arg(ms(self.inner.config.fence_keep));
         inv.arg(mode).arg(weight).arg(limit).arg(u8::from(reserve));
+        inv.arg(if reserve { waiter_horizon(&self.inner.config) } else { 0 });
         let started = Instant::now();
         let generation = self.inner.conn.generation();
         let (outcome, value): (i64, i64) = self.invoke(&inv).await?;
@@ -236,7 +264,7 @@ impl RedisBackend {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match self.attempt(req, true).await? {
+            match self.attempt(req, true, true).await? {
                 Attempt::Granted(grant) => return Ok(grant),
                 Attempt::Busy { expires_in } => {
                     let delay = match expires_in {
@@ -259,7 +287,7 @@ impl RedisBackend {
         // call when the key is free. When others wait, the channel is
         // subscribed already and the first attempt comes after joining them.
         if !notifier.has_waiters(req.key.as_str()) && req.mode == LeaseMode::Exclusive {
-            if let Attempt::Granted(grant) = self.attempt(req, false).await? {
+            if let Attempt::Granted(grant) = self.attempt(req, false, false).await? {
                 return Ok(grant);
             }
         }
@@ -268,7 +296,7 @@ impl RedisBackend {
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
         if req.mode == LeaseMode::Exclusive {
-            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false)).await
+            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false, true)).await
         } else {
             wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
         }
@@ -316,7 +344,7 @@ impl Backend for RedisBackend {
         // One attempt. A fair attempt would queue the token, so a try uses
         // the non-fair script, which still defers to queued waiters.
         let attempt = if req.mode == LeaseMode::Exclusive {
-            self.attempt(req, false).await?
+            self.attempt(req, false, false).await?
         } else {
             self.attempt_shared(req, false).await?
         };
@@ -345,8 +373,8 @@ impl Backend for RedisBackend {
             .key(s)
             .arg(token.to_hex())
             .arg(ms(config.fence_keep))
-            .arg(format!("{}:w:{}", config.prefix, key.as_str()))
-            .arg(format!("{}:c:", config.prefix));
+            .arg(self.inner.notifier.lock_channel(key.as_str()))
+            .arg(&self.inner.client_channel_prefix);
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }

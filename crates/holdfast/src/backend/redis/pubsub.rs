@@ -39,7 +39,7 @@ pub(super) struct Notifier {
     wakeups: LocalWakeups,
     /// Fair waiters of this client by token (hex).
     fair: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Waiters per lock channel.
+    /// Waiters per lock key (the channel is `lock_prefix` + key).
     counts: Arc<Mutex<HashMap<String, usize>>>,
     requests: mpsc::UnboundedSender<Request>,
 }
@@ -53,7 +53,7 @@ impl Notifier {
         let (tx, rx) = mpsc::unbounded_channel();
         let counts = Arc::new(Mutex::new(HashMap::new()));
         let notifier = Arc::new(Notifier {
-            lock_prefix,
+            lock_prefix: lock_prefix.clone(),
             client_channel,
             client_subscribed: AtomicBool::new(false),
             wakeups: LocalWakeups::default(),
@@ -68,7 +68,7 @@ impl Notifier {
             }
             Ok(())
         };
-        (notifier, handler, Pending { rx, counts })
+        (notifier, handler, Pending { rx, counts, lock_prefix })
     }
 
     fn on_push(&self, info: PushInfo) {
@@ -94,10 +94,7 @@ impl Notifier {
             PushKind::Disconnection => {
                 // Messages sent while disconnected are lost: every waiter tries again.
                 tracing::debug!("redis pub/sub connection lost; waking all waiters");
-                let keys: Vec<String> = {
-                    let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-                    counts.keys().filter_map(|c| c.strip_prefix(&self.lock_prefix).map(str::to_owned)).collect()
-                };
+                let keys: Vec<String> = self.counts.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
                 for key in keys {
                     self.wakeups.wake_one(&key);
                 }
@@ -112,8 +109,15 @@ impl Notifier {
     /// Whether waiters of this client already wait on `key` (its channel is
     /// subscribed, or being subscribed).
     pub(super) fn has_waiters(&self, key: &str) -> bool {
-        let channel = format!("{}{}", self.lock_prefix, key);
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel)
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(key)
+    }
+
+    /// The channel a release of `key` publishes on.
+    pub(super) fn lock_channel(&self, key: &str) -> String {
+        let mut channel = String::with_capacity(self.lock_prefix.len() + key.len());
+        channel.push_str(&self.lock_prefix);
+        channel.push_str(key);
+        channel
     }
 
     /// The wake-up handle of non-fair waiters of `key`.
@@ -125,10 +129,9 @@ impl Notifier {
     /// returned guard lives. Resolves once the server confirmed the
     /// subscription (or failed: then waiting falls back to polling).
     pub(super) async fn watch_key(self: &Arc<Self>, key: &str, timeout: Duration) -> KeyWatch {
-        let channel = format!("{}{}", self.lock_prefix, key);
-        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(channel.clone()).or_insert(0) += 1;
-        let watch = KeyWatch { notifier: self.clone(), channel: channel.clone() };
-        self.subscribe(channel, timeout).await;
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_insert(0) += 1;
+        let watch = KeyWatch { notifier: self.clone(), key: key.to_owned() };
+        self.subscribe(self.lock_channel(key), timeout).await;
         watch
     }
 
@@ -168,17 +171,17 @@ impl Notifier {
 /// A waiter's hold on a lock channel subscription.
 pub(super) struct KeyWatch {
     notifier: Arc<Notifier>,
-    channel: String,
+    key: String,
 }
 
 impl Drop for KeyWatch {
     fn drop(&mut self) {
         let mut counts = self.notifier.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = counts.get_mut(&self.channel) {
+        if let Some(c) = counts.get_mut(&self.key) {
             *c -= 1;
             if *c == 0 {
-                counts.remove(&self.channel);
-                let _ = self.notifier.requests.send(Request::Unsubscribe(std::mem::take(&mut self.channel)));
+                counts.remove(&self.key);
+                let _ = self.notifier.requests.send(Request::Unsubscribe(self.notifier.lock_channel(&self.key)));
             }
         }
     }
@@ -208,6 +211,7 @@ impl Drop for TokenWatch {
 pub(super) struct Pending {
     rx: mpsc::UnboundedReceiver<Request>,
     counts: Arc<Mutex<HashMap<String, usize>>>,
+    lock_prefix: String,
 }
 
 impl Pending {
@@ -238,7 +242,7 @@ async fn follow_master(conn: &mut Link, seen: &mut u64, subscribed: &mut HashSet
 }
 
 async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
-    let Pending { mut rx, counts } = pending;
+    let Pending { mut rx, counts, lock_prefix } = pending;
     let mut subscribed: HashSet<String> = HashSet::new();
     let mut generation = conn.generation();
     let mut idle: HashMap<String, tokio::time::Instant> = HashMap::new();
@@ -259,7 +263,8 @@ async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
                     idle.iter().filter(|(_, since)| now - **since >= IDLE_UNSUBSCRIBE).map(|(c, _)| c.clone()).collect();
                 for channel in due {
                     idle.remove(&channel);
-                    let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel);
+                    let key = channel.strip_prefix(&lock_prefix).unwrap_or_default();
+                    let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(key);
                     if waiting || !subscribed.remove(&channel) {
                         continue;
                     }

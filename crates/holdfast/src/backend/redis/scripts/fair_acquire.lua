@@ -24,13 +24,23 @@ if not o then
       redis.call('HDEL', e, token)
     end
     local f = next_fence(s, us)
-    write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
+    if head then
+      -- Others may still be queued (H may even be new): keep the queue mark.
+      write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl), 'q', '1')
+    else
+      write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
+    end
     return {1, f}
   end
 end
 local entry = int(now + qttl) .. ' ' .. int(ttl) .. ' ' .. client .. ' ' .. label
 if redis.call('HSET', e, token, entry) == 1 then
   redis.call('RPUSH', q, token)
+end
+if not s.q and s.e ~= 0 then
+  -- Non-fair calls read Q only when H says it may hold waiters. (Without H,
+  -- they read Q anyway, and the head's grant writes the mark.)
+  redis.call('HSET', h, 'q', '1')
 end
 redis.call('PEXPIRE', q, qttl * 2)
 redis.call('PEXPIRE', e, qttl * 2)

@@ -4,12 +4,22 @@
 -- re-sent release whose first reply was lost), else 0.
 -- When fair waiters are queued, the lock goes straight to the live head waiter
 -- (new owner, new fence, a claim window of its entry's remaining life) and only
--- that waiter's client is told; otherwise the lock channel is told, once.
+-- that waiter's client is told; otherwise the lock channel is told, once, if
+-- a non-fair waiter marked the lock (see mark_waiter).
 local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, keep, chan, cprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local s = read_lock(h)
+local v = redis.call('HMGET', h, 'o', 'x', 'q', 'w')
 local us = now_us()
 local now = math.floor(us / 1000)
+if v[1] == token and (tonumber(v[2] or '0') or 0) > now and v[3] ~= '1' then
+  -- The hot path (a holder's release, no fair waiter queued), like acquire's:
+  -- the fields it uses, into locals. H already lives until keep_ms past the
+  -- lease's end, which is later than now.
+  redis.call('HSET', h, 'x', '0', 'r', token)
+  wake_waiters(tonumber(v[4] or '0') or 0, now, chan)
+  return 1
+end
+local s = read_lock(h)
 local o = holder(s, now)
 if o ~= token then
   -- A shared lease or a reservation: gone, and the lock's channel told (a
@@ -19,11 +29,11 @@ if o ~= token then
     redis.call('HDEL', sk, token)
     local r = parse_share(token, v)
     local live = r and r.held and r.x > now
-    if r and r.held and redis.call('EXISTS', h) == 1 then
+    if r and r.held and s.e ~= 0 then
       local _, latest = read_shares(sk, now)
       redis.call('HSET', h, 'sx', int(latest), 'r', token)
     end
-    redis.call('PUBLISH', chan, '')
+    wake_waiters(s.w, now, chan)
     if live then return 1 end
     return 0
   end
@@ -43,10 +53,8 @@ if o ~= token then
   if s.r == token then return 1 end
   return 0
 end
-local head = nil
-if redis.call('EXISTS', q) == 1 then
-  head = purge(q, e, now)
-end
+-- The holder's release with fair waiters maybe queued (q).
+local head = purge(q, e, now)
 if head then
   local exp, ttl, client, label = parse_entry(redis.call('HGET', e, head))
   redis.call('LPOP', q)
@@ -59,7 +67,7 @@ if head then
   redis.call('PUBLISH', cprefix .. client, head)
   return 1
 end
--- H already lives until keep_ms past the lease's end, which is later than now.
-redis.call('HSET', h, 'x', '0', 'r', token)
-redis.call('PUBLISH', chan, '')
+-- The queue was found empty: later calls need not read it.
+redis.call('HSET', h, 'x', '0', 'r', token, 'q', '0')
+wake_waiters(s.w, now, chan)
 return 1

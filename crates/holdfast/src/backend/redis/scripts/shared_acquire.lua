@@ -1,11 +1,13 @@
 -- Acquire of a lease model mode other than the plain mutex: a writer (mode 1)
 -- or a share (mode 2) under a limit. KEYS: H, S.
 -- ARGV: token, ttl_ms, label, fence_keep_ms, mode, weight, limit, reserve (1:
--- a waiting attempt, which leaves a reservation when refused).
+-- a waiting attempt, which leaves a reservation when refused), waiter horizon
+-- ms (see mark_waiter; 0 for a try).
 -- Returns {1, fence} granted, {0, ms_left or -1} refused, {2, other limit} conflict.
 local h, sk = KEYS[1], KEYS[2]
 local token, ttl, label, keep = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local m, w, lim, reserve = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+local horizon = tonumber(ARGV[9])
 local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
@@ -49,6 +51,7 @@ if reserve then
   end
   redis.call('HSET', sk, token, share_entry({ held = false, m = m, w = w, l = lim, ord = place, x = now + ttl, label = label }))
   if redis.call('PTTL', sk) < ttl then redis.call('PEXPIRE', sk, ttl * 2) end
+  mark_waiter(h, s.e, s.w, now, horizon)
 end
 if o then return {0, s.x - now} end
 if latest > now then return {0, latest - now} end
