@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rand::Rng;
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::FromRedisValue;
 
 pub use config::RedisConfig;
 
@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt};
 use link::Link;
-use lua::Scripts;
+use lua::{ScriptCall, Scripts};
 use pubsub::Notifier;
 
 const STORE: &str = "redis";
@@ -181,20 +181,20 @@ impl RedisBackend {
     /// "released" again and changes nothing more), so a call that failed
     /// on a dead connection (a server restart, a failover) is sent once more
     /// on the connection the manager re-establishes.
-    async fn invoke<T: FromRedisValue>(&self, inv: &ScriptInvocation<'_>) -> Result<T> {
+    async fn invoke<T: FromRedisValue>(&self, inv: &ScriptCall<'_>) -> Result<T> {
         self.invoke_on(&self.inner.conn, inv).await
     }
 
     /// [`invoke`](Self::invoke) on a given connection.
-    async fn invoke_on<T: FromRedisValue>(&self, conn: &Link, inv: &ScriptInvocation<'_>) -> Result<T> {
+    async fn invoke_on<T: FromRedisValue>(&self, conn: &Link, inv: &ScriptCall<'_>) -> Result<T> {
         let mut conn = conn.clone();
         let limit = self.inner.config.timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let call = async {
-            match inv.invoke_async(&mut conn).await {
+            match inv.invoke(&mut conn).await {
                 Err(e) if e.is_io_error() || e.is_connection_dropped() => {
                     tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
-                    inv.invoke_async(&mut conn).await
+                    inv.invoke(&mut conn).await
                 }
                 other => other,
             }
@@ -211,8 +211,9 @@ impl RedisBackend {
     async fn attempt(&self, req: &AcquireRequest, fair: bool, waiting: bool) -> Result<Attempt> {
         let config = &self.inner.config;
         let [h, q, e, _] = lock_keys(&config.prefix, &req.key);
-        let mut inv = if fair { self.inner.scripts.fair_acquire.key(h) } else { self.inner.scripts.acquire.key(h) };
-        inv.key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
+        let script = if fair { &self.inner.scripts.fair_acquire } else { &self.inner.scripts.acquire };
+        let mut inv = script.call(3);
+        inv.key(h).key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
         if fair {
             inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
         } else {
@@ -236,8 +237,13 @@ impl RedisBackend {
     async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, &req.key);
         let (mode, weight, limit) = admission::encode(req.mode);
-        let mut inv = self.inner.scripts.shared_acquire.key(h);
-        inv.key(s).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label).arg(ms(self.inner.config.fence_keep));
+        let mut inv = self.inner.scripts.shared_acquire.call(2);
+        inv.key(h)
+            .key(s)
+            .arg(req.token.to_hex())
+            .arg(ms(req.ttl))
+            .arg(&req.label)
+            .arg(ms(self.inner.config.fence_keep));
         inv.arg(mode).arg(weight).arg(limit).arg(u8::from(reserve));
         inv.arg(if reserve { waiter_horizon(&self.inner.config) } else { 0 });
         let started = Instant::now();
@@ -367,8 +373,9 @@ impl Backend for RedisBackend {
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let config = &self.inner.config;
         let [h, q, e, s] = lock_keys(&config.prefix, key);
-        let mut inv = self.inner.scripts.release.key(h);
-        inv.key(q)
+        let mut inv = self.inner.scripts.release.call(4);
+        inv.key(h)
+            .key(q)
             .key(e)
             .key(s)
             .arg(token.to_hex())
@@ -382,11 +389,14 @@ impl Backend for RedisBackend {
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let prefix = &self.inner.config.prefix;
         let calls = leases.chunks(self.inner.config.renew_batch).map(|chunk| async move {
-            let mut inv = self.inner.scripts.renew.prepare_invoke();
-            inv.arg(ms(self.inner.config.fence_keep));
+            let mut inv = self.inner.scripts.renew.call(2 * chunk.len());
             for lease in chunk {
                 let [h, _, _, s] = lock_keys(prefix, &lease.key);
-                inv.key(h).key(s).arg(lease.token.to_hex()).arg(ms(lease.ttl));
+                inv.key(h).key(s);
+            }
+            inv.arg(ms(self.inner.config.fence_keep));
+            for lease in chunk {
+                inv.arg(lease.token.to_hex()).arg(ms(lease.ttl));
             }
             let generation = self.inner.renew_conn.generation();
             let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
@@ -403,8 +413,8 @@ impl Backend for RedisBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         let [h, q, e, s] = lock_keys(&self.inner.config.prefix, key);
-        let mut inv = self.inner.scripts.status.key(h);
-        inv.key(q).key(e).key(s);
+        let mut inv = self.inner.scripts.status.call(4);
+        inv.key(h).key(q).key(e).key(s);
         type Share = (String, i64, i64, i64, i64);
         let (label, fence, ms_left, waiters, shares): (Option<String>, i64, i64, i64, Vec<Share>) =
             self.invoke(&inv).await?;
@@ -433,16 +443,16 @@ impl Backend for RedisBackend {
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
-        let mut inv = self.inner.scripts.shared_admin.key(h);
-        inv.key(s).arg("limit").arg(limit);
+        let mut inv = self.inner.scripts.shared_admin.call(2);
+        inv.key(h).key(s).arg("limit").arg(limit);
         let held: i64 = self.invoke(&inv).await?;
         Ok(held.max(0) as u64)
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
-        let mut inv = self.inner.scripts.shared_admin.key(h);
-        inv.key(s).arg("label").arg(token.to_hex()).arg(label);
+        let mut inv = self.inner.scripts.shared_admin.call(2);
+        inv.key(h).key(s).arg("label").arg(token.to_hex()).arg(label);
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }
@@ -456,8 +466,8 @@ impl Backend for RedisBackend {
         }
         // The lock hash and its shares: one hash tag, one Cluster slot.
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
-        let mut inv = self.inner.scripts.raise_fence.key(h);
-        inv.key(s).arg(token.to_hex()).arg(floor).arg(ms(self.inner.config.fence_keep));
+        let mut inv = self.inner.scripts.raise_fence.call(2);
+        inv.key(h).key(s).arg(token.to_hex()).arg(floor).arg(ms(self.inner.config.fence_keep));
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }
