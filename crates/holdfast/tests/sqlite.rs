@@ -1,6 +1,7 @@
 //! Faults of the embedded SQLite store that the conformance suite does not
 //! reach: clients that meet at the same instant on a file nobody created
-//! yet, and waiters on a file that another process keeps locked.
+//! yet, waiters on a file that another process keeps locked, and rows that
+//! crashed holders leave behind.
 #![cfg(feature = "sqlite")]
 
 use std::process::{Command, Stdio};
@@ -177,6 +178,36 @@ async fn the_log_stays_small_under_back_to_back_writes() {
     }
     let wal = std::fs::metadata(dir.path().join("locks.db-wal")).map(|m| m.len()).unwrap_or(0);
     assert!(wal < 8 << 20, "the write-ahead log grew to {wal} bytes over 6,000 transactions");
+}
+
+/// Rows of holders that died long ago (a crashed process never releases)
+/// are swept by a later release of any key, about once a second per client,
+/// and a holder that died recently keeps its row (and its fence's place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_long_dead_holders_are_swept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("locks.db");
+    let client = Client::connect(&format!("sqlite://{}", path.display())).await.expect("connect");
+    client.mutex("sweep/warm").try_acquire().await.expect("try").expect("free").release().await.expect("release");
+    let other = rusqlite::Connection::open(&path).expect("open");
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64;
+    let insert = "INSERT INTO holdfast_grants
+        (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
+        VALUES (?1, randomblob(16), 0, 1, 0, 1, 1, 'crashed', ?2, ?2)";
+    for i in 0..300 {
+        other.execute(insert, rusqlite::params![format!("sweep/dead/{i}"), now_ms - 120_000]).expect("dead row");
+    }
+    other.execute(insert, rusqlite::params!["sweep/recent", now_ms - 1_000]).expect("recent row");
+    let count = |like: &str| -> i64 {
+        other.query_row("SELECT count(*) FROM holdfast_grants WHERE key LIKE ?1", [like], |r| r.get(0)).expect("count")
+    };
+    // Two sweeps of at most 256 rows, a second or more apart.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        client.mutex("sweep/other").try_acquire().await.expect("try").expect("free").release().await.expect("release");
+    }
+    assert_eq!(count("sweep/dead/%"), 0, "rows of holders dead for two minutes were not swept");
+    assert_eq!(count("sweep/recent"), 1, "the row of a holder dead for a second was swept");
 }
 
 /// The full name of test `name` of this module, for `--exact` when the

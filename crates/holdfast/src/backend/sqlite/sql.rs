@@ -196,21 +196,32 @@ fn next_fence(tx: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
+/// Rows of holders that died this long ago are swept.
+pub(super) const SWEEP_AFTER_MS: i64 = 60_000;
+
+/// Rows one sweep deletes at most: a short statement, and at one sweep a
+/// second per client (see [`release`]) far more than crashed holders leave.
+const SWEEP_ROWS: i64 = 256;
+
 /// Deletes the grant or reservation of `token`; true if it held an
-/// unexpired lease. Also sweeps a few rows of holders that died long ago, so
-/// the table stays small.
-pub(super) fn release(conn: &mut Connection, key: &str, token: OwnerToken) -> rusqlite::Result<bool> {
+/// unexpired lease. With `sweep`, also deletes rows of holders that died
+/// long ago, so the table stays small (the caller sweeps about once a
+/// second: in every release it cost a statement, a seventh of an
+/// uncontended cycle).
+pub(super) fn release(conn: &mut Connection, key: &str, token: OwnerToken, sweep: bool) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
     let gone: Option<(i64, bool)> = tx
         .prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2 RETURNING expires_at_ms, held")?
         .query_row(params![key, token.to_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    tx.prepare_cached(
-        "DELETE FROM holdfast_grants WHERE (key, token) IN
-           (SELECT key, token FROM holdfast_grants WHERE expires_at_ms < ?1 LIMIT 16)",
-    )?
-    .execute(params![now - 60_000])?;
+    if sweep {
+        tx.prepare_cached(
+            "DELETE FROM holdfast_grants WHERE (key, token) IN
+               (SELECT key, token FROM holdfast_grants WHERE expires_at_ms < ?1 LIMIT ?2)",
+        )?
+        .execute(params![now - SWEEP_AFTER_MS, SWEEP_ROWS])?;
+    }
     tx.commit()?;
     Ok(gone.is_some_and(|(e, held)| held && e > now))
 }
