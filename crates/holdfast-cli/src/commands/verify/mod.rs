@@ -1,0 +1,120 @@
+//! `holdfast verify`: checks a store's guarantees under faults.
+//!
+//! W worker processes (this binary, re-run as `holdfast __verify-worker`)
+//! loop acquire, critical section, release on one key through the library.
+//! In the critical section they write to a fenced register that this
+//! process serves on loopback ([`register`]). Meanwhile [`faults`] kills and
+//! pauses holders. Every grant, write, `lost()`, release, error and fault
+//! goes into one history on one clock ([`clock`], [`record`]), appended to
+//! `history.jsonl`; [`check`] reads it back and [`report`] and [`html`]
+//! show what it found.
+
+pub mod check;
+pub mod clock;
+mod faults;
+pub mod html;
+mod lanes;
+pub mod record;
+pub mod register;
+pub mod report;
+mod rules;
+pub mod sink;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use worker::worker;
+
+use self::clock::RunClock;
+use self::record::{Micros, Record};
+use self::register::Register;
+use self::sink::Sink;
+use crate::cli::VerifyArgs;
+use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK};
+
+/// The parent: starts the register and the workers, injects the faults,
+/// checks the history, writes the reports.
+pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
+    let url = args.backend.url()?;
+    let ttl = holdfast::check_ttl(args.ttl).map_err(Failure::from)?;
+    if args.duration < Duration::from_millis(100) {
+        return Err(Failure::usage("--duration must be at least 100ms"));
+    }
+    let out = out_dir(args.out.as_ref())?;
+    // Fail fast, once, on a bad URL or a store that is down.
+    let client = super::connect(&url, None).await?;
+    let store = client.store_name().to_owned();
+    drop(client);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let key = args.key.clone().unwrap_or_else(|| format!("holdfast-verify/{}-{nanos}", std::process::id()));
+
+    let file = std::fs::File::create(out.join("history.jsonl")).map_err(|e| io(&out, e))?;
+    let sink = Sink::new(file);
+    let clock = RunClock { epoch: clock::now_us() };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| io(&out, e))?;
+    let addr = listener.local_addr().map_err(|e| io(&out, e))?;
+    let register = Register::new(clock, sink.clone());
+    let server = tokio::spawn(register.clone().serve(listener));
+    let ttl_us = ttl.as_micros() as Micros;
+    sink.push(Record::Start {
+        t: clock.now(),
+        store: store.clone(),
+        ttl: ttl_us,
+        workers: args.workers,
+        faults: args.faults.clone(),
+    });
+    crate::say!(
+        "holdfast verify: {} workers on {store} ({}), ttl {}, {} of faults: {}",
+        args.workers,
+        holdfast::redact_url(&url),
+        crate::duration::show(ttl),
+        crate::duration::show(args.duration),
+        if args.faults.is_empty() {
+            "none".to_owned()
+        } else {
+            args.faults.iter().map(|k| check::kind_name(*k)).collect::<Vec<_>>().join(",")
+        }
+    );
+    let until = clock.now() + args.duration.as_micros() as Micros;
+    let plan = lanes::Plan { url: url.clone(), key, register: addr.to_string(), ttl, clock, until };
+    let lanes = lanes::start(plan, args.workers, sink.clone())?;
+    let injector = tokio::spawn(faults::inject(args.faults.clone(), ttl, clock, until, sink.clone(), register));
+    // Workers stop at `until`, after their release; a wait for the lock may
+    // last one TTL more, a pause in flight longer.
+    let grace = faults::pause_length(ttl) + ttl * 3 + Duration::from_secs(10);
+    let ended = lanes::finish(lanes, args.duration + grace).await;
+    injector.abort();
+    server.abort();
+    sink.push(Record::End { t: clock.now() });
+    let records = sink.finish().map_err(|e| io(&out, e))?;
+    if !ended {
+        return Err(Failure::new(INTERNAL, "verify: workers did not stop in time; they were killed"));
+    }
+    let findings = check::check(&records);
+    let text = report::text(&findings, &records, &store);
+    std::fs::write(out.join("report.txt"), &text).map_err(|e| io(&out, e))?;
+    std::fs::write(out.join("report.html"), html::render(&findings, &records, &store)).map_err(|e| io(&out, e))?;
+    crate::say!("{text}");
+    crate::say!("history, report.txt, report.html: {}", out.display());
+    Ok(if findings.ok() { OK } else { INVARIANT_BROKEN })
+}
+
+/// `--out`, created if missing; else a new temp dir that is kept.
+fn out_dir(out: Option<&PathBuf>) -> Result<PathBuf, Failure> {
+    match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Failure::usage(format!("--out {}: {e}", dir.display())))?;
+            Ok(dir.clone())
+        }
+        None => tempfile::Builder::new()
+            .prefix("holdfast-verify-")
+            .tempdir()
+            .map(tempfile::TempDir::keep)
+            .map_err(|e| Failure::new(INTERNAL, format!("cannot create a temp dir: {e}"))),
+    }
+}
+
+fn io(dir: &std::path::Path, e: std::io::Error) -> Failure {
+    Failure::new(INTERNAL, format!("verify output in {}: {e}", dir.display()))
+}
