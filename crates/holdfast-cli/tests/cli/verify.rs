@@ -1,0 +1,103 @@
+//! `holdfast verify`: short runs with kill and pause faults on every store
+//! (servers from the testkit), the report's numbers, the HTML report in a
+//! real headless browser, and usage errors.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::Env;
+
+/// The first word after `name` on the report line starting with it.
+pub fn field<'a>(stdout: &'a str, name: &str) -> &'a str {
+    let line = stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name:?} in:\n{stdout}"));
+    line[name.len()..].split_whitespace().next().unwrap_or("")
+}
+
+fn number(stdout: &str, name: &str) -> u64 {
+    field(stdout, name).parse().unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}"))
+}
+
+/// Runs verify on `url` for `secs` with kill and pause, TTL 1s, into `out`;
+/// returns stdout after asserting exit 0 and a non-vacuous, clean report.
+pub fn verify_ok(env: &Env, store: &str, url: &str, out: &Path) -> String {
+    let output = env
+        .cmd()
+        .args(["verify", "--backend", url, "--workers", "3", "--duration", "5s", "--ttl", "1s"])
+        .args(["--faults", "kill,pause", "--out"])
+        .arg(out)
+        .timeout(Duration::from_secs(90))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{store}: {stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("store              {store}")), "{stdout}");
+    assert_eq!(number(&stdout, "double grants"), 0, "{store}: {stdout}");
+    assert_eq!(number(&stdout, "stale accepted"), 0, "{store}: {stdout}");
+    assert_eq!(number(&stdout, "fence faults"), 0, "{store}: {stdout}");
+    // Not vacuous: faults hit holders, a pause outlived the TTL, and the
+    // paused holder either found its lease lost or was fenced out.
+    assert!(number(&stdout, "faults injected") >= 2, "{store}: {stdout}");
+    assert!(number(&stdout, "pauses past ttl") >= 1, "{store}: {stdout}");
+    assert!(number(&stdout, "lost seen") + number(&stdout, "stale refused") >= 1, "{store}: {stdout}");
+    assert!(number(&stdout, "grants") >= 4, "{store}: {stdout}");
+    assert!(field(&stdout, "longest free") != "-", "{store}: a killed holder's key must be re-granted: {stdout}");
+    assert!(stdout.contains("result             ok"), "{stdout}");
+    println!("{store}:\n{stdout}"); // shown with --nocapture
+    for file in ["history.jsonl", "report.txt", "report.html"] {
+        assert!(out.join(file).exists(), "{store}: no {file}");
+    }
+    stdout
+}
+
+#[test]
+fn verify_sqlite_kill_and_pause() {
+    let env = Env::new();
+    verify_ok(&env, "sqlite", &env.url, &env.path("out"));
+}
+
+#[test]
+fn verify_redis_kill_and_pause() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::redis::RedisServer::start();
+    verify_ok(&env, "redis", &server.url(), &env.path("out"));
+}
+
+#[test]
+fn verify_postgres_kill_and_pause() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::postgres::PostgresServer::start();
+    verify_ok(&env, "postgres", &server.url(), &env.path("out"));
+}
+
+#[test]
+fn verify_mysql_kill_and_pause() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::mysql::MysqlServer::start();
+    verify_ok(&env, "mysql", &server.url(), &env.path("out"));
+}
+
+#[test]
+fn verify_etcd_kill_and_pause() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
+    verify_ok(&env, "etcd", &server.url(), &env.path("out"));
+}
+
+#[test]
+fn verify_zookeeper_kill_and_pause() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::zookeeper::ZkServer::start();
+    verify_ok(&env, "zookeeper", &server.url(), &env.path("out"));
+}
+
+#[test]
+fn verify_usage_errors_are_typed() {
+    let env = Env::new();
+    let out = env.cmd().args(["verify", "--backend", &env.url, "--ttl", "1ms"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = env.cmd().args(["verify", "--backend", &env.url, "--faults", "meteor"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = env.cmd().args(["verify", "--backend", "nope://x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
