@@ -50,10 +50,43 @@ pub fn verify_ok(env: &Env, store: &str, url: &str, out: &Path) -> String {
     stdout
 }
 
+/// SQLite, and the HTML report of that run in headless Chromium: the
+/// script drew a lane per worker and a bar per grant, the summary table
+/// shows the run's numbers, and the screenshot is not blank.
 #[test]
-fn verify_sqlite_kill_and_pause() {
+fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
     let env = Env::new();
-    verify_ok(&env, "sqlite", &env.url, &env.path("out"));
+    let out = env.path("out");
+    let stdout = verify_ok(&env, "sqlite", &env.url, &out);
+    let page = format!("file://{}", out.join("report.html").display());
+    let dom = chromium(&["--dump-dom", &page]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let grants = number(&stdout, "grants");
+    assert!(dom.contains(&format!("data-rendered=\"{grants}\"")), "the timeline script did not run: {dom}");
+    assert_eq!(dom.matches("class=\"lane\"").count(), 3, "one lane per worker: {dom}");
+    assert_eq!(dom.matches("class=\"grant\"").count() as u64, grants, "{dom}");
+    assert!(dom.matches("class=\"fault ").count() >= 2, "faults drawn: {dom}");
+    assert!(dom.contains("class=\"write accepted\""), "{dom}");
+    assert!(dom.contains("<td class=\"double-grants\">0</td>") && dom.contains("<td class=\"stale-accepted\">0</td>"), "{dom}");
+    assert!(dom.contains(&format!("<td class=\"grants\">{grants}</td>")), "{dom}");
+    assert!(dom.contains("ok: every guarantee held"), "{dom}");
+    let shot = out.join("shot.png");
+    chromium(&[&format!("--screenshot={}", shot.display()), "--window-size=1400,900", &page]);
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    // A blank 1400x900 page compresses to a few KB; tables and lanes do not.
+    assert!(png.len() > 20_000, "the screenshot looks blank ({} bytes)", png.len());
+}
+
+/// Runs headless Chromium with `args`; a missing browser fails with the install command.
+fn chromium(args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("chromium: {e}; install it: apt-get install -y chromium"));
+    assert!(out.status.success(), "chromium {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
 }
 
 #[test]

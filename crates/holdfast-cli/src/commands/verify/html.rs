@@ -109,6 +109,9 @@ green released, orange lost, grey ended by death); ticks: writes (blue accepted,
 red bands: pauses; black cross: kill; orange dot: lost(); purple: violation.</p>\
 <div><button id=\"zin\">zoom in</button><button id=\"zout\">zoom out</button><button id=\"zfit\">fit</button>\
 <span id=\"zoom\"></span></div><div id=\"timeline\"></div><h2>Violations</h2><ol id=\"violations\">");
+    if f.violations.is_empty() {
+        h.push_str("<li>none</li>");
+    }
     for v in &f.violations {
         let _ = write!(h, "<li>{} at {}: {}</li>", v.guarantee, ms(v.at), esc(&v.what));
     }
