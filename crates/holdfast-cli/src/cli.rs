@@ -66,6 +66,12 @@ Faults (--faults, comma-separated, injected one at a time, round robin, on the c
             pause stops the holder right after it checked its lease and before its write
             reaches the register, so the write arrives late and the fence must refuse it.
     slow    SIGSTOP the holder for 0.6 x TTL: its renewal runs late (the lease may survive).
+With --spawn STORE (verify starts the server on loopback), server faults too:
+    restart SIGKILL the server, start it again on its data. Without persistence (--spawn redis)
+            the locks and fence counters are gone: what breaks then is reported as that
+            store's documented weakness and does not fail the run.
+    leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
+            member is started again after one TTL.
 
 All times are CLOCK_MONOTONIC, one clock for every process on the machine: each event is
 timed by the process that saw it (a worker for its grants, lost() and releases; the parent
@@ -275,6 +281,17 @@ pub enum FaultKind {
     Pause,
     /// SIGSTOP the holder for part of its TTL: renewal runs late.
     Slow,
+    /// SIGKILL the store's server and start it again on its data (`--spawn` only).
+    Restart,
+    /// SIGKILL the leader of a 3-member ensemble (`--spawn etcd3|zookeeper3` only).
+    Leader,
+}
+
+impl FaultKind {
+    /// Whether the fault hits the store's server rather than a worker.
+    pub fn is_server(self) -> bool {
+        matches!(self, FaultKind::Restart | FaultKind::Leader)
+    }
 }
 
 /// `holdfast verify`.
@@ -304,6 +321,11 @@ pub struct VerifyArgs {
     /// The lock key [default: a fresh one per run].
     #[arg(long)]
     pub key: Option<String>,
+    /// Start the store's server here, on loopback in a temp dir, instead of --backend: sqlite,
+    /// redis, redis-durable, postgres, mysql, etcd, etcd3, zookeeper, zookeeper3. Allows the
+    /// server faults `restart` and `leader`.
+    #[arg(long, value_name = "STORE", conflicts_with = "backend")]
+    pub spawn: Option<String>,
 }
 
 /// `holdfast __verify-worker` (the backend comes from HOLDFAST_BACKEND).

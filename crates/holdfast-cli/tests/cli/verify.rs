@@ -17,13 +17,21 @@ fn number(stdout: &str, name: &str) -> u64 {
     field(stdout, name).parse().unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}"))
 }
 
-/// Runs verify on `url` for `secs` with kill and pause, TTL 1s, into `out`;
+/// Runs verify on `url` for 5s with kill and pause, TTL 1s, into `out`;
 /// returns stdout after asserting exit 0 and a non-vacuous, clean report.
 pub fn verify_ok(env: &Env, store: &str, url: &str, out: &Path) -> String {
+    verify_ok_with(env, store, &["--backend", url], &["--duration", "5s", "--ttl", "1s", "--faults", "kill,pause"], out)
+}
+
+/// [`verify_ok`] with the store (`--backend URL` or `--spawn STORE`) and the run's flags given.
+pub fn verify_ok_with(env: &Env, store: &str, target: &[&str], run: &[&str], out: &Path) -> String {
     let output = env
         .cmd()
-        .args(["verify", "--backend", url, "--workers", "3", "--duration", "5s", "--ttl", "1s"])
-        .args(["--faults", "kill,pause", "--out"])
+        .arg("verify")
+        .args(target)
+        .args(["--workers", "3"])
+        .args(run)
+        .arg("--out")
         .arg(out)
         .timeout(Duration::from_secs(90))
         .output()
@@ -110,11 +118,16 @@ fn verify_mysql_kill_and_pause() {
     verify_ok(&env, "mysql", &server.url(), &env.path("out"));
 }
 
+/// etcd leases are whole seconds and at least the server's minimum (1.5 x
+/// the election timeout, rounded up: 2 s on the testkit's etcd), so a
+/// killed holder's key is freed after about 2.2 s with `--ttl 1s`; the
+/// report says so and judges expiry against that lease.
 #[test]
 fn verify_etcd_kill_and_pause() {
     let env = Env::new();
     let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
-    verify_ok(&env, "etcd", &server.url(), &env.path("out"));
+    let stdout = verify_ok(&env, "etcd", &server.url(), &env.path("out"));
+    assert!(stdout.contains("store lease        2000.0ms"), "{stdout}");
 }
 
 #[test]
@@ -122,6 +135,28 @@ fn verify_zookeeper_kill_and_pause() {
     let env = Env::new();
     let server = holdfast_testkit::servers::zookeeper::ZkServer::start();
     verify_ok(&env, "zookeeper", &server.url(), &env.path("out"));
+}
+
+/// `--spawn redis-durable` (AOF, fsync always) with the server restarted:
+/// the locks and fences survive, so no guarantee breaks.
+#[test]
+fn verify_spawn_durable_redis_survives_restarts() {
+    let env = Env::new();
+    let run = ["--duration", "6s", "--ttl", "1s", "--faults", "restart,kill,pause"];
+    let stdout = verify_ok_with(&env, "redis", &["--spawn", "redis-durable"], &run, &env.path("out"));
+    let restart = stdout.lines().find(|l| l.starts_with("restart ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(restart.split_whitespace().nth(1).is_some_and(|n| n != "0"), "no restart injected: {stdout}");
+    assert_eq!(number(&stdout, "weaknesses"), 0, "{stdout}");
+}
+
+/// `--spawn etcd3 --faults leader`: the leader of a 3-member cluster is
+/// killed (and started again); the lock stays exclusive.
+#[test]
+fn verify_spawn_etcd_ensemble_survives_leader_kills() {
+    let env = Env::new();
+    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "kill,pause,leader"];
+    let stdout = verify_ok_with(&env, "etcd", &["--spawn", "etcd3"], &run, &env.path("out"));
+    assert!(stdout.lines().any(|l| l.starts_with("leader ") && l.split_whitespace().nth(1) != Some("0")), "{stdout}");
 }
 
 #[test]
@@ -133,4 +168,48 @@ fn verify_usage_errors_are_typed() {
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     let out = env.cmd().args(["verify", "--backend", "nope://x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
+    // Server faults need a server verify started, and one that allows them.
+    let out = env.cmd().args(["verify", "--backend", &env.url, "--faults", "restart"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = env.cmd().args(["verify", "--spawn", "sqlite", "--faults", "leader"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = env.cmd().args(["verify", "--spawn", "oracle"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
+
+/// The long run, for people (not in CI): every store, `HOLDFAST_VERIFY_LONG`
+/// (default 60s) of kill, pause and slow faults, 4 workers, TTL 1s; the same
+/// assertions as the short runs (`HOLDFAST_VERIFY_STORES=redis,etcd` picks
+/// stores). Prints each report (`--nocapture`):
+/// `cargo test -p holdfast-cli --all-features --test cli verify_long -- --ignored --nocapture`.
+#[test]
+#[ignore = "a minute per store; run by hand for the README's results"]
+fn verify_long_on_every_store() {
+    let env = Env::new();
+    let secs = std::env::var("HOLDFAST_VERIFY_LONG").unwrap_or_else(|_| "60s".to_owned());
+    let only = std::env::var("HOLDFAST_VERIFY_STORES").unwrap_or_default();
+    let mut broken = Vec::new();
+    for store in crate::stores(&env) {
+        if !only.is_empty() && !only.split(',').any(|s| s == store.name) {
+            continue;
+        }
+        let out = env.path(&format!("long-{}", store.name));
+        let output = env
+            .cmd()
+            .args(["verify", "--backend", &store.url, "--workers", "4", "--duration", &secs, "--ttl", "1s"])
+            .args(["--faults", "kill,pause,slow", "--out"])
+            .arg(&out)
+            .timeout(Duration::from_secs(600))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        println!("=== {} ===\n{stdout}", store.name);
+        if output.status.code() != Some(0)
+            || number(&stdout, "double grants") != 0
+            || number(&stdout, "stale accepted") != 0
+        {
+            broken.push(store.name);
+        }
+    }
+    assert!(broken.is_empty(), "guarantees broke on {broken:?}");
 }

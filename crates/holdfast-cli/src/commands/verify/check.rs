@@ -69,7 +69,7 @@ pub struct Row {
     pub injected: u64,
     /// Of which hit a holder.
     pub on_holders: u64,
-    /// Pauses longer than the TTL.
+    /// Pauses (`pause` faults) longer than the TTL.
     pub past_ttl: u64,
     /// Two holders believed at once.
     pub double_grants: u64,
@@ -96,6 +96,9 @@ pub struct Row {
 pub struct Findings {
     /// The TTL, µs.
     pub ttl: Micros,
+    /// How long the store may keep a dead holder's lease, µs (the TTL, or
+    /// more where the store rounds it up).
+    pub expiry: Micros,
     /// The run's end.
     pub end: Micros,
     /// Every grant, by start.
@@ -108,6 +111,9 @@ pub struct Findings {
     pub rows: BTreeMap<&'static str, Row>,
     /// Every broken guarantee, by time.
     pub violations: Vec<Violation>,
+    /// What broke after a restart of a store without persistence: its
+    /// documented weakness, reported but not failing the run.
+    pub weaknesses: Vec<Violation>,
 }
 
 impl Findings {
@@ -143,6 +149,8 @@ pub fn kind_name(kind: FaultKind) -> &'static str {
         FaultKind::Kill => "kill",
         FaultKind::Pause => "pause",
         FaultKind::Slow => "slow",
+        FaultKind::Restart => "restart",
+        FaultKind::Leader => "leader",
     }
 }
 
@@ -154,7 +162,7 @@ pub fn check(records: &[Record]) -> Findings {
     f.end = recs.iter().map(Record::t).max().unwrap_or(0);
     for r in &recs {
         match r {
-            Record::Start { ttl, .. } => f.ttl = *ttl,
+            Record::Start { ttl, expiry, .. } => (f.ttl, f.expiry) = (*ttl, (*expiry).max(*ttl)),
             Record::End { t } => f.end = *t,
             Record::Error { .. } => f.errors += 1,
             _ => {}
@@ -171,6 +179,11 @@ pub fn check(records: &[Record]) -> Findings {
     super::rules::expiry(&recs, &mut f);
     super::rules::after_loss(&recs, &mut f, &attribution);
     f.violations.sort_by_key(|v| v.at);
+    let volatile = recs.iter().any(|r| matches!(r, Record::Start { restart_keeps_state: Some(false), .. }));
+    if volatile {
+        let (weak, broken) = f.violations.drain(..).partition(|v| attribution.row(v.at, &v.pids) == "restart");
+        (f.weaknesses, f.violations) = (weak, broken);
+    }
     f
 }
 
@@ -187,7 +200,7 @@ impl Attribution<'_> {
         self.faults
             .iter()
             .rev()
-            .find(|(t, _, pid)| *t <= at && at - *t <= self.window && pids.contains(pid))
+            .find(|(t, _, pid)| *t <= at && at - *t <= self.window && (*pid == 0 || pids.contains(pid)))
             .map_or("none", |(_, kind, _)| kind_name(*kind))
     }
 }
@@ -213,8 +226,7 @@ fn count_faults(recs: &[Record], f: &mut Findings) {
                 open.insert(*pid, *t);
             }
             Phase::End => {
-                if let Some(start) = open.remove(pid).filter(|s| t - s > f.ttl) {
-                    let _ = start;
+                if open.remove(pid).is_some_and(|s| t - s > f.ttl) && *kind == FaultKind::Pause {
                     row.past_ttl += 1;
                 }
             }

@@ -8,7 +8,7 @@ use crate::cli::FaultKind;
 const TTL: Micros = 1_000_000;
 
 fn start() -> Record {
-    Record::Start { t: 0, store: "test".into(), ttl: TTL, workers: 2, faults: vec![FaultKind::Kill, FaultKind::Pause] }
+    Record::Start { t: 0, store: "test".into(), ttl: TTL, expiry: 0, workers: 2, faults: vec![FaultKind::Kill, FaultKind::Pause], restart_keeps_state: None }
 }
 fn grant(t: Micros, lane: u32, fence: u64) -> Record {
     Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000 }
@@ -157,4 +157,28 @@ fn the_history_round_trips_through_json_lines() {
     let h = vec![start(), grant(10, 0, 1), fault(5, FaultKind::Pause, 1, Phase::End), Record::End { t: 9 }];
     let text: String = h.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect();
     assert_eq!(record::parse(&text).unwrap(), h);
+}
+
+#[test]
+fn the_store_lease_is_the_ttl_except_on_etcd() {
+    use std::time::Duration;
+    let lease = crate::commands::verify::store_lease;
+    assert_eq!(lease("redis://h:1", Duration::from_millis(700)), Duration::from_millis(700));
+    assert_eq!(lease("etcd://h:1", Duration::from_millis(700)), Duration::from_secs(2));
+    assert_eq!(lease("ETCDS://h:1", Duration::from_millis(3100)), Duration::from_secs(4));
+}
+
+#[test]
+fn the_expiry_bound_follows_the_store_lease() {
+    let mut h = vec![
+        grant(10, 0, 1),
+        fault(100_000, FaultKind::Kill, 0, Phase::Start),
+        // 2.2 s: beyond TTL + 1 s, within a 2 s store lease + 1 s.
+        grant(2_300_000, 1, 2),
+        release(2_400_000, 1, 2),
+    ];
+    h.insert(0, Record::Start { t: 0, store: "etcd".into(), ttl: TTL, expiry: 2 * TTL, workers: 2, faults: vec![], restart_keeps_state: None });
+    assert!(check(&h).ok(), "{:?}", check(&h).violations);
+    h[0] = start();
+    assert_eq!(guarantees_broken(&check(&h)), vec!["expiry"]);
 }

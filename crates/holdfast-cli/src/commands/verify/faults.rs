@@ -10,6 +10,7 @@ use super::clock::RunClock;
 use super::record::{Micros, Phase, Record};
 use super::register::Register;
 use super::sink::Sink;
+use super::spawn;
 use crate::cli::FaultKind;
 
 /// How long a pause lasts: past the TTL, so that the lease runs out.
@@ -22,11 +23,22 @@ pub fn slow_length(ttl: Duration) -> Duration {
     ttl * 3 / 5
 }
 
+/// What faults are aimed at.
+pub struct Target {
+    /// The history, which also says who holds now.
+    pub sink: Sink,
+    /// The register, which pauses a worker at its write.
+    pub register: Register,
+    /// The server, with `--spawn`.
+    pub server: Option<spawn::Shared>,
+}
+
 /// Injects `kinds` until `until` (on the run's clock).
-pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until: Micros, sink: Sink, reg: Register) {
+pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until: Micros, target: Target) {
     if kinds.is_empty() {
         return;
     }
+    let Target { sink, register: reg, server } = target;
     // Let the workers start and settle first.
     tokio::time::sleep(ttl / 2).await;
     let mut pauses = 0u32;
@@ -35,9 +47,16 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
             FaultKind::Kill => ttl,
             FaultKind::Pause => pause_length(ttl),
             FaultKind::Slow => slow_length(ttl),
+            FaultKind::Restart => ttl * 2,
+            FaultKind::Leader => ttl * 3,
         };
         if clock.now() + budget.as_micros() as Micros >= until {
             return;
+        }
+        if let (true, Some(server)) = (kind.is_server(), &server) {
+            server_fault(*kind, ttl, clock, &sink, server.clone()).await;
+            tokio::time::sleep(ttl).await;
+            continue;
         }
         let Some((lane, pid)) = holder(&sink, clock, until).await else { return };
         let target = Pid::from_raw(pid as i32);
@@ -71,6 +90,7 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
                 }
             }
             FaultKind::Slow => reg.stop_for(*kind, lane, pid, slow_length(ttl), true).await,
+            FaultKind::Restart | FaultKind::Leader => {}
         }
         // Let the lock change hands before the next fault.
         tokio::time::sleep(ttl).await;
@@ -89,4 +109,38 @@ async fn holder(sink: &Sink, clock: RunClock, until: Micros) -> Option<(u32, u32
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     None
+}
+
+/// A server fault: `restart` (SIGKILL, start again on the same data) or
+/// `leader` (SIGKILL the ensemble's leader; etcd's is started again after
+/// one TTL). Recorded with pid 0; for `leader`, lane is the member.
+async fn server_fault(kind: FaultKind, ttl: Duration, clock: RunClock, sink: &Sink, server: spawn::Shared) {
+    let record = |phase, member: u32| Record::Fault { t: clock.now(), kind, lane: member, pid: 0, phase, holder: false };
+    let blocking = |f: Box<dyn FnOnce(&mut spawn::Spawned) -> Option<usize> + Send>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || f(&mut server.lock().unwrap_or_else(|p| p.into_inner())))
+    };
+    match kind {
+        FaultKind::Restart => {
+            sink.push(record(Phase::Start, 0));
+            let _ = blocking(Box::new(|s| {
+                s.restart();
+                None
+            }))
+            .await;
+            sink.push(record(Phase::End, 0));
+        }
+        _ => {
+            let t = clock.now();
+            let Ok(Some(member)) = blocking(Box::new(spawn::Spawned::kill_leader)).await else { return };
+            sink.push(Record::Fault { t, kind, lane: member as u32, pid: 0, phase: Phase::Start, holder: false });
+            tokio::time::sleep(ttl).await;
+            let _ = blocking(Box::new(move |s| {
+                s.revive(member);
+                None
+            }))
+            .await;
+            sink.push(record(Phase::End, member as u32));
+        }
+    }
 }

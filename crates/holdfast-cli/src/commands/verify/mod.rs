@@ -19,6 +19,7 @@ pub mod register;
 pub mod report;
 mod rules;
 pub mod sink;
+pub mod spawn;
 mod worker;
 
 use std::path::PathBuf;
@@ -36,10 +37,40 @@ use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK};
 /// The parent: starts the register and the workers, injects the faults,
 /// checks the history, writes the reports.
 pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
-    let url = args.backend.url()?;
     let ttl = holdfast::check_ttl(args.ttl).map_err(Failure::from)?;
     if args.duration < Duration::from_millis(100) {
         return Err(Failure::usage("--duration must be at least 100ms"));
+    }
+    let server = match &args.spawn {
+        Some(name) => {
+            let name = name.clone();
+            let started = tokio::task::spawn_blocking(move || spawn::Spawned::start(&name))
+                .await
+                .map_err(|e| Failure::new(INTERNAL, format!("starting the server: {e}")))??;
+            Some(std::sync::Arc::new(std::sync::Mutex::new(started)))
+        }
+        None => None,
+    };
+    let (url, keeps_state) = match &server {
+        Some(s) => {
+            let s = s.lock().unwrap_or_else(|p| p.into_inner());
+            (s.url(), s.restart_keeps_state())
+        }
+        None => (args.backend.url()?, None),
+    };
+    for kind in args.faults.iter().filter(|k| k.is_server()) {
+        let spawned = server.as_ref().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
+        let possible = match (kind, &spawned) {
+            (crate::cli::FaultKind::Restart, Some(s)) => s.restart_keeps_state().is_some(),
+            (_, Some(s)) => s.has_leader(),
+            (_, None) => false,
+        };
+        if !possible {
+            let name = check::kind_name(*kind);
+            return Err(Failure::usage(format!(
+                "--faults {name} needs --spawn with a store that allows it (restart: redis, redis-durable, postgres, mysql, etcd, etcd3; leader: etcd3, zookeeper3)"
+            )));
+        }
     }
     let out = out_dir(args.out.as_ref())?;
     // Fail fast, once, on a bad URL or a store that is down.
@@ -55,14 +86,16 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| io(&out, e))?;
     let addr = listener.local_addr().map_err(|e| io(&out, e))?;
     let register = Register::new(clock, sink.clone());
-    let server = tokio::spawn(register.clone().serve(listener));
+    let serving = tokio::spawn(register.clone().serve(listener));
     let ttl_us = ttl.as_micros() as Micros;
     sink.push(Record::Start {
         t: clock.now(),
         store: store.clone(),
         ttl: ttl_us,
+        expiry: store_lease(&url, ttl).as_micros() as Micros,
         workers: args.workers,
         faults: args.faults.clone(),
+        restart_keeps_state: keeps_state,
     });
     crate::say!(
         "holdfast verify: {} workers on {store} ({}), ttl {}, {} of faults: {}",
@@ -79,13 +112,14 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     let until = clock.now() + args.duration.as_micros() as Micros;
     let plan = lanes::Plan { url: url.clone(), key, register: addr.to_string(), ttl, clock, until };
     let lanes = lanes::start(plan, args.workers, sink.clone())?;
-    let injector = tokio::spawn(faults::inject(args.faults.clone(), ttl, clock, until, sink.clone(), register));
+    let target = faults::Target { sink: sink.clone(), register, server: server.clone() };
+    let injector = tokio::spawn(faults::inject(args.faults.clone(), ttl, clock, until, target));
     // Workers stop at `until`, after their release; a wait for the lock may
     // last one TTL more, a pause in flight longer.
     let grace = faults::pause_length(ttl) + ttl * 3 + Duration::from_secs(10);
     let ended = lanes::finish(lanes, args.duration + grace).await;
     injector.abort();
-    server.abort();
+    serving.abort();
     sink.push(Record::End { t: clock.now() });
     let records = sink.finish().map_err(|e| io(&out, e))?;
     if !ended {
@@ -97,7 +131,26 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     std::fs::write(out.join("report.html"), html::render(&findings, &records, &store)).map_err(|e| io(&out, e))?;
     crate::say!("{text}");
     crate::say!("history, report.txt, report.html: {}", out.display());
+    if let Some(server) = server {
+        // Stopping a server blocks; not on the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || drop(server)).await;
+    }
     Ok(if findings.ok() { OK } else { INVARIANT_BROKEN })
+}
+
+/// How long the store keeps a dead holder's lease for a lock of `ttl`,
+/// where that is longer than `ttl`: etcd grants leases in whole seconds and
+/// at least its minimum, 1.5 x the election timeout rounded up (2 s with
+/// etcd's default 1 s election timeout, which this assumes). Others: `ttl`.
+/// (ZooKeeper's session timeout is `ttl` clamped to [2, 20] x the server's
+/// tickTime; `verify` asks for `ttl` and assumes the server grants it.)
+pub fn store_lease(url: &str, ttl: Duration) -> Duration {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
+    if scheme == "etcd" || scheme == "etcds" {
+        Duration::from_secs(ttl.as_millis().div_ceil(1000).max(2) as u64)
+    } else {
+        ttl
+    }
 }
 
 /// `--out`, created if missing; else a new temp dir that is kept.

@@ -21,10 +21,18 @@ pub enum Record {
         store: String,
         /// The lease TTL, µs.
         ttl: Micros,
+        /// How long the store keeps a dead holder's lease, µs, where that is
+        /// longer than the TTL (etcd: whole seconds, at least its minimum); 0: the TTL.
+        #[serde(default)]
+        expiry: Micros,
         /// Lanes (worker slots).
         workers: u32,
         /// The faults asked for.
         faults: Vec<FaultKind>,
+        /// With `--spawn`: whether the store keeps its locks over a restart
+        /// (`None`: not restartable here, or not spawned).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        restart_keeps_state: Option<bool>,
     },
     /// A worker process started in `lane` (parent).
     Spawn {
@@ -108,7 +116,8 @@ pub enum Record {
         message: String,
     },
     /// A fault was injected (parent). A pause has a start (SIGSTOP) and an
-    /// end (SIGCONT) record.
+    /// end (SIGCONT) record, so do server faults (`pid` 0; `lane` is the
+    /// ensemble member for `leader`).
     Fault {
         /// When.
         t: Micros,

@@ -106,7 +106,7 @@ pub fn writes(recs: &[Record], f: &mut Findings, at: &Attribution<'_>) {
 
 /// Expiry: after a holder is killed, the next grant comes within TTL + [`FREE_BOUND`].
 pub fn expiry(recs: &[Record], f: &mut Findings) {
-    let bound = f.ttl + FREE_BOUND;
+    let bound = f.expiry + FREE_BOUND;
     let kills = recs.iter().filter_map(|r| match r {
         Record::Fault { t, kind: FaultKind::Kill, pid, lane, phase: Phase::Start, holder: true } => Some((*t, *pid, *lane)),
         _ => None,
@@ -126,8 +126,8 @@ pub fn expiry(recs: &[Record], f: &mut Findings) {
                 at: t,
                 pids: vec![pid],
                 what: format!(
-                    "after lane {lane}'s holder (pid {pid}) was killed at {}, the key stood free {} (bound: TTL {} + {})",
-                    ms(t), ms(free), ms(f.ttl), ms(FREE_BOUND)
+                    "after lane {lane}'s holder (pid {pid}) was killed at {}, the key stood free {} (bound: the store's lease {} + {})",
+                    ms(t), ms(free), ms(f.expiry), ms(FREE_BOUND)
                 ),
             });
         }
