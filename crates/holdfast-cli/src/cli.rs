@@ -62,9 +62,10 @@ grant) and refuses the rest: a refused write is a stale write that fencing stopp
 Faults (--faults, comma-separated, injected one at a time, round robin, on the current holder):
     kill    SIGKILL the holder; a new worker takes its lane. Measures the time the key stood
             free after the death (must be at most TTL + 1s).
-    pause   SIGSTOP the holder for 1.5 x TTL + 200ms, then SIGCONT (a GC pause). Every other
-            pause stops the holder right after it checked its lease and before its write
-            reaches the register, so the write arrives late and the fence must refuse it.
+    pause   SIGSTOP the holder for 1.5 x TTL + 200ms, then SIGCONT (a GC pause; on etcd, whose
+            leases are whole seconds and at least 2s, 1.5 x that lease). Every other pause
+            stops the holder right after it checked its lease and before its write reaches
+            the register, so the write arrives late and the fence must refuse it.
     slow    SIGSTOP the holder for 0.6 x TTL: its renewal runs late (the lease may survive).
 With --spawn STORE (verify starts the server on loopback), server faults too:
     restart SIGKILL the server, start it again on its data. Without persistence (--spawn redis)
@@ -272,7 +273,9 @@ pub struct DemoWorkerArgs {
 }
 
 /// A fault `verify` injects into a worker process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FaultKind {
     /// SIGKILL the holder.

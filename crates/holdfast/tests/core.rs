@@ -481,7 +481,10 @@ async fn valid_until_is_the_local_deadline_renewal_moves() {
     let first = guard.valid_until();
     let margin = holdfast::lease_drift_margin(ttl);
     // Counted from when the request was sent (between `before` and `after`), minus the margin.
-    assert!(first >= before + ttl - margin && first <= after + ttl - margin, "{first:?} not within [{before:?}, {after:?}] + ttl - margin");
+    assert!(
+        first >= before + ttl - margin && first <= after + ttl - margin,
+        "{first:?} not within [{before:?}, {after:?}] + ttl - margin"
+    );
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert!(guard.valid_until() > first, "renewal (every ttl/3) moved the deadline later");
     assert!(!guard.is_lost());

@@ -75,7 +75,10 @@ fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
     assert_eq!(dom.matches("class=\"grant\"").count() as u64, grants, "{dom}");
     assert!(dom.matches("class=\"fault ").count() >= 2, "faults drawn: {dom}");
     assert!(dom.contains("class=\"write accepted\""), "{dom}");
-    assert!(dom.contains("<td class=\"double-grants\">0</td>") && dom.contains("<td class=\"stale-accepted\">0</td>"), "{dom}");
+    assert!(
+        dom.contains("<td class=\"double-grants\">0</td>") && dom.contains("<td class=\"stale-accepted\">0</td>"),
+        "{dom}"
+    );
     assert!(dom.contains(&format!("<td class=\"grants\">{grants}</td>")), "{dom}");
     assert!(dom.contains("ok: every guarantee held"), "{dom}");
     let shot = out.join("shot.png");
@@ -121,12 +124,14 @@ fn verify_mysql_kill_and_pause() {
 /// etcd leases are whole seconds and at least the server's minimum (1.5 x
 /// the election timeout, rounded up: 2 s on the testkit's etcd), so a
 /// killed holder's key is freed after about 2.2 s with `--ttl 1s`; the
-/// report says so and judges expiry against that lease.
+/// report says so, judges expiry against that lease, and pauses outlast it.
 #[test]
 fn verify_etcd_kill_and_pause() {
     let env = Env::new();
     let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
-    let stdout = verify_ok(&env, "etcd", &server.url(), &env.path("out"));
+    // Pauses outlast the 2 s lease: 3.2 s, so the run is longer.
+    let run = ["--duration", "7s", "--ttl", "1s", "--faults", "kill,pause"];
+    let stdout = verify_ok_with(&env, "etcd", &["--backend", &server.url()], &run, &env.path("out"));
     assert!(stdout.contains("store lease        2000.0ms"), "{stdout}");
 }
 

@@ -2,13 +2,21 @@
 //! and a clean history with faults is not.
 
 use super::*;
-use crate::commands::verify::record::{self, Phase};
 use crate::cli::FaultKind;
+use crate::commands::verify::record::{self, Phase};
 
 const TTL: Micros = 1_000_000;
 
 fn start() -> Record {
-    Record::Start { t: 0, store: "test".into(), ttl: TTL, expiry: 0, workers: 2, faults: vec![FaultKind::Kill, FaultKind::Pause], restart_keeps_state: None }
+    Record::Start {
+        t: 0,
+        store: "test".into(),
+        ttl: TTL,
+        expiry: 0,
+        workers: 2,
+        faults: vec![FaultKind::Kill, FaultKind::Pause],
+        restart_keeps_state: None,
+    }
 }
 fn grant(t: Micros, lane: u32, fence: u64) -> Record {
     Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000 }
@@ -66,7 +74,16 @@ fn a_paused_holder_past_its_deadline_is_no_double_grant() {
         write(1_060_000, 1, 2, true, 0),
         fault(2_000_000, FaultKind::Pause, 0, Phase::End),
         // Sent at 99 ms (checked, believed), stopped before it reached the register.
-        Record::Write { t: 2_000_100, issued: 99_000, lane: 0, pid: 100, fence: 1, deadline: 990_000, accepted: false, highest: 2 },
+        Record::Write {
+            t: 2_000_100,
+            issued: 99_000,
+            lane: 0,
+            pid: 100,
+            fence: 1,
+            deadline: 990_000,
+            accepted: false,
+            highest: 2,
+        },
         Record::Lost { t: 2_000_200, lane: 0, pid: 100, fence: 1, deadline: 990_000 },
         release(2_100_000, 1, 2),
     ];
@@ -104,7 +121,16 @@ fn an_accepted_stale_write_is_reported() {
         grant(100_100, 1, 2),
         write(100_200, 1, 2, true, 0),
         // A register that took the old fence after the newer one.
-        Record::Write { t: 100_300, issued: 50_000, lane: 0, pid: 100, fence: 1, deadline: 900_000, accepted: true, highest: 2 },
+        Record::Write {
+            t: 100_300,
+            issued: 50_000,
+            lane: 0,
+            pid: 100,
+            fence: 1,
+            deadline: 900_000,
+            accepted: true,
+            highest: 2,
+        },
         release(200_000, 1, 2),
     ];
     let f = check(&h);
@@ -177,7 +203,18 @@ fn the_expiry_bound_follows_the_store_lease() {
         grant(2_300_000, 1, 2),
         release(2_400_000, 1, 2),
     ];
-    h.insert(0, Record::Start { t: 0, store: "etcd".into(), ttl: TTL, expiry: 2 * TTL, workers: 2, faults: vec![], restart_keeps_state: None });
+    h.insert(
+        0,
+        Record::Start {
+            t: 0,
+            store: "etcd".into(),
+            ttl: TTL,
+            expiry: 2 * TTL,
+            workers: 2,
+            faults: vec![],
+            restart_keeps_state: None,
+        },
+    );
     assert!(check(&h).ok(), "{:?}", check(&h).violations);
     h[0] = start();
     assert_eq!(guarantees_broken(&check(&h)), vec!["expiry"]);

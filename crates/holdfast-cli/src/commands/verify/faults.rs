@@ -13,7 +13,7 @@ use super::sink::Sink;
 use super::spawn;
 use crate::cli::FaultKind;
 
-/// How long a pause lasts: past the TTL, so that the lease runs out.
+/// How long a pause lasts: past the store's lease, so that it runs out there.
 pub fn pause_length(ttl: Duration) -> Duration {
     ttl * 3 / 2 + Duration::from_millis(200)
 }
@@ -31,6 +31,9 @@ pub struct Target {
     pub register: Register,
     /// The server, with `--spawn`.
     pub server: Option<spawn::Shared>,
+    /// How long the store keeps a lease unrenewed (the TTL, or more: see
+    /// [`store_lease`](super::store_lease)); pauses outlast it.
+    pub store_lease: Duration,
 }
 
 /// Injects `kinds` until `until` (on the run's clock).
@@ -38,14 +41,14 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
     if kinds.is_empty() {
         return;
     }
-    let Target { sink, register: reg, server } = target;
+    let Target { sink, register: reg, server, store_lease } = target;
     // Let the workers start and settle first.
     tokio::time::sleep(ttl / 2).await;
     let mut pauses = 0u32;
     for kind in kinds.iter().cycle() {
         let budget = match kind {
             FaultKind::Kill => ttl,
-            FaultKind::Pause => pause_length(ttl),
+            FaultKind::Pause => pause_length(store_lease),
             FaultKind::Slow => slow_length(ttl),
             FaultKind::Restart => ttl * 2,
             FaultKind::Leader => ttl * 3,
@@ -75,7 +78,7 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
             }
             FaultKind::Pause => {
                 pauses += 1;
-                let length = pause_length(ttl);
+                let length = pause_length(store_lease);
                 if pauses % 2 == 1 {
                     // At its next write: between its lease check and the write.
                     let done = reg.pause_at_next_write(pid, length);
@@ -115,7 +118,8 @@ async fn holder(sink: &Sink, clock: RunClock, until: Micros) -> Option<(u32, u32
 /// `leader` (SIGKILL the ensemble's leader; etcd's is started again after
 /// one TTL). Recorded with pid 0; for `leader`, lane is the member.
 async fn server_fault(kind: FaultKind, ttl: Duration, clock: RunClock, sink: &Sink, server: spawn::Shared) {
-    let record = |phase, member: u32| Record::Fault { t: clock.now(), kind, lane: member, pid: 0, phase, holder: false };
+    let record =
+        |phase, member: u32| Record::Fault { t: clock.now(), kind, lane: member, pid: 0, phase, holder: false };
     let blocking = |f: Box<dyn FnOnce(&mut spawn::Spawned) -> Option<usize> + Send>| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || f(&mut server.lock().unwrap_or_else(|p| p.into_inner())))

@@ -38,8 +38,12 @@ fn data(f: &Findings, records: &[Record]) -> serde_json::Value {
             Record::Write { t, lane, fence, accepted, highest, .. } => {
                 writes.push(json!({"lane": lane, "t": t, "fence": fence, "accepted": accepted, "highest": highest}));
             }
-            Record::Lost { t, lane, fence, .. } => marks.push(json!({"lane": lane, "t": t, "what": format!("lost() fence {fence}")})),
-            Record::Error { t, lane, message, .. } => marks.push(json!({"lane": lane, "t": t, "what": format!("error: {message}")})),
+            Record::Lost { t, lane, fence, .. } => {
+                marks.push(json!({"lane": lane, "t": t, "what": format!("lost() fence {fence}")}))
+            }
+            Record::Error { t, lane, message, .. } => {
+                marks.push(json!({"lane": lane, "t": t, "what": format!("error: {message}")}))
+            }
             Record::Fault { t, kind, lane, pid, phase: Phase::Start, .. } => {
                 faults.push(json!({"lane": lane, "pid": pid, "kind": kind, "start": t, "end": t}));
             }
@@ -90,25 +94,44 @@ button{{margin-right:4px}}</style></head><body><h1>holdfast verify: {store}</h1>
         t.lost,
         t.longest_free.map_or("-".to_owned(), ms)
     );
-    let _ = write!(h, "<h2>Per fault</h2><table id=\"faults\"><tr><th>fault</th><th>injected</th><th>on holder</th><th>past ttl</th><th>double grants</th><th>fence faults</th><th>stale accepted</th><th>stale refused</th><th>late writes</th><th>lost()</th><th>ran after loss</th></tr>");
+    let _ = write!(
+        h,
+        "<h2>Per fault</h2><table id=\"faults\"><tr><th>fault</th><th>injected</th><th>on holder</th><th>past ttl</th><th>double grants</th><th>fence faults</th><th>stale accepted</th><th>stale refused</th><th>late writes</th><th>lost()</th><th>ran after loss</th></tr>"
+    );
     for (name, r) in f.rows.iter().map(|(n, r)| (*n, r.clone())).chain([("total", t.clone())]) {
         let _ = write!(
             h,
             "<tr><th>{name}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.injected, r.on_holders, r.past_ttl, r.double_grants, r.fence_faults, r.stale_accepted, r.stale_refused,
-            r.late_writes, r.lost, r.ran_after_loss
+            r.injected,
+            r.on_holders,
+            r.past_ttl,
+            r.double_grants,
+            r.fence_faults,
+            r.stale_accepted,
+            r.stale_refused,
+            r.late_writes,
+            r.lost,
+            r.ran_after_loss
         );
     }
     h.push_str("</table><h2>Guarantees</h2><ul id=\"guarantees\">");
     for (name, ok, detail) in guarantees(f) {
         let class = if ok { "ok" } else { "broken" };
-        let _ = write!(h, "<li class=\"{class}\">{} {}: {}</li>", if ok { "ok" } else { "BROKEN" }, esc(name), esc(&detail));
+        let _ = write!(
+            h,
+            "<li class=\"{class}\">{} {}: {}</li>",
+            if ok { "ok" } else { "BROKEN" },
+            esc(name),
+            esc(&detail)
+        );
     }
-    h.push_str("</ul><h2>Timeline</h2><p>Wheel or the buttons zoom, drag or scroll pans. Bars: grants (fence inside; \
+    h.push_str(
+        "</ul><h2>Timeline</h2><p>Wheel or the buttons zoom, drag or scroll pans. Bars: grants (fence inside; \
 green released, orange lost, grey ended by death); ticks: writes (blue accepted, red refused); \
 red bands: pauses; black cross: kill; orange dot: lost(); purple: violation.</p>\
 <div><button id=\"zin\">zoom in</button><button id=\"zout\">zoom out</button><button id=\"zfit\">fit</button>\
-<span id=\"zoom\"></span></div><div id=\"timeline\"></div><h2>Violations</h2><ol id=\"violations\">");
+<span id=\"zoom\"></span></div><div id=\"timeline\"></div><h2>Violations</h2><ol id=\"violations\">",
+    );
     if f.violations.is_empty() {
         h.push_str("<li>none</li>");
     }
@@ -117,6 +140,9 @@ red bands: pauses; black cross: kill; orange dot: lost(); purple: violation.</p>
     }
     // JSON in a script element: escape `<` so no `</script>` can end it.
     let json = data(f, records).to_string().replace('<', "\\u003c");
-    let _ = write!(h, "</ol><script id=\"data\" type=\"application/json\">{json}</script><script>{SCRIPT}</script></body></html>");
+    let _ = write!(
+        h,
+        "</ol><script id=\"data\" type=\"application/json\">{json}</script><script>{SCRIPT}</script></body></html>"
+    );
     h
 }

@@ -112,11 +112,12 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     let until = clock.now() + args.duration.as_micros() as Micros;
     let plan = lanes::Plan { url: url.clone(), key, register: addr.to_string(), ttl, clock, until };
     let lanes = lanes::start(plan, args.workers, sink.clone())?;
-    let target = faults::Target { sink: sink.clone(), register, server: server.clone() };
+    let lease = store_lease(&url, ttl);
+    let target = faults::Target { sink: sink.clone(), register, server: server.clone(), store_lease: lease };
     let injector = tokio::spawn(faults::inject(args.faults.clone(), ttl, clock, until, target));
     // Workers stop at `until`, after their release; a wait for the lock may
     // last one TTL more, a pause in flight longer.
-    let grace = faults::pause_length(ttl) + ttl * 3 + Duration::from_secs(10);
+    let grace = faults::pause_length(lease) + ttl * 3 + Duration::from_secs(10);
     let ended = lanes::finish(lanes, args.duration + grace).await;
     injector.abort();
     serving.abort();

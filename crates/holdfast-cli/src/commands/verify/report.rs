@@ -50,7 +50,11 @@ fn row_line(name: &str, r: &Row) -> String {
         r.late_writes,
         r.lost,
         r.longest_free.map_or("-".to_owned(), ms),
-        if r.ran_after_loss == 0 { "0".to_owned() } else { format!("{} ({})", r.ran_after_loss, ms(r.longest_after_loss)) },
+        if r.ran_after_loss == 0 {
+            "0".to_owned()
+        } else {
+            format!("{} ({})", r.ran_after_loss, ms(r.longest_after_loss))
+        },
     )
 }
 
@@ -62,7 +66,8 @@ pub fn text(f: &Findings, records: &[Record], store: &str) -> String {
     let _ = writeln!(s, "store              {store}");
     let _ = writeln!(s, "ttl                {}", ms(f.ttl));
     if f.expiry > f.ttl {
-        let _ = writeln!(s, "store lease        {} (a dead holder's lease lasts this long on this store)", ms(f.expiry));
+        let _ =
+            writeln!(s, "store lease        {} (a dead holder's lease lasts this long on this store)", ms(f.expiry));
     }
     let _ = writeln!(s, "run                {}", ms(f.end));
     let _ = writeln!(s, "grants             {}", f.beliefs.len());

@@ -36,10 +36,18 @@ pub fn fences(f: &mut Findings, at: &Attribution<'_>) {
     for b in &f.beliefs {
         if let Some((fence, pid, start)) = top.filter(|(fence, ..)| b.fence <= *fence) {
             let how = if b.fence == fence { "repeats" } else { "goes backwards from" };
-            found.push((b.start, vec![pid, b.pid], format!(
-                "fence {} (lane {}, pid {}, granted at {}) {how} fence {fence} (pid {pid}, granted at {})",
-                b.fence, b.lane, b.pid, ms(b.start), ms(start)
-            )));
+            found.push((
+                b.start,
+                vec![pid, b.pid],
+                format!(
+                    "fence {} (lane {}, pid {}, granted at {}) {how} fence {fence} (pid {pid}, granted at {})",
+                    b.fence,
+                    b.lane,
+                    b.pid,
+                    ms(b.start),
+                    ms(start)
+                ),
+            ));
         }
         if top.is_none_or(|(fence, ..)| b.fence > fence) {
             top = Some((b.fence, b.pid, b.start));
@@ -66,7 +74,10 @@ pub fn writes(recs: &[Record], f: &mut Findings, at: &Attribution<'_>) {
                 guarantee: "belief",
                 at: *issued,
                 pids: vec![*pid],
-                what: format!("lane {lane} (pid {pid}) sent a write with fence {fence} at {} outside its belief", ms(*issued)),
+                what: format!(
+                    "lane {lane} (pid {pid}) sent a write with fence {fence} at {} outside its belief",
+                    ms(*issued)
+                ),
             });
         }
         if window.is_some_and(|(_, e)| *t > e) {
@@ -108,7 +119,9 @@ pub fn writes(recs: &[Record], f: &mut Findings, at: &Attribution<'_>) {
 pub fn expiry(recs: &[Record], f: &mut Findings) {
     let bound = f.expiry + FREE_BOUND;
     let kills = recs.iter().filter_map(|r| match r {
-        Record::Fault { t, kind: FaultKind::Kill, pid, lane, phase: Phase::Start, holder: true } => Some((*t, *pid, *lane)),
+        Record::Fault { t, kind: FaultKind::Kill, pid, lane, phase: Phase::Start, holder: true } => {
+            Some((*t, *pid, *lane))
+        }
         _ => None,
     });
     let mut found = Vec::new();

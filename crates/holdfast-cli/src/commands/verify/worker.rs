@@ -59,10 +59,8 @@ pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
     let url = super::super::run::timing::zk_session_fitting(&url, ttl);
     let stream = TcpStream::connect(&args.register).await.map_err(parent_gone)?;
     let (read, write) = stream.into_split();
-    let link = std::sync::Arc::new(Link {
-        write: Mutex::new(write),
-        replies: Mutex::new(BufReader::new(read).lines()),
-    });
+    let link =
+        std::sync::Arc::new(Link { write: Mutex::new(write), replies: Mutex::new(BufReader::new(read).lines()) });
     let clock = RunClock { epoch: args.epoch_us };
     let (lane, pid) = (args.lane, std::process::id());
     let client = super::super::connect(&url, Some(format!("verify-lane-{lane}-pid-{pid}"))).await?;
