@@ -158,8 +158,7 @@ pub fn kind_name(kind: FaultKind) -> &'static str {
 pub fn check(records: &[Record]) -> Findings {
     let mut recs = records.to_vec();
     recs.sort_by_key(Record::t);
-    let mut f = Findings::default();
-    f.end = recs.iter().map(Record::t).max().unwrap_or(0);
+    let mut f = Findings { end: recs.iter().map(Record::t).max().unwrap_or(0), ..Findings::default() };
     for r in &recs {
         match r {
             Record::Start { ttl, expiry, .. } => (f.ttl, f.expiry) = (*ttl, (*expiry).max(*ttl)),

@@ -114,13 +114,16 @@ async fn holder(sink: &Sink, clock: RunClock, until: Micros) -> Option<(u32, u32
     None
 }
 
+/// A call on the spawned server, run on a blocking thread.
+type ServerCall = Box<dyn FnOnce(&mut spawn::Spawned) -> Option<usize> + Send>;
+
 /// A server fault: `restart` (SIGKILL, start again on the same data) or
 /// `leader` (SIGKILL the ensemble's leader; etcd's is started again after
 /// one TTL). Recorded with pid 0; for `leader`, lane is the member.
 async fn server_fault(kind: FaultKind, ttl: Duration, clock: RunClock, sink: &Sink, server: spawn::Shared) {
     let record =
         |phase, member: u32| Record::Fault { t: clock.now(), kind, lane: member, pid: 0, phase, holder: false };
-    let blocking = |f: Box<dyn FnOnce(&mut spawn::Spawned) -> Option<usize> + Send>| {
+    let blocking = |f: ServerCall| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || f(&mut server.lock().unwrap_or_else(|p| p.into_inner())))
     };

@@ -58,13 +58,16 @@ struct Highest {
     pid: u32,
 }
 
+/// A pause armed for a worker's next write: its length, and whom to tell when it is over.
+type Armed = (Duration, tokio::sync::oneshot::Sender<()>);
+
 /// The register, and the pauses armed to hit a worker at its next write.
 #[derive(Clone)]
 pub struct Register {
     clock: RunClock,
     sink: Sink,
     highest: Arc<Mutex<Highest>>,
-    armed: Arc<Mutex<HashMap<u32, (Duration, tokio::sync::oneshot::Sender<()>)>>>,
+    armed: Arc<Mutex<HashMap<u32, Armed>>>,
 }
 
 impl Register {

@@ -49,15 +49,13 @@ impl Sink {
             Record::Grant { lane, pid, fence, .. } => {
                 inner.holding.insert(*lane, Holding { pid: *pid, fence: *fence });
             }
-            Record::Lost { lane, fence, .. } | Record::Release { lane, fence, .. } => {
-                if inner.holding.get(lane).is_some_and(|h| h.fence == *fence) {
-                    inner.holding.remove(lane);
-                }
+            Record::Lost { lane, fence, .. } | Record::Release { lane, fence, .. }
+                if inner.holding.get(lane).is_some_and(|h| h.fence == *fence) =>
+            {
+                inner.holding.remove(lane);
             }
-            Record::Exit { lane, pid, .. } => {
-                if inner.holding.get(lane).is_some_and(|h| h.pid == *pid) {
-                    inner.holding.remove(lane);
-                }
+            Record::Exit { lane, pid, .. } if inner.holding.get(lane).is_some_and(|h| h.pid == *pid) => {
+                inner.holding.remove(lane);
             }
             _ => {}
         }
