@@ -159,7 +159,7 @@ fn verify_spawn_durable_redis_survives_restarts() {
 #[test]
 fn verify_spawn_etcd_ensemble_survives_leader_kills() {
     let env = Env::new();
-    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "kill,pause,leader"];
+    let run = ["--duration", "12s", "--ttl", "1s", "--faults", "leader,kill,pause"];
     let stdout = verify_ok_with(&env, "etcd", &["--spawn", "etcd3"], &run, &env.path("out"));
     assert!(stdout.lines().any(|l| l.starts_with("leader ") && l.split_whitespace().nth(1) != Some("0")), "{stdout}");
 }

@@ -22,7 +22,7 @@ fn grant(t: Micros, lane: u32, fence: u64) -> Record {
     Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000 }
 }
 fn release(t: Micros, lane: u32, fence: u64) -> Record {
-    Record::Release { t, lane, pid: 100 + lane, fence, deadline: t + TTL, ok: true }
+    Record::Release { t, lane, pid: 100 + lane, fence, deadline: t + TTL }
 }
 fn write(t: Micros, lane: u32, fence: u64, accepted: bool, highest: u64) -> Record {
     Record::Write { t, issued: t - 100, lane, pid: 100 + lane, fence, deadline: t + TTL, accepted, highest }
@@ -137,6 +137,24 @@ fn an_accepted_stale_write_is_reported() {
     assert_eq!(guarantees_broken(&f), vec!["stale write"]);
     assert_eq!(f.total().stale_accepted, 1);
     assert_eq!(f.total().late_writes, 1);
+}
+
+#[test]
+fn a_holder_killed_while_its_release_is_in_flight_let_go_when_it_began() {
+    // The store freed the key (lane 1 granted at 433 ms) before the release
+    // returned; the kill at 508 ms came before the outcome was sent.
+    let h = vec![
+        start(),
+        grant(25_000, 0, 1),
+        write(430_000, 0, 1, true, 0),
+        Record::Release { t: 430_200, lane: 0, pid: 100, fence: 1, deadline: 1_349_000 },
+        grant(433_000, 1, 2),
+        fault(508_000, FaultKind::Kill, 0, Phase::Start),
+        release(841_000, 1, 2),
+    ];
+    let f = check(&h);
+    assert!(f.ok(), "{:?}", f.violations);
+    assert_eq!(f.beliefs[0].cause, EndCause::Released);
 }
 
 #[test]

@@ -89,7 +89,9 @@ pub enum Record {
         /// The local lease deadline.
         deadline: Micros,
     },
-    /// The worker started to release (worker); `ok` is the outcome.
+    /// The worker is about to release (worker): its belief ends here, so
+    /// it is sent before the store is asked (a worker killed while its
+    /// release is in flight has already said it let go).
     Release {
         /// When it started.
         t: Micros,
@@ -101,6 +103,17 @@ pub enum Record {
         fence: u64,
         /// The local lease deadline when it started.
         deadline: Micros,
+    },
+    /// The release's outcome (worker).
+    Released {
+        /// When the store answered.
+        t: Micros,
+        /// Its lane.
+        lane: u32,
+        /// Its process id.
+        pid: u32,
+        /// The grant's fence.
+        fence: u64,
         /// Whether the store confirmed the grant was still held.
         ok: bool,
     },
@@ -170,6 +183,7 @@ impl Record {
             | Record::Write { t, .. }
             | Record::Lost { t, .. }
             | Record::Release { t, .. }
+            | Record::Released { t, .. }
             | Record::Error { t, .. }
             | Record::Fault { t, .. }
             | Record::Exit { t, .. }

@@ -97,6 +97,7 @@ pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
         };
         critical_section(&link, &guard, clock, lane, pid).await?;
         let (t, deadline) = (clock.now(), clock.at(guard.valid_until()));
+        link.record(Record::Release { t, lane, pid, fence, deadline }).await?;
         let ok = match guard.release().await {
             Ok(()) => true,
             Err(holdfast::Error::Lost { .. }) => false,
@@ -106,7 +107,7 @@ pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
             }
         };
         watcher.abort();
-        link.record(Record::Release { t, lane, pid, fence, deadline, ok }).await?;
+        link.record(Record::Released { t: clock.now(), lane, pid, fence, ok }).await?;
     }
     drop(client);
     Ok(OK)
