@@ -72,7 +72,8 @@ With --spawn STORE (verify starts the server on loopback), server faults too:
             the locks and fence counters are gone: what breaks then is reported as that
             store's documented weakness and does not fail the run.
     leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
-            member is started again after one TTL.
+            member is started again after one TTL; ZooKeeper's leader is killed once per run
+            (the testkit cannot start a member again; two members keep the quorum).
 
 All times are CLOCK_MONOTONIC, one clock for every process on the machine: each event is
 timed by the process that saw it (a worker for its grants, lost() and releases; the parent

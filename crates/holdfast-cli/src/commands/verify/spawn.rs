@@ -27,8 +27,9 @@ pub enum Spawned {
     Mysql(MysqlServer),
     /// etcd, 1 or 3 members.
     Etcd(EtcdCluster, usize),
-    /// ZooKeeper, 1 or 3 members.
-    Zk(ZkServer),
+    /// ZooKeeper, 1 or 3 members; whether a member was killed (the
+    /// testkit cannot start one again, so only one leader kill keeps a quorum).
+    Zk(ZkServer, bool),
 }
 
 /// A spawned server shared with the fault injector.
@@ -47,8 +48,8 @@ impl Spawned {
             "mysql" => Ok(Spawned::Mysql(MysqlServer::start())),
             "etcd" => Ok(Spawned::Etcd(EtcdCluster::start(), 1)),
             "etcd3" => Ok(Spawned::Etcd(EtcdCluster::start_members(3), 3)),
-            "zookeeper" => Ok(Spawned::Zk(ZkServer::start())),
-            "zookeeper3" => Ok(Spawned::Zk(ZkServer::start_ensemble(3))),
+            "zookeeper" => Ok(Spawned::Zk(ZkServer::start(), false)),
+            "zookeeper3" => Ok(Spawned::Zk(ZkServer::start_ensemble(3), false)),
             other => Err(format!("--spawn {other}: not a store verify can start ({NAMES})")),
         });
         match started {
@@ -73,14 +74,14 @@ impl Spawned {
             Spawned::Postgres(s) => s.url(),
             Spawned::Mysql(s) => s.url(),
             Spawned::Etcd(s, _) => s.url(),
-            Spawned::Zk(s) => s.url(),
+            Spawned::Zk(s, _) => s.url(),
         }
     }
 
     /// Whether `restart` is possible, and whether the locks survive it.
     pub fn restart_keeps_state(&self) -> Option<bool> {
         match self {
-            Spawned::Sqlite(_) | Spawned::Zk(_) => None,
+            Spawned::Sqlite(_) | Spawned::Zk(..) => None,
             // The testkit's plain Redis runs with --save '' --appendonly no.
             Spawned::Redis(_, durable) => Some(*durable),
             Spawned::Postgres(_) | Spawned::Mysql(_) | Spawned::Etcd(..) => Some(true),
@@ -91,7 +92,7 @@ impl Spawned {
     pub fn has_leader(&self) -> bool {
         match self {
             Spawned::Etcd(_, n) => *n > 1,
-            Spawned::Zk(s) => s.len() > 1,
+            Spawned::Zk(s, _) => s.len() > 1,
             _ => false,
         }
     }
@@ -99,7 +100,7 @@ impl Spawned {
     /// SIGKILLs the server and starts it again on the same port and data.
     pub fn restart(&mut self) {
         match self {
-            Spawned::Sqlite(_) | Spawned::Zk(_) => {}
+            Spawned::Sqlite(_) | Spawned::Zk(..) => {}
             Spawned::Redis(s, _) => s.restart(),
             Spawned::Postgres(s) => {
                 s.kill9();
@@ -115,7 +116,8 @@ impl Spawned {
 
     /// SIGKILLs the ensemble's leader; returns its index. An etcd member
     /// is started again by [`revive`](Self::revive); a ZooKeeper member
-    /// stays down (the other two keep a quorum).
+    /// stays down (the other two keep a quorum), so ZooKeeper's leader is
+    /// killed once per run.
     pub fn kill_leader(&mut self) -> Option<usize> {
         match self {
             Spawned::Etcd(s, n) if *n > 1 => {
@@ -123,9 +125,10 @@ impl Spawned {
                 s.kill(i);
                 Some(i)
             }
-            Spawned::Zk(s) if s.len() > 1 => {
+            Spawned::Zk(s, killed) if s.len() > 1 && !*killed => {
                 let i = s.leader()?;
                 s.kill(i);
+                *killed = true;
                 Some(i)
             }
             _ => None,
