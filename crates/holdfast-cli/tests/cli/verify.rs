@@ -17,10 +17,12 @@ fn number(stdout: &str, name: &str) -> u64 {
     field(stdout, name).parse().unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}"))
 }
 
-/// Runs verify on `url` for 5s with kill and pause, TTL 1s, into `out`;
-/// returns stdout after asserting exit 0 and a non-vacuous, clean report.
+/// Runs verify on `url` for 6s with pause and kill (in that order: the pause
+/// that must outlive the TTL comes first, and the kill leaves time for the
+/// key to be granted again), TTL 1s, into `out`; returns stdout after
+/// asserting exit 0 and a non-vacuous, clean report.
 pub fn verify_ok(env: &Env, store: &str, url: &str, out: &Path) -> String {
-    verify_ok_with(env, store, &["--backend", url], &["--duration", "5s", "--ttl", "1s", "--faults", "kill,pause"], out)
+    verify_ok_with(env, store, &["--backend", url], &["--duration", "6s", "--ttl", "1s", "--faults", "pause,kill"], out)
 }
 
 /// [`verify_ok`] with the store (`--backend URL` or `--spawn STORE`) and the run's flags given.
@@ -130,7 +132,7 @@ fn verify_etcd_kill_and_pause() {
     let env = Env::new();
     let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
     // Pauses outlast the 2 s lease: 3.2 s, so the run is longer.
-    let run = ["--duration", "7s", "--ttl", "1s", "--faults", "kill,pause"];
+    let run = ["--duration", "8s", "--ttl", "1s", "--faults", "pause,kill"];
     let stdout = verify_ok_with(&env, "etcd", &["--backend", &server.url()], &run, &env.path("out"));
     assert!(stdout.contains("store lease        2000.0ms"), "{stdout}");
 }
