@@ -138,6 +138,13 @@ red bands: pauses; black cross: kill; orange dot: lost(); purple: violation.</p>
     for v in &f.violations {
         let _ = write!(h, "<li>{} at {}: {}</li>", v.guarantee, ms(v.at), esc(&v.what));
     }
+    h.push_str("</ol><h2>Documented weaknesses (a restart without persistence)</h2><ol id=\"weaknesses\">");
+    if f.weaknesses.is_empty() {
+        h.push_str("<li>none</li>");
+    }
+    for v in &f.weaknesses {
+        let _ = write!(h, "<li>{} at {}: {}</li>", v.guarantee, ms(v.at), esc(&v.what));
+    }
     // JSON in a script element: escape `<` so no `</script>` can end it.
     let json = data(f, records).to_string().replace('<', "\\u003c");
     let _ = write!(

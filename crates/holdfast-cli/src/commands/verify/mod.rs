@@ -11,6 +11,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod crosscheck;
 mod faults;
 pub mod html;
 mod lanes;
@@ -126,7 +127,8 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     if !ended {
         return Err(Failure::new(INTERNAL, "verify: workers did not stop in time; they were killed"));
     }
-    let findings = check::check(&records);
+    let mut findings = check::check(&records);
+    crosscheck::second_opinion(&mut findings, &records);
     let text = report::text(&findings, &records, &store);
     std::fs::write(out.join("report.txt"), &text).map_err(|e| io(&out, e))?;
     std::fs::write(out.join("report.html"), html::render(&findings, &records, &store)).map_err(|e| io(&out, e))?;
