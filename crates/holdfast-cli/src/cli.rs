@@ -313,8 +313,8 @@ pub struct VerifyArgs {
     /// Lease TTL of every grant.
     #[arg(long, default_value = "1s", value_parser = duration::parse, value_name = "DURATION")]
     pub ttl: Duration,
-    /// Faults to inject, comma-separated (none: --faults '').
-    #[arg(long, value_delimiter = ',', default_value = "kill,pause")]
+    /// Faults to inject, comma-separated (none: `--faults` with no value).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "kill,pause")]
     pub faults: Vec<FaultKind>,
     /// The primitive under test (only the mutex for now).
     #[arg(long, default_value = "mutex", value_parser = ["mutex"])]
