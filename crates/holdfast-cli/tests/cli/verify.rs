@@ -197,7 +197,9 @@ fn verify_usage_errors_are_typed() {
     let out = env.cmd().args(["verify", "--spawn", "oracle"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     // `--faults` with no value: a run without faults.
-    let out = env.cmd().args(["verify", "--backend", &env.url, "--duration", "1s", "--faults"]).output().unwrap();
+    let mut cmd = env.cmd();
+    let out = cmd.args(["verify", "--backend", &env.url, "--duration", "1s", "--faults", "--out"]);
+    let out = out.arg(env.path("out")).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert_eq!(number(&stdout, "faults injected"), 0, "{stdout}");

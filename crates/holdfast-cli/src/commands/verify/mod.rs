@@ -73,11 +73,11 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
             )));
         }
     }
-    let out = out_dir(args.out.as_ref())?;
     // Fail fast, once, on a bad URL or a store that is down.
     let client = super::connect(&url, None).await?;
     let store = client.store_name().to_owned();
     drop(client);
+    let out = out_dir(args.out.as_ref())?;
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let key = args.key.clone().unwrap_or_else(|| format!("holdfast-verify/{}-{nanos}", std::process::id()));
 
