@@ -62,7 +62,8 @@ pub fn verify_ok_with(env: &Env, store: &str, target: &[&str], run: &[&str], out
 
 /// SQLite, and the HTML report of that run in headless Chromium: the
 /// script drew a lane per worker and a bar per grant, the summary table
-/// shows the run's numbers, and the screenshot is not blank.
+/// shows the run's numbers, zoom widens the timeline, and the screenshot is
+/// not blank.
 #[test]
 fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
     let env = Env::new();
@@ -83,6 +84,16 @@ fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
     );
     assert!(dom.contains(&format!("<td class=\"grants\">{grants}</td>")), "{dom}");
     assert!(dom.contains("ok: every guarantee held"), "{dom}");
+    // Zoom: the page opened at 4x draws the same timeline four times as wide.
+    let width = |dom: &str| -> f64 {
+        let at = dom.find("<svg width=\"").unwrap_or_else(|| panic!("no svg: {dom}")) + 12;
+        dom[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let zoomed = chromium(&["--dump-dom", &format!("{page}#zoom=4")]);
+    let zoomed = String::from_utf8_lossy(&zoomed.stdout);
+    assert!(zoomed.contains("zoom 4.0x"), "{zoomed}");
+    let (w1, w4) = (width(&dom), width(&zoomed));
+    assert!(w4 > 3.0 * w1, "zoomed width {w4} vs {w1}");
     let shot = out.join("shot.png");
     chromium(&[&format!("--screenshot={}", shot.display()), "--window-size=1400,900", &page]);
     let png = std::fs::read(&shot).expect("a screenshot");

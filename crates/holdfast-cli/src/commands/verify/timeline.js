@@ -75,5 +75,8 @@
     zoom(e.deltaY < 0 ? 1.25 : 0.8);
     box.scrollLeft = before * scale - e.offsetX;
   }, {passive: false});
+  // A link can open the page zoomed: report.html#zoom=4.
+  const m = /zoom=([0-9.]+)/.exec(location.hash);
+  if (m) scale = Math.min(1000, Math.max(1, parseFloat(m[1])));
   draw();
 })();
