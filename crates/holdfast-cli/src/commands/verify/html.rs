@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::check::Findings;
 use super::record::{Phase, Record};
-use super::report::{guarantees, ms};
+use super::report::{counted, guarantees, ms};
 
 const SCRIPT: &str = include_str!("timeline.js");
 
@@ -79,20 +79,22 @@ button{{margin-right:4px}}</style></head><body><h1>holdfast verify: {store}</h1>
     let _ = write!(
         h,
         "<table id=\"summary\"><tr><th>ttl</th><th>run</th><th>grants</th><th>writes accepted</th><th>writes refused</th>\
-<th>faults</th><th>double grants</th><th>stale accepted</th><th>stale refused</th><th>lost()</th><th>longest free</th></tr>\
+<th>faults</th><th>double grants</th><th>stale accepted</th><th>stale refused</th><th>lost()</th><th>longest free</th>\
+<th>documented weaknesses</th></tr>\
 <tr><td>{}</td><td>{}</td><td class=\"grants\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"double-grants\">{}</td>\
-<td class=\"stale-accepted\">{}</td><td class=\"stale-refused\">{}</td><td>{}</td><td>{}</td></tr></table>",
+<td class=\"stale-accepted\">{}</td><td class=\"stale-refused\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
         ms(f.ttl),
         ms(f.end),
         f.beliefs.len(),
         f.writes.0,
         f.writes.1,
         t.injected,
-        t.double_grants,
-        t.stale_accepted,
+        counted(f).double_grants,
+        counted(f).stale_accepted,
         t.stale_refused,
         t.lost,
-        t.longest_free.map_or("-".to_owned(), ms)
+        t.longest_free.map_or("-".to_owned(), ms),
+        f.weaknesses.len()
     );
     let _ = write!(
         h,
@@ -128,7 +130,7 @@ button{{margin-right:4px}}</style></head><body><h1>holdfast verify: {store}</h1>
     h.push_str(
         "</ul><h2>Timeline</h2><p>Wheel or the buttons zoom, drag or scroll pans. Bars: grants (fence inside; \
 green released, orange lost, grey ended by death); ticks: writes (blue accepted, red refused); \
-red bands: pauses; black cross: kill; orange dot: lost(); purple: violation.</p>\
+red bands: pauses; purple bands across all lanes: server restarts and leader kills; black cross: kill; orange dot: lost(); purple: violation.</p>\
 <div><button id=\"zin\">zoom in</button><button id=\"zout\">zoom out</button><button id=\"zfit\">fit</button>\
 <span id=\"zoom\"></span></div><div id=\"timeline\"></div><h2>Violations</h2><ol id=\"violations\">",
     );

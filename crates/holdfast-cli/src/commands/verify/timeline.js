@@ -32,7 +32,13 @@
     }
     const y = l => top + l * laneH;
     for (const f of d.faults) {
-      if (f.kind === 'kill') {
+      if (f.pid === 0) {
+        // A server fault (restart, leader kill): a band across every lane.
+        const r = el('rect', {class: 'fault server ' + f.kind, x: x(f.start), y: top, width: Math.max(3, x(f.end) - x(f.start)),
+          height: d.lanes * laneH, fill: '#96f', opacity: 0.25}, svg);
+        el('title', {}, r, f.kind + ' of the server' + (f.kind === 'leader' ? ' (member ' + f.lane + ')' : ''));
+        el('text', {x: x(f.start) + 2, y: top + d.lanes * laneH - 2, 'font-size': 10, fill: '#639'}, svg, f.kind);
+      } else if (f.kind === 'kill') {
         const t = el('text', {class: 'fault kill', x: x(f.start) - 4, y: y(f.lane) + 40, fill: 'black', 'font-size': 14}, svg, '\u2715');
         el('title', {}, t, 'kill pid ' + f.pid);
       } else {
