@@ -74,6 +74,11 @@ With --spawn STORE (verify starts the server on loopback), server faults too:
     leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
             member is started again after one TTL; ZooKeeper's leader is killed once per run
             (the testkit cannot start a member again; two members keep the quorum).
+    partition  the holder keeps running but its traffic to the store stops (each worker
+            reaches the server through a fault proxy of its own; this one blackholes for
+            1.5 x the store's lease + 200ms, then drops the stuck connections and heals).
+            --spawn of a one-server store (redis, redis-durable, postgres, mysql, etcd,
+            zookeeper). Not network namespaces: the proxy cuts one client, not a host.
 
 All times are CLOCK_MONOTONIC, one clock for every process on the machine: each event is
 timed by the process that saw it (a worker for its grants, lost() and releases; the parent
@@ -289,6 +294,9 @@ pub enum FaultKind {
     Restart,
     /// SIGKILL the leader of a 3-member ensemble (`--spawn etcd3|zookeeper3` only).
     Leader,
+    /// Cut the holder off from the store (a blackholing proxy) while it keeps running
+    /// (`--spawn` of a one-server store only).
+    Partition,
 }
 
 impl FaultKind {
@@ -327,7 +335,7 @@ pub struct VerifyArgs {
     pub key: Option<String>,
     /// Start the store's server here, on loopback in a temp dir, instead of --backend: sqlite,
     /// redis, redis-durable, postgres, mysql, etcd, etcd3, zookeeper, zookeeper3. Allows the
-    /// server faults `restart` and `leader`.
+    /// faults `restart`, `leader` and `partition`.
     #[arg(long, value_name = "STORE", conflicts_with = "backend")]
     pub spawn: Option<String>,
 }

@@ -181,6 +181,20 @@ fn verify_spawn_postgres_survives_crash_restarts() {
     assert!(restart.split_whitespace().nth(1).is_some_and(|n| n != "0"), "no restart injected: {stdout}");
 }
 
+/// `--spawn redis --faults partition`: the holder keeps running while its
+/// own proxy to the store blackholes; it must see `lost()` before anyone
+/// else is granted the key, and nothing it writes after that is taken.
+#[test]
+fn verify_spawn_redis_survives_partitions() {
+    let env = Env::new();
+    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "partition,pause,kill"];
+    let stdout = verify_ok_with(&env, "redis", &["--spawn", "redis"], &run, &env.path("out"));
+    let row = stdout.lines().find(|l| l.starts_with("partition ")).unwrap_or_else(|| panic!("{stdout}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert!(cols[1] != "0", "no partition injected: {stdout}");
+    assert!(cols[9] != "0", "a partitioned holder must see lost(): {stdout}");
+}
+
 /// `--spawn etcd3 --faults leader`: the leader of a 3-member cluster is
 /// killed (and started again); the lock stays exclusive.
 #[test]
@@ -206,6 +220,8 @@ fn verify_usage_errors_are_typed() {
     let out = env.cmd().args(["verify", "--spawn", "sqlite", "--faults", "leader"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     let out = env.cmd().args(["verify", "--spawn", "oracle"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let out = env.cmd().args(["verify", "--backend", &env.url, "--faults", "partition"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     // `--faults` with no value: a run without faults.
     let mut cmd = env.cmd();

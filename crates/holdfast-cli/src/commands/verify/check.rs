@@ -151,6 +151,7 @@ pub fn kind_name(kind: FaultKind) -> &'static str {
         FaultKind::Slow => "slow",
         FaultKind::Restart => "restart",
         FaultKind::Leader => "leader",
+        FaultKind::Partition => "partition",
     }
 }
 

@@ -31,6 +31,8 @@ pub struct Target {
     pub register: Register,
     /// The server, with `--spawn`.
     pub server: Option<spawn::Shared>,
+    /// Each lane's proxy to the store (empty without `--faults partition`).
+    pub proxies: Vec<std::sync::Arc<holdfast_testkit::faults::FaultProxy>>,
     /// How long the store keeps a lease unrenewed (the TTL, or more: see
     /// [`store_lease`](super::store_lease)); pauses outlast it.
     pub store_lease: Duration,
@@ -41,7 +43,7 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
     if kinds.is_empty() {
         return;
     }
-    let Target { sink, register: reg, server, store_lease } = target;
+    let Target { sink, register: reg, server, store_lease, proxies } = target;
     // Let the workers start and settle first.
     tokio::time::sleep(ttl / 2).await;
     let mut pauses = 0u32;
@@ -52,6 +54,7 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
             FaultKind::Slow => slow_length(ttl),
             FaultKind::Restart => ttl * 2,
             FaultKind::Leader => ttl * 3,
+            FaultKind::Partition => pause_length(store_lease),
         };
         if clock.now() + budget.as_micros() as Micros >= until {
             return;
@@ -93,6 +96,20 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
                 }
             }
             FaultKind::Slow => reg.stop_for(*kind, lane, pid, slow_length(ttl), true).await,
+            FaultKind::Partition => {
+                let Some(proxy) = proxies.get(lane as usize).cloned() else { continue };
+                let at = |phase| Record::Fault { t: clock.now(), kind: *kind, lane, pid, phase, holder: true };
+                proxy.blackhole();
+                sink.push(at(Phase::Start));
+                tokio::time::sleep(pause_length(store_lease)).await;
+                // Connections that lived through the partition are dropped, as a real one's time out.
+                let _ = tokio::task::spawn_blocking(move || {
+                    proxy.cut();
+                    proxy.forward();
+                })
+                .await;
+                sink.push(at(Phase::End));
+            }
             FaultKind::Restart | FaultKind::Leader => {}
         }
         // Let the lock change hands before the next fault.

@@ -13,8 +13,8 @@ use crate::exit::{Failure, INTERNAL};
 /// What every worker is told.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The store URL.
-    pub url: String,
+    /// The store URL of each lane (the same, or each through its own proxy).
+    pub urls: Vec<String>,
     /// The lock key.
     pub key: String,
     /// The register's address.
@@ -56,7 +56,7 @@ async fn lane_loop(exe: std::path::PathBuf, plan: Plan, lane: u32, sink: Sink) {
         cmd.args(["--lane", &lane.to_string(), "--ttl-ms", &plan.ttl.as_millis().to_string()]);
         cmd.args(["--epoch-us", &plan.clock.epoch.to_string(), "--until-us", &plan.until.to_string()]);
         let child = cmd
-            .env(ENV_BACKEND, &plan.url)
+            .env(ENV_BACKEND, &plan.urls[lane as usize % plan.urls.len()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -28,6 +28,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use worker::worker;
 
+use holdfast_testkit::faults::FaultProxy;
+
 use self::clock::RunClock;
 use self::record::{Micros, Record};
 use self::register::Register;
@@ -59,6 +61,12 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
         }
         None => (args.backend.url()?, None),
     };
+    let partitionable = server.is_some() && spawn::upstream_of(&url).is_some();
+    if args.faults.contains(&crate::cli::FaultKind::Partition) && !partitionable {
+        return Err(Failure::usage(
+            "--faults partition needs --spawn with a one-server store (redis, redis-durable, postgres, mysql, etcd, zookeeper)",
+        ));
+    }
     for kind in args.faults.iter().filter(|k| k.is_server()) {
         let spawned = server.as_ref().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
         let possible = match (kind, &spawned) {
@@ -111,10 +119,22 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
         }
     );
     let until = clock.now() + args.duration.as_micros() as Micros;
-    let plan = lanes::Plan { url: url.clone(), key, register: addr.to_string(), ttl, clock, until };
+    // With a partition fault, each lane reaches the store through a proxy of its own.
+    let proxies: Vec<std::sync::Arc<FaultProxy>> = match spawn::upstream_of(&url) {
+        Some(upstream) if args.faults.contains(&crate::cli::FaultKind::Partition) => {
+            (0..args.workers).map(|_| std::sync::Arc::new(FaultProxy::start(upstream))).collect()
+        }
+        _ => Vec::new(),
+    };
+    let urls = if proxies.is_empty() {
+        vec![url.clone()]
+    } else {
+        proxies.iter().map(|p| spawn::through_proxy(&url, p.addr()).unwrap_or_else(|| url.clone())).collect()
+    };
+    let plan = lanes::Plan { urls, key, register: addr.to_string(), ttl, clock, until };
     let lanes = lanes::start(plan, args.workers, sink.clone())?;
     let lease = store_lease(&url, ttl);
-    let target = faults::Target { sink: sink.clone(), register, server: server.clone(), store_lease: lease };
+    let target = faults::Target { sink: sink.clone(), register, server: server.clone(), store_lease: lease, proxies };
     let injector = tokio::spawn(faults::inject(args.faults.clone(), ttl, clock, until, target));
     // Workers stop at `until`, after their release; a wait for the lock may
     // last one TTL more, a pause in flight longer.

@@ -46,7 +46,7 @@ pub fn guarantees(f: &Findings) -> Vec<(&'static str, bool, String)> {
 
 fn row_line(name: &str, r: &Row) -> String {
     format!(
-        "{name:<7} {:>8} {:>9} {:>8} {:>13} {:>12} {:>14} {:>13} {:>11} {:>7} {:>12} {:>15}",
+        "{name:<9} {:>8} {:>9} {:>8} {:>13} {:>12} {:>14} {:>13} {:>11} {:>7} {:>12} {:>15}",
         r.injected,
         r.on_holders,
         r.past_ttl,
@@ -95,7 +95,7 @@ pub fn text(f: &Findings, records: &[Record], store: &str) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "fault   injected on-holder past-ttl double-grants fence-faults stale-accepted stale-refused late-writes  lost() longest-free ran-after-loss"
+        "fault     injected on-holder past-ttl double-grants fence-faults stale-accepted stale-refused late-writes  lost() longest-free ran-after-loss"
     );
     for (name, row) in &f.rows {
         let _ = writeln!(s, "{}", row_line(name, row));

@@ -144,3 +144,36 @@ impl Spawned {
         }
     }
 }
+
+/// `url` with its one `127.0.0.1:PORT` replaced by `proxy`, and the port;
+/// `None` when the URL names no such address or more than one (an ensemble).
+pub fn through_proxy(url: &str, proxy: std::net::SocketAddr) -> Option<String> {
+    let upstream = upstream_of(url)?;
+    Some(url.replacen(&upstream.to_string(), &proxy.to_string(), 1))
+}
+
+/// The one loopback server address in `url`, if there is exactly one.
+pub fn upstream_of(url: &str) -> Option<std::net::SocketAddr> {
+    const HOST: &str = "127.0.0.1:";
+    if url.matches(HOST).count() != 1 {
+        return None;
+    }
+    let at = url.find(HOST)? + HOST.len();
+    let port: String = url[at..].chars().take_while(char::is_ascii_digit).collect();
+    format!("{HOST}{port}").parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urls_go_through_the_proxy_when_they_name_one_server() {
+        let proxy: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let pg = "postgres://postgres@127.0.0.1:5433/postgres?sslmode=disable";
+        assert_eq!(
+            super::through_proxy(pg, proxy).as_deref(),
+            Some("postgres://postgres@127.0.0.1:9/postgres?sslmode=disable")
+        );
+        assert_eq!(super::through_proxy("zk://127.0.0.1:1,127.0.0.1:2", proxy), None);
+        assert_eq!(super::through_proxy("sqlite:///tmp/x.db", proxy), None);
+    }
+}
