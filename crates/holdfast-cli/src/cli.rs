@@ -38,13 +38,59 @@ pub enum Command {
     /// --held N and --hot W [--procs P] for the scale workloads.
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
+    /// Check the store's guarantees under faults: worker processes take the lock and write to a
+    /// fenced register while holders are killed and paused; the history is checked and reported.
+    #[command(after_help = VERIFY_HELP)]
+    Verify(VerifyArgs),
     /// One worker process of `demo` (internal).
     #[command(name = "__demo-worker", hide = true)]
     DemoWorker(DemoWorkerArgs),
     /// One worker process of `bench --hot W --procs P` (internal; talks JSON on stdin/stdout).
     #[command(name = "__bench-worker", hide = true)]
     BenchWorker,
+    /// One worker process of `verify` (internal; talks JSON lines to the parent's register).
+    #[command(name = "__verify-worker", hide = true)]
+    VerifyWorker(VerifyWorkerArgs),
 }
+
+const VERIFY_HELP: &str = "\
+Each worker loops: acquire, a critical section of writes to a fenced register (each write
+first checks that the lease is still believed held), release. The register (in this process)
+accepts a write whose fence is at least the highest it accepted (equal only from the same
+grant) and refuses the rest: a refused write is a stale write that fencing stopped.
+
+Faults (--faults, comma-separated, injected one at a time, round robin, on the current holder):
+    kill    SIGKILL the holder; a new worker takes its lane. Measures the time the key stood
+            free after the death (must be at most TTL + 1s).
+    pause   SIGSTOP the holder for 1.5 x TTL + 200ms, then SIGCONT (a GC pause; on etcd, whose
+            leases are whole seconds and at least 2s, 1.5 x that lease). Every other pause
+            stops the holder right after it checked its lease and before its write reaches
+            the register, so the write arrives late and the fence must refuse it.
+    slow    SIGSTOP the holder for 0.6 x TTL: its renewal runs late (the lease may survive).
+With --spawn STORE (verify starts the server on loopback), server faults too:
+    restart SIGKILL the server, start it again on its data. Without persistence (--spawn redis)
+            the locks and fence counters are gone: what breaks then is reported as that
+            store's documented weakness and does not fail the run.
+    leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
+            member is started again after one TTL; ZooKeeper's leader is killed once per run
+            (the testkit cannot start a member again; two members keep the quorum).
+    partition  the holder keeps running but its traffic to the store stops (each worker
+            reaches the server through a fault proxy of its own; this one blackholes for
+            1.5 x the store's lease + 200ms, then drops the stuck connections and heals).
+            --spawn of a one-server store (redis, redis-durable, postgres, mysql, etcd,
+            zookeeper). Not network namespaces: the proxy cuts one client, not a host.
+
+All times are CLOCK_MONOTONIC, one clock for every process on the machine: each event is
+timed by the process that saw it (a worker for its grants, lost() and releases; the parent
+for faults and the register's decisions), so a paused worker's events keep their true times.
+
+Output (--out DIR, default a new temp dir, kept): history.jsonl, report.txt, report.html.
+Exit: 0 every guarantee held; 1 a guarantee broke (the report says which, with the events
+around it); 64 usage; 69 the store is unreachable.
+
+Examples:
+    holdfast verify --backend redis://127.0.0.1:6379 --workers 4 --duration 60s --ttl 2s --faults kill,pause
+    holdfast verify --backend sqlite:///tmp/v.db --duration 10s --ttl 1s --faults kill,pause,slow --out ./v";
 
 const RUN_HELP: &str = "\
 CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.
@@ -230,6 +276,94 @@ pub struct DemoWorkerArgs {
     /// This worker's number, for its buyers' ids.
     #[arg(long, default_value_t = 0)]
     pub index: u32,
+}
+
+/// A fault `verify` injects into a worker process.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultKind {
+    /// SIGKILL the holder.
+    Kill,
+    /// SIGSTOP the holder past its TTL, then SIGCONT.
+    Pause,
+    /// SIGSTOP the holder for part of its TTL: renewal runs late.
+    Slow,
+    /// SIGKILL the store's server and start it again on its data (`--spawn` only).
+    Restart,
+    /// SIGKILL the leader of a 3-member ensemble (`--spawn etcd3|zookeeper3` only).
+    Leader,
+    /// Cut the holder off from the store (a blackholing proxy) while it keeps running
+    /// (`--spawn` of a one-server store only).
+    Partition,
+}
+
+impl FaultKind {
+    /// Whether the fault hits the store's server rather than a worker.
+    pub fn is_server(self) -> bool {
+        matches!(self, FaultKind::Restart | FaultKind::Leader)
+    }
+}
+
+/// `holdfast verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// Worker processes contending for the lock.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// How long the workers run.
+    #[arg(long, default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
+    pub duration: Duration,
+    /// Lease TTL of every grant.
+    #[arg(long, default_value = "1s", value_parser = duration::parse, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// Faults to inject, comma-separated (none: `--faults` with no value).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "kill,pause")]
+    pub faults: Vec<FaultKind>,
+    /// The primitive under test (only the mutex for now).
+    #[arg(long, default_value = "mutex", value_parser = ["mutex"])]
+    pub primitive: String,
+    /// Directory for history.jsonl, report.txt and report.html [default: a new temp dir].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The lock key [default: a fresh one per run].
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Start the store's server here, on loopback in a temp dir, instead of --backend: sqlite,
+    /// redis, redis-durable, postgres, mysql, etcd, etcd3, zookeeper, zookeeper3. Allows the
+    /// faults `restart`, `leader` and `partition`.
+    #[arg(long, value_name = "STORE", conflicts_with = "backend")]
+    pub spawn: Option<String>,
+}
+
+/// `holdfast __verify-worker` (the backend comes from HOLDFAST_BACKEND).
+#[derive(Debug, Args)]
+pub struct VerifyWorkerArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// The lock key.
+    #[arg(long)]
+    pub key: String,
+    /// The parent's register, `127.0.0.1:PORT`.
+    #[arg(long)]
+    pub register: String,
+    /// This worker's lane.
+    #[arg(long)]
+    pub lane: u32,
+    /// Lease TTL in milliseconds.
+    #[arg(long)]
+    pub ttl_ms: u64,
+    /// The run's start, CLOCK_MONOTONIC in microseconds: times are reported from it.
+    #[arg(long)]
+    pub epoch_us: i64,
+    /// Stop taking the lock this many microseconds after the start.
+    #[arg(long)]
+    pub until_us: i64,
 }
 
 /// `holdfast bench`.

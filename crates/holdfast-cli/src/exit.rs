@@ -4,7 +4,7 @@
 //! |---:|---|---|
 //! | 0 | ok | the command did what was asked; `run`: CMD exited 0 |
 //! | *n* | CMD's status | `run`: CMD exited with *n*; killed by signal *s*: 128 + *s* (as shells report it) |
-//! | 1 | invariant broken | `demo`: oversold, two holders inside at once, or fences not increasing |
+//! | 1 | invariant broken | `demo`: oversold, two holders inside at once, or fences not increasing; `verify`: a guarantee the store states broke (double grant, fence repeated or backwards, stale write accepted, a killed holder's key free longer than TTL + 1 s) |
 //! | 64 | usage | bad flag, bad duration, empty or oversized key, TTL out of range, malformed or unknown backend URL, no command given |
 //! | 69 | store unavailable | the lock store failed or could not be reached |
 //! | 70 | internal | a bug in holdfast; please report it |
@@ -24,7 +24,8 @@ use std::fmt;
 
 /// Success.
 pub const OK: u8 = 0;
-/// `demo`: an invariant was broken (oversold, overlap, fences out of order).
+/// `demo`: an invariant was broken (oversold, overlap, fences out of order);
+/// `verify`: a guarantee the store states broke.
 pub const INVARIANT_BROKEN: u8 = 1;
 /// Bad command line or input rejected before any I/O (`EX_USAGE`).
 pub const USAGE: u8 = 64;
@@ -46,7 +47,8 @@ pub const HELP_TABLE: &str = "\
 Exit codes:
     0      ok (run: CMD exited 0)
     n      run: CMD's own exit status; 128+s if CMD was killed by signal s
-    1      demo: an invariant broke (oversold, overlap, fences not increasing)
+    1      demo: an invariant broke (oversold, overlap, fences not increasing);
+           verify: a guarantee the store states broke (see its report)
     64     usage: bad flag, duration, key, TTL, backend URL, or no command
     69     the lock store failed or is unreachable
     70     internal error (a bug)

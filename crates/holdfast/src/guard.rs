@@ -171,6 +171,18 @@ impl<K: GuardKind> Guard<K> {
         self.held.holds.load(Ordering::Acquire)
     }
 
+    /// The local lease deadline: the instant until which this client
+    /// believes the lease held, unless a renewal moves it later first. It is
+    /// counted from before the acquire (or the last successful renewal) was
+    /// sent, minus a drift margin, so the store cannot grant the key to
+    /// anyone else before it. [`lost`](Self::lost) fires at it at the
+    /// latest; after it, [`is_lost`](Self::is_lost) is true. Only renewals
+    /// move it, and only later. For recording a history on one clock
+    /// (`holdfast verify` does) or for deciding whether work still fits.
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.held.lease.valid_until().into_std()
+    }
+
     /// Whether the lease is known to be lost.
     pub fn is_lost(&self) -> bool {
         self.held.lease.is_lost()

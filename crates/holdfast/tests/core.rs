@@ -465,3 +465,33 @@ fn releasing_during_a_renewal_logs_no_lease_loss() {
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
     assert!(!text.contains("lease gone"), "released leases reported lost:\n{text}");
 }
+
+/// `Guard::valid_until`: the local deadline lies within one TTL of the
+/// acquire, before the store's own expiry by the drift margin; renewal
+/// moves it later; `is_lost()` turns true once it has passed unrenewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_until_is_the_local_deadline_renewal_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Instrumented::open(&dir).await;
+    let client = Client::with_backend(backend, ClientOptions::default());
+    let ttl = Duration::from_millis(600);
+    let before = std::time::Instant::now();
+    let guard = client.mutex("valid-until").ttl(ttl).acquire().await.unwrap();
+    let after = std::time::Instant::now();
+    let first = guard.valid_until();
+    let margin = holdfast::lease_drift_margin(ttl);
+    // Counted from when the request was sent (between `before` and `after`), minus the margin.
+    assert!(
+        first >= before + ttl - margin && first <= after + ttl - margin,
+        "{first:?} not within [{before:?}, {after:?}] + ttl - margin"
+    );
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(guard.valid_until() > first, "renewal (every ttl/3) moved the deadline later");
+    assert!(!guard.is_lost());
+    // Stop renewing: the deadline stays put and then passes.
+    let last = guard.valid_until();
+    let lost = guard.lost();
+    guard.leak();
+    lost.await;
+    assert!(std::time::Instant::now() >= last);
+}

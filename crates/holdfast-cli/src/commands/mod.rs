@@ -7,6 +7,7 @@ pub mod bench;
 pub mod demo;
 pub mod run;
 pub mod status;
+pub mod verify;
 
 use crate::cli::Command;
 use crate::exit::Failure;
@@ -20,6 +21,8 @@ pub async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Bench(args) => bench::bench(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::BenchWorker => bench::worker().await,
+        Command::Verify(args) => verify::verify(args).await,
+        Command::VerifyWorker(args) => verify::worker(args).await,
     }
 }
 

@@ -10,6 +10,7 @@ mod run_faults;
 mod shared;
 mod status;
 mod terminal;
+mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

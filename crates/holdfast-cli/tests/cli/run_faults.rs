@@ -175,3 +175,34 @@ fn a_killed_run_on_zookeeper_frees_its_key_within_its_ttl() {
     // TTL 2 s, plus one tick of the server's expiry check, plus connecting.
     assert!(took < Duration::from_secs(5), "the key was freed {took:?} after holdfast died (--ttl 2s)");
 }
+
+/// A `holdfast run` stopped (SIGSTOP, a GC pause) past its TTL exits 74
+/// once continued, every time, and its command is stopped before it can
+/// act on the lost lease for long; meanwhile another holder got the key.
+#[test]
+fn a_run_paused_past_its_ttl_exits_74_on_every_store() {
+    let env = Env::new();
+    for store in crate::stores(&env) {
+        for round in 0..1 {
+            let pid_file = env.path(&format!("paused-{}-{round}.pid", store.name));
+            let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
+            let key = format!("paused-{round}");
+            let mut holdfast = env.run_on(&store.url, &key, &["--ttl", "1s"], &["sh", "-c", &script]).spawn().unwrap();
+            wait_for_file(&pid_file, Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(100));
+            let cmd = read_pid(&pid_file);
+            let target = Pid::from_raw(holdfast.id() as i32);
+            kill(target, Signal::SIGSTOP).unwrap();
+            // Past the TTL: the store frees the key and another holder takes it.
+            let next = env
+                .run_on(&store.url, &key, &["--ttl", "1s", "--wait", "10s"], &["true"])
+                .output()
+                .expect("the next holder");
+            assert_eq!(next.status.code(), Some(0), "{}: the key was not freed: {next:?}", store.name);
+            kill(target, Signal::SIGCONT).unwrap();
+            let status = wait_timeout(&mut holdfast, Duration::from_secs(10));
+            assert_eq!(status.code(), Some(i32::from(exit::LEASE_LOST)), "{} round {round}: {status:?}", store.name);
+            assert!(ends_within(cmd, Duration::from_secs(2)), "{}: the command outlived the lost lease", store.name);
+        }
+    }
+}

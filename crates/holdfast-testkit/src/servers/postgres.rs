@@ -177,10 +177,25 @@ impl PostgresServer {
 
     /// SIGKILL of the postmaster and all its backends at once (a server
     /// crash); a start afterwards runs crash recovery from the WAL.
+    ///
+    /// Each backend and auxiliary process of PostgreSQL is the leader of a
+    /// process group of its own (it calls `setsid`), so the postmaster's
+    /// group is not all of them: they are SIGKILLed one by one too, and this
+    /// returns once they are gone. (Left alone they exit only when they
+    /// notice the postmaster died, and a server started meanwhile refused
+    /// with "pre-existing shared memory block is still in use": found by
+    /// `holdfast verify --spawn postgres --faults restart`.)
     pub fn kill9(&mut self) {
         if let Some(mut p) = self.process.take() {
+            let children = children_of(p.pid());
             kill_group(p.pid());
             p.kill();
+            for child in &children {
+                let _ = Command::new("kill").args(["-s", "KILL", &child.to_string()]).status();
+            }
+            wait_until("postgres backends gone", Duration::from_secs(20), None, || {
+                children.iter().all(|c| !std::path::Path::new(&format!("/proc/{c}")).exists() || is_zombie(*c))
+            });
         }
         let port = self.port;
         wait_until("postgres port closed", Duration::from_secs(20), None, || !port_open(port));
@@ -210,6 +225,26 @@ impl PostgresServer {
         assert!(out.status.success(), "psql {sql:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
+}
+
+/// The processes whose parent is `pid` (from /proc).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Whether `pid` is a zombie (dead, not reaped yet).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
 }
 
 fn kill_group(pid: u32) {

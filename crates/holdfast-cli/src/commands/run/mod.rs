@@ -26,7 +26,7 @@
 mod child;
 mod procfs;
 mod terminal;
-mod timing;
+pub(crate) mod timing;
 
 use std::time::Duration;
 
