@@ -2,6 +2,7 @@
 //! queue with direct hand-off. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod cluster;
 mod config;
 #[cfg(test)]
 mod keys_props;
@@ -34,7 +35,7 @@ use pubsub::Notifier;
 
 const STORE: &str = "redis";
 
-/// The Redis store (`redis://`, `rediss://`, `redis+sentinel://`).
+/// The Redis store (`redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://`).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -107,8 +108,9 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` or `rediss://` URL names, or to
-    /// the master the sentinels of a `redis+sentinel://` URL name.
+    /// Connects to the server a `redis://` or `rediss://` URL names, to
+    /// the master the sentinels of a `redis+sentinel://` URL name, or to the
+    /// cluster whose seed nodes a `redis+cluster://` URL names.
     ///
     /// # Cancel safety
     ///
@@ -353,24 +355,38 @@ impl Backend for RedisBackend {
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let prefix = &self.inner.config.prefix;
-        let calls = leases.chunks(self.inner.config.renew_batch).map(|chunk| async move {
-            let mut inv = self.inner.scripts.renew.prepare_invoke();
-            inv.arg(ms(self.inner.config.fence_keep));
-            for lease in chunk {
-                let [h, _, _, s] = lock_keys(prefix, &lease.key);
-                inv.key(h).key(s).arg(lease.token.to_hex()).arg(ms(lease.ttl));
-            }
-            let generation = self.inner.renew_conn.generation();
-            let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
-            self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
-            if held.len() != chunk.len() {
-                return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
-            }
-            Ok(held)
-        });
-        // The chunks go out together on the multiplexed connection.
+        let keys: Vec<[String; 4]> = leases.iter().map(|lease| lock_keys(prefix, &lease.key)).collect();
+        // One script touches one Cluster slot: in a cluster the leases are
+        // grouped by the slot of their lock; elsewhere they stay one group.
+        let groups = match self.inner.config.cluster {
+            Some(_) => cluster::group_by_slot(keys.iter().map(|[h, ..]| h.as_str())),
+            None => vec![(0..leases.len()).collect()],
+        };
+        let keys = &keys;
+        let calls =
+            groups.iter().flat_map(|group| group.chunks(self.inner.config.renew_batch)).map(|chunk| async move {
+                let mut inv = self.inner.scripts.renew.prepare_invoke();
+                inv.arg(ms(self.inner.config.fence_keep));
+                for &i in chunk {
+                    let [h, _, _, s] = &keys[i];
+                    inv.key(h).key(s).arg(leases[i].token.to_hex()).arg(ms(leases[i].ttl));
+                }
+                let generation = self.inner.renew_conn.generation();
+                let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
+                self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
+                if held.len() != chunk.len() {
+                    return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
+                }
+                Ok(chunk.iter().copied().zip(held).collect::<Vec<(usize, i64)>>())
+            });
+        // The calls go out together on the multiplexed connection (in a
+        // cluster: on the connection to each slot's master).
         let results = futures::future::try_join_all(calls).await?;
-        Ok(results.into_iter().flatten().map(|v| v == 1).collect())
+        let mut held = vec![false; leases.len()];
+        for (i, v) in results.into_iter().flatten() {
+            held[i] = v == 1;
+        }
+        Ok(held)
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
