@@ -1,0 +1,235 @@
+//! Redis Cluster on real servers (three masters started by the testkit):
+//! locks spread over every master; a slot moved to another master while
+//! its lock is held and renewed (`MOVED`, `ASK`, `TRYAGAIN` followed);
+//! renewal of many leases in one script call per slot; bad cluster URLs.
+#![cfg(feature = "redis")]
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use holdfast::backend::{AcquireRequest, Backend, RenewRequest};
+use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
+use holdfast_testkit::servers::redis::sentinel::{Reply, command};
+use holdfast_testkit::servers::redis::{RedisCluster, RedisServer};
+
+async fn client(url: &str, label: &str) -> Client {
+    Client::connect_with(url, ClientOptions::default().with_label(label)).await.expect("connect")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime")
+}
+
+/// The Redis key of lock `key`'s hash (default namespace).
+fn lock_hash(key: &str) -> String {
+    format!("{{holdfast:{key}}}")
+}
+
+/// True if the master on `port` holds `key` (`EXISTS`, which a cluster
+/// node answers only for its own slots).
+fn exists_on(port: u16, key: &str) -> bool {
+    command(port, &["EXISTS", key]) == Some(Reply::Text("1".into()))
+}
+
+#[test]
+fn locks_spread_over_every_master() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let a = client(&cluster.url(), "a").await;
+        let b = client(&cluster.url(), "b").await;
+        let keys: Vec<String> = (0..60).map(|i| format!("spread/{i}")).collect();
+        let guards =
+            futures::future::join_all(keys.iter().map(|k| a.mutex(k).ttl(Duration::from_secs(30)).try_acquire()))
+                .await
+                .into_iter()
+                .map(|r| r.expect("try_acquire").expect("a free key is granted"))
+                .collect::<Vec<_>>();
+        // Every lock's hash is on the master that owns its slot, and every
+        // master holds some of them.
+        let mut per_master: HashMap<u16, usize> = HashMap::new();
+        for key in &keys {
+            let owner = cluster.owner(cluster.keyslot(&lock_hash(key)));
+            assert!(exists_on(owner, &lock_hash(key)), "{key} is not on the master of its slot ({owner})");
+            *per_master.entry(owner).or_default() += 1;
+        }
+        for port in cluster.ports() {
+            let n = per_master.get(&port).copied().unwrap_or(0);
+            assert!(n > 0 && cluster.dbsize(port) as usize >= n, "master {port} holds {n} locks: {per_master:?}");
+        }
+        eprintln!("locks per master: {per_master:?}");
+        // Another client is refused every one, then granted each once released.
+        for key in &keys {
+            assert!(b.mutex(key).try_acquire().await.expect("try_acquire").is_none(), "{key} granted twice");
+        }
+        let fences: Vec<u64> = guards.iter().map(|g| g.fence()).collect();
+        for g in guards {
+            g.release().await.expect("release");
+        }
+        for (key, old) in keys.iter().zip(fences) {
+            let g = b.mutex(key).try_acquire().await.expect("try_acquire").expect("a released key is granted");
+            assert!(g.fence() > old, "{key}: fence {} not above {old}", g.fence());
+            g.release().await.expect("release");
+        }
+    });
+}
+
+/// A held lock whose slot moves to another master, in the steps of
+/// `redis-cli --cluster reshard`, while its lease is renewed every 500 ms.
+#[test]
+fn slot_moves_under_a_held_renewed_lease() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let key = "moving/lock";
+        let slot = cluster.keyslot(&lock_hash(key));
+        let from = cluster.owner(slot);
+        let to = cluster.ports().into_iter().find(|p| *p != from).expect("another master");
+        let a = client(&cluster.url(), "holder").await;
+        let b = client(&cluster.url(), "other").await;
+        let ttl = Duration::from_millis(1500);
+        let guard = a.mutex(key).ttl(ttl).acquire_timeout(Duration::from_secs(3)).await.expect("acquire");
+        let old_fence = guard.fence();
+        assert!(exists_on(from, &lock_hash(key)));
+        // Refused while the slot moves: by the lock, or by a retryable
+        // error while the slot is half moved (TRYAGAIN).
+        let refused = async |phase: &str| match b.mutex(key).ttl(ttl).try_acquire().await {
+            Ok(None) => "busy",
+            Err(e) if e.is_retryable() => "retryable error",
+            Ok(Some(g)) => panic!("{phase}: another client was granted the held lock (fence {})", g.fence()),
+            Err(e) => panic!("{phase}: {e}"),
+        };
+        let started = Instant::now();
+        cluster.begin_migration(slot, to);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let during_migrating = refused("migrating").await;
+        let moved = cluster.migrate_keys(slot, to);
+        assert!(moved >= 1, "the lock's hash was not in slot {slot}");
+        assert!(exists_on(to, &lock_hash(key)) || !exists_on(from, &lock_hash(key)));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let during_importing = refused("keys moved, slot not yet handed over").await;
+        cluster.finish_migration(slot, to);
+        let window = started.elapsed();
+        eprintln!(
+            "slot {slot} moved {from} -> {to} in {window:?} ({moved} keys); another client during the move: \
+             {during_migrating}, {during_importing}"
+        );
+        // Renewals after the move go to the new master (MOVED followed).
+        tokio::time::sleep(ttl * 2).await;
+        assert!(!guard.is_lost(), "the holder lost its lease through the move");
+        assert!(exists_on(to, &lock_hash(key)) && !exists_on(from, &lock_hash(key)));
+        assert!(b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire after the move").is_none());
+        guard.release().await.expect("release after the move");
+        let next = b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted after release");
+        assert!(next.fence() > old_fence, "fence {} not above {old_fence}", next.fence());
+        next.release().await.expect("release");
+    });
+}
+
+/// 1,000 leases on keys spread over the three masters, renewed in one
+/// `renew` call: every one renewed, with one script call per slot (so per
+/// master: the number of slots of its leases, not one call per chunk of
+/// leases of mixed slots, which a cluster refuses as CROSSSLOT).
+#[test]
+fn renews_many_leases_in_one_script_call_per_slot() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let backend = holdfast::backend::connect(&cluster.url()).await.expect("connect");
+        let ttl = Duration::from_secs(60);
+        let reqs: Vec<AcquireRequest> = (0..1000)
+            .map(|i| AcquireRequest::new(LockKey::new(format!("many/{i}")).unwrap(), OwnerToken::random(), ttl))
+            .collect();
+        for chunk in reqs.chunks(200) {
+            for r in futures::future::join_all(chunk.iter().map(|r| backend.try_acquire(r))).await {
+                assert!(r.expect("try_acquire").is_some());
+            }
+        }
+        let leases: Vec<RenewRequest> =
+            reqs.iter().map(|r| RenewRequest { key: r.key.clone(), token: r.token, ttl }).collect();
+        // Loads the renew script on every node (a first EVALSHA answers NOSCRIPT).
+        assert_eq!(backend.renew(&leases[..1]).await.expect("renew one"), vec![true]);
+        // The slots of the leases on each master.
+        let mut slots: HashMap<u16, HashSet<u16>> = HashMap::new();
+        for r in &reqs {
+            let slot = cluster.keyslot(&lock_hash(r.key.as_str()));
+            slots.entry(cluster.owner(slot)).or_default().insert(slot);
+        }
+        cluster.reset_stats();
+        let started = Instant::now();
+        let held = backend.renew(&leases).await.expect("renew 1000 leases");
+        let took = started.elapsed();
+        assert_eq!(held.len(), 1000);
+        assert!(held.iter().all(|h| *h), "{} of 1000 not renewed", held.iter().filter(|h| !**h).count());
+        let mut report = Vec::new();
+        for port in cluster.ports() {
+            let calls = cluster.calls(port, "evalsha");
+            let expected = slots.get(&port).map_or(0, HashSet::len) as u64;
+            assert_eq!(calls, expected, "master {port}: {calls} renew script calls for {expected} slots");
+            report.push(format!("{port}: {calls} EVALSHA for {expected} slots"));
+        }
+        eprintln!("renewed 1000 leases in {took:?}; {}", report.join("; "));
+        // A lease of another token is not renewed, whatever its slot.
+        let mut stale = leases[..3].to_vec();
+        for l in &mut stale {
+            l.token = OwnerToken::random();
+        }
+        assert_eq!(backend.renew(&stale).await.expect("renew stale"), vec![false; 3]);
+    });
+}
+
+/// Through the client's lease scheduler: 1,000 locks held with a 1.5 s TTL
+/// (renewed every 500 ms) for 3 s, none lost.
+#[test]
+fn client_keeps_many_leases_across_masters() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let c = client(&cluster.url(), "many").await;
+        let ttl = Duration::from_millis(1500);
+        let mut guards = Vec::new();
+        for chunk in (0..1000).collect::<Vec<_>>().chunks(200) {
+            let got =
+                futures::future::join_all(chunk.iter().map(|i| c.mutex(format!("held/{i}")).ttl(ttl).try_acquire()))
+                    .await;
+            guards.extend(got.into_iter().map(|r| r.expect("try_acquire").expect("granted")));
+        }
+        cluster.reset_stats();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let lost = guards.iter().filter(|g| g.is_lost()).count();
+        let calls: Vec<u64> = cluster.ports().iter().map(|p| cluster.calls(*p, "evalsha")).collect();
+        eprintln!("1000 leases held 3 s: {lost} lost; EVALSHA per master {calls:?}");
+        assert_eq!(lost, 0);
+        for g in guards {
+            g.release().await.expect("release");
+        }
+    });
+}
+
+#[test]
+fn bad_cluster_input_is_typed_and_redacted() {
+    rt().block_on(async {
+        for url in [
+            "redis+cluster://u:topsecret@127.0.0.1:1/5",
+            "rediss+cluster://u:topsecret@127.0.0.1:1",
+            "redis+cluster://u:topsecret@127.0.0.1:1?replicas=1",
+            "redis+cluster://u:topsecret@127.0.0.1:1?ca_file=/x",
+            "redis+cluster://u:topsecret@127.0.0.1:1,",
+        ] {
+            let err = holdfast::backend::connect(url).await.expect_err(url);
+            assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {err}");
+            assert!(!err.to_string().contains("topsecret") && !format!("{err:?}").contains("topsecret"), "{err}");
+        }
+        // Nothing listens: a retryable error within the timeout, no hang.
+        let port = holdfast_testkit::servers::free_port();
+        let started = Instant::now();
+        let err = holdfast::backend::connect(&format!("redis+cluster://u:topsecret@127.0.0.1:{port}?timeout_ms=500"))
+            .await
+            .expect_err("nothing listens");
+        assert!(err.is_retryable() && !err.to_string().contains("topsecret"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        // A server without cluster support: an error, not a hang.
+        let plain = RedisServer::start();
+        let started = Instant::now();
+        let url = format!("redis+cluster://127.0.0.1:{}?timeout_ms=500", plain.port());
+        let err = holdfast::backend::connect(&url).await.expect_err("not a cluster");
+        eprintln!("redis+cluster:// to a plain server: {err}");
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    });
+}
