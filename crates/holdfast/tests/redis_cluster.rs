@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use holdfast::backend::{AcquireRequest, Backend, RenewRequest};
+use holdfast::backend::{AcquireRequest, RenewRequest};
 use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
 use holdfast_testkit::servers::redis::sentinel::{Reply, command};
 use holdfast_testkit::servers::redis::{RedisCluster, RedisServer};
@@ -38,12 +38,14 @@ fn locks_spread_over_every_master() {
         let a = client(&cluster.url(), "a").await;
         let b = client(&cluster.url(), "b").await;
         let keys: Vec<String> = (0..60).map(|i| format!("spread/{i}")).collect();
-        let guards =
-            futures::future::join_all(keys.iter().map(|k| a.mutex(k).ttl(Duration::from_secs(30)).try_acquire()))
-                .await
-                .into_iter()
-                .map(|r| r.expect("try_acquire").expect("a free key is granted"))
-                .collect::<Vec<_>>();
+        let guards = futures::future::join_all(keys.iter().map(|k| {
+            let m = a.mutex(k).ttl(Duration::from_secs(30));
+            async move { m.try_acquire().await }
+        }))
+        .await
+        .into_iter()
+        .map(|r| r.expect("try_acquire").expect("a free key is granted"))
+        .collect::<Vec<_>>();
         // Every lock's hash is on the master that owns its slot, and every
         // master holds some of them.
         let mut per_master: HashMap<u16, usize> = HashMap::new();
@@ -74,10 +76,12 @@ fn locks_spread_over_every_master() {
 }
 
 /// A held lock whose slot moves to another master, in the steps of
-/// `redis-cli --cluster reshard`, while its lease is renewed every 500 ms.
+/// `redis-cli --cluster reshard` run back to back (IMPORTING, MIGRATING,
+/// MIGRATE, SETSLOT NODE on every master), while its lease is renewed every
+/// second and another client keeps trying to take it.
 #[test]
 fn slot_moves_under_a_held_renewed_lease() {
-    let cluster = RedisCluster::start();
+    let cluster = std::sync::Arc::new(RedisCluster::start());
     rt().block_on(async {
         let key = "moving/lock";
         let slot = cluster.keyslot(&lock_hash(key));
@@ -85,33 +89,40 @@ fn slot_moves_under_a_held_renewed_lease() {
         let to = cluster.ports().into_iter().find(|p| *p != from).expect("another master");
         let a = client(&cluster.url(), "holder").await;
         let b = client(&cluster.url(), "other").await;
-        let ttl = Duration::from_millis(1500);
+        let ttl = Duration::from_secs(3);
         let guard = a.mutex(key).ttl(ttl).acquire_timeout(Duration::from_secs(3)).await.expect("acquire");
         let old_fence = guard.fence();
         assert!(exists_on(from, &lock_hash(key)));
-        // Refused while the slot moves: by the lock, or by a retryable
-        // error while the slot is half moved (TRYAGAIN).
-        let refused = async |phase: &str| match b.mutex(key).ttl(ttl).try_acquire().await {
-            Ok(None) => "busy",
-            Err(e) if e.is_retryable() => "retryable error",
-            Ok(Some(g)) => panic!("{phase}: another client was granted the held lock (fence {})", g.fence()),
-            Err(e) => panic!("{phase}: {e}"),
-        };
+        // Let a renewal or two pass, so that the move lands between renewals.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mover = cluster.clone();
         let started = Instant::now();
-        cluster.begin_migration(slot, to);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let during_migrating = refused("migrating").await;
-        let moved = cluster.migrate_keys(slot, to);
+        let mut migration = tokio::task::spawn_blocking(move || {
+            let moved = mover.migrate_slot(slot, to);
+            (moved, started.elapsed())
+        });
+        // Another client tries all through the move: refused by the lock,
+        // or by a retryable error while the slot is half moved (TRYAGAIN).
+        let (mut busy, mut retryable) = (0, 0);
+        let (moved, window) = loop {
+            let attempt = b.mutex(key).ttl(ttl);
+            tokio::select! {
+                done = &mut migration => break done.expect("migration"),
+                r = attempt.try_acquire() => match r {
+                    Ok(None) => busy += 1,
+                    Err(e) if e.is_retryable() => retryable += 1,
+                    Ok(Some(g)) => panic!("another client was granted the held lock during the move (fence {})", g.fence()),
+                    Err(e) => panic!("during the move: {e}"),
+                },
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
         assert!(moved >= 1, "the lock's hash was not in slot {slot}");
-        assert!(exists_on(to, &lock_hash(key)) || !exists_on(from, &lock_hash(key)));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let during_importing = refused("keys moved, slot not yet handed over").await;
-        cluster.finish_migration(slot, to);
-        let window = started.elapsed();
         eprintln!(
-            "slot {slot} moved {from} -> {to} in {window:?} ({moved} keys); another client during the move: \
-             {during_migrating}, {during_importing}"
+            "slot {slot} moved {from} -> {to} in {window:?} ({moved} keys); another client meanwhile: \
+             {busy} busy, {retryable} retryable errors"
         );
+        assert!(exists_on(to, &lock_hash(key)) && !exists_on(from, &lock_hash(key)));
         // Renewals after the move go to the new master (MOVED followed).
         tokio::time::sleep(ttl * 2).await;
         assert!(!guard.is_lost(), "the holder lost its lease through the move");
@@ -185,9 +196,11 @@ fn client_keeps_many_leases_across_masters() {
         let ttl = Duration::from_millis(1500);
         let mut guards = Vec::new();
         for chunk in (0..1000).collect::<Vec<_>>().chunks(200) {
-            let got =
-                futures::future::join_all(chunk.iter().map(|i| c.mutex(format!("held/{i}")).ttl(ttl).try_acquire()))
-                    .await;
+            let got = futures::future::join_all(chunk.iter().map(|i| {
+                let m = c.mutex(format!("held/{i}")).ttl(ttl);
+                async move { m.try_acquire().await }
+            }))
+            .await;
             guards.extend(got.into_iter().map(|r| r.expect("try_acquire").expect("granted")));
         }
         cluster.reset_stats();
