@@ -135,6 +135,74 @@ fn slot_moves_under_a_held_renewed_lease() {
     });
 }
 
+/// CRC16-XMODEM of the hash tag, modulo 16384: the slot of a key without
+/// asking the server (as Redis computes it).
+fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tag = match bytes.iter().position(|b| *b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|b| *b == b'}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    let mut crc: u16 = 0;
+    for b in tag {
+        crc ^= u16::from(*b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+/// While a slot is half moved (held open between the steps), every call on
+/// its locks is refused with a retryable error (`TRYAGAIN`, retried until
+/// `timeout_ms`): the held lock's and a fresh lock's alike, on the old
+/// master and, after the keys moved, on the new one (`ASK` leads there,
+/// and it answers `TRYAGAIN` too, as the scripts name keys that do not
+/// exist). Once the slot is handed over, both work on the new master, and
+/// a holder whose lease outlived the window kept it.
+#[test]
+fn half_moved_slot_refuses_its_locks_until_handed_over() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let key = "half/lock";
+        let slot = cluster.keyslot(&lock_hash(key));
+        assert_eq!(slot_of(&lock_hash(key)), slot);
+        let fresh = (0..)
+            .map(|i| format!("half/fresh/{i}"))
+            .find(|k| slot_of(&lock_hash(k)) == slot)
+            .expect("a key in the same slot");
+        let from = cluster.owner(slot);
+        let to = cluster.ports().into_iter().find(|p| *p != from).expect("another master");
+        let a = client(&cluster.url(), "holder").await;
+        let b = client(&format!("{}?timeout_ms=300", cluster.url()), "other").await;
+        let ttl = Duration::from_secs(10);
+        let guard = a.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted");
+        let refused = async |phase: &str, k: &str| {
+            let started = Instant::now();
+            match b.mutex(k).ttl(ttl).try_acquire().await {
+                Err(e) if e.is_retryable() => eprintln!("{phase}, {k}: {e} after {:?}", started.elapsed()),
+                other => panic!("{phase}, {k}: expected a retryable error, got {:?}", other.map(|g| g.is_some())),
+            }
+        };
+        cluster.begin_migration(slot, to);
+        refused("migrating, keys on the old master", key).await;
+        refused("migrating, keys on the old master", &fresh).await;
+        assert!(cluster.migrate_keys(slot, to) >= 1);
+        refused("keys moved, slot not handed over", key).await;
+        refused("keys moved, slot not handed over", &fresh).await;
+        cluster.finish_migration(slot, to);
+        assert!(b.mutex(key).try_acquire().await.expect("after the move").is_none());
+        let g = b.mutex(&fresh).try_acquire().await.expect("after the move").expect("a fresh key is granted");
+        assert!(exists_on(to, &lock_hash(&fresh)));
+        g.release().await.expect("release");
+        assert!(!guard.is_lost(), "the holder lost a 10 s lease in a window of under 2 s");
+        guard.release().await.expect("release after the move");
+    });
+}
+
 /// 1,000 leases on keys spread over the three masters, renewed in one
 /// `renew` call: every one renewed, with one script call per slot (so per
 /// master: the number of slots of its leases, not one call per chunk of

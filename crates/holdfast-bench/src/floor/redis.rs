@@ -82,6 +82,10 @@ fn cluster_nodes(url: &str) -> Result<Vec<String>> {
 }
 
 /// A cluster connection to the nodes of a holdfast `redis+cluster://` URL.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped call leaves only connections, closed with it.
 pub(crate) async fn cluster_connection(url: &str) -> Result<redis::cluster_async::ClusterConnection> {
     let client = redis::cluster::ClusterClient::new(cluster_nodes(url)?)
         .map_err(|e| Error::invalid("url", format!("not a cluster URL the plain client accepts: {:?}", e.kind())))?;

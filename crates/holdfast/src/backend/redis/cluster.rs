@@ -128,6 +128,7 @@ pub(super) fn client(
         nodes.push(info);
     }
     let mut builder = ClusterClientBuilder::new(nodes)
+        .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
         .connection_timeout(config.connect_timeout)
         .response_timeout(config.timeout)
         .use_protocol(protocol);

@@ -129,8 +129,8 @@ impl RedisBackend {
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
         let client_id = format!("{:016x}", rand::rng().random::<u64>());
-        let (notifier, handler, pending) =
-            Notifier::new(format!("{}:w:", config.prefix), format!("{}:c:{client_id}", config.prefix));
+        let naming = pubsub::Naming::new(&config.prefix, &client_id, config.cluster.is_some());
+        let (notifier, handler, pending) = Notifier::new(naming);
         // Connection setup (and following a Sentinel master) lives in link.rs.
         let link::Links { conn, renew_conn, push_conn } = link::open(&config, handler).await?;
         pending.spawn(push_conn, config.timeout);
@@ -232,7 +232,8 @@ impl RedisBackend {
 
     async fn acquire_fair(&self, req: &AcquireRequest) -> Result<Grant> {
         // Registered before the first attempt, so a hand-off right after it is not missed.
-        let watch = self.inner.notifier.watch_token(req.token.to_hex(), self.inner.config.timeout).await;
+        let watch =
+            self.inner.notifier.watch_token(req.key.as_str(), req.token.to_hex(), self.inner.config.timeout).await;
         let refresh = self.inner.config.queue_ttl / 4;
         loop {
             let notified = watch.notify().notified();
@@ -347,8 +348,8 @@ impl Backend for RedisBackend {
             .key(s)
             .arg(token.to_hex())
             .arg(ms(config.fence_keep))
-            .arg(format!("{}:w:{}", config.prefix, key.as_str()))
-            .arg(format!("{}:c:", config.prefix));
+            .arg(self.inner.notifier.naming().lock_channel(key.as_str()))
+            .arg(self.inner.notifier.naming().client_prefix(key.as_str()));
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }
