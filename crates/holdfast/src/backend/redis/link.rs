@@ -81,6 +81,10 @@ impl Followed {
 
     /// Passes `r` on, after asking the sentinels again if its error says
     /// the master may have moved since generation `seen`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`follow`](Self::follow): a drop leaves the connection in place.
     async fn after<T>(&self, seen: u64, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
         if let Err(e) = &r {
             if may_have_moved(e) {

@@ -191,11 +191,21 @@ impl Notifier {
     /// Makes sure this client is subscribed to the channel of `key` while the
     /// returned guard lives. Resolves once the server confirmed the
     /// subscription (or failed: then waiting falls back to polling).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`watch_channel`](Self::watch_channel).
     pub(super) async fn watch_key(self: &Arc<Self>, key: &str, timeout: Duration) -> KeyWatch {
         self.watch_channel(self.naming.lock_channel(key), timeout).await
     }
 
     /// Holds a subscription to `channel` (counted) while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the count is taken before the first await and given
+    /// back by the guard's drop, so a dropped call leaves at most a
+    /// subscription that the task lets go a second later.
     async fn watch_channel(self: &Arc<Self>, channel: String, timeout: Duration) -> KeyWatch {
         *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(channel.clone()).or_insert(0) += 1;
         let watch = KeyWatch { notifier: self.clone(), channel: channel.clone() };
@@ -206,6 +216,11 @@ impl Notifier {
     /// Registers a fair waiter of `key` by token; it is woken by a hand-off
     /// message naming it. Subscribes to the client's channel first if
     /// needed (in a cluster: the client's channel for `key`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped call leaves no registration (the guard is
+    /// dropped with it), at most a subscription.
     pub(super) async fn watch_token(self: &Arc<Self>, key: &str, token_hex: String, timeout: Duration) -> TokenWatch {
         let notify = Arc::new(Notify::new());
         self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), notify.clone());
