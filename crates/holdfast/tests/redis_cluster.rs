@@ -1,7 +1,8 @@
 //! Redis Cluster on real servers (three masters started by the testkit):
 //! locks spread over every master; a slot moved to another master while
 //! its lock is held and renewed (`MOVED`, `ASK`, `TRYAGAIN` followed);
-//! renewal of many leases in one script call per slot; bad cluster URLs.
+//! renewal of many leases in one script call per slot; waiters woken on the
+//! lock's own master; bad cluster URLs.
 #![cfg(feature = "redis")]
 
 use std::collections::{HashMap, HashSet};
@@ -132,6 +133,77 @@ fn slot_moves_under_a_held_renewed_lease() {
         let next = b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted after release");
         assert!(next.fence() > old_fence, "fence {} not above {old_fence}", next.fence());
         next.release().await.expect("release");
+    });
+}
+
+/// The channels `PUBSUB CHANNELS pattern` lists on the master on `port`.
+fn channels(port: u16, pattern: &str) -> Vec<String> {
+    match command(port, &["PUBSUB", "CHANNELS", pattern]) {
+        Some(Reply::Array(items)) => items
+            .into_iter()
+            .filter_map(|r| match r {
+                Reply::Text(t) => Some(t),
+                _ => None,
+            })
+            .collect(),
+        other => panic!("PUBSUB CHANNELS on {port}: {other:?}"),
+    }
+}
+
+/// Waiters are woken by pub/sub on the lock's own master: a non-fair and a
+/// fair waiter of one lock subscribe there (`prefix:w:{prefix:K}` and
+/// `prefix:c:{prefix:K}:ID`) and nowhere else, and each is granted within
+/// 200 ms of the release before it, with a fallback poll of 2 s.
+#[test]
+fn waiters_are_woken_on_the_locks_own_master() {
+    let cluster = RedisCluster::start();
+    rt().block_on(async {
+        let key = "woken/lock";
+        let owner = cluster.owner(cluster.keyslot(&lock_hash(key)));
+        let url = format!("{}?poll_min_ms=2000&poll_max_ms=2000", cluster.url());
+        let (a, b, c) = (client(&url, "a").await, client(&url, "b").await, client(&url, "c").await);
+        let ttl = Duration::from_secs(30);
+        let held = a.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted");
+        let plain = tokio::spawn({
+            let m = b.mutex(key).ttl(ttl);
+            async move {
+                let g = m.acquire_timeout(Duration::from_secs(20)).await.expect("non-fair waiter");
+                (Instant::now(), g)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let fair = tokio::spawn({
+            let m = c.mutex(key).ttl(ttl).fair(true);
+            async move {
+                let g = m.acquire_timeout(Duration::from_secs(20)).await.expect("fair waiter");
+                (Instant::now(), g)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let lock_channel = format!("holdfast:w:{}", lock_hash(key));
+        let fair_prefix = format!("holdfast:c:{}:", lock_hash(key));
+        for port in cluster.ports() {
+            let found = channels(port, "holdfast:*");
+            let here = found.contains(&lock_channel) && found.iter().any(|ch| ch.starts_with(&fair_prefix));
+            assert_eq!(here, port == owner, "channels on {port} (lock on {owner}): {found:?}");
+            if port != owner {
+                assert!(found.is_empty(), "channels on {port}: {found:?}");
+            }
+        }
+        // The fair waiter queued; the non-fair one defers to it. The release
+        // hands the lock to the fair waiter, whose release wakes the other.
+        let released = Instant::now();
+        held.release().await.expect("release");
+        let (at, g) = fair.await.expect("fair task");
+        let woke = at - released;
+        assert!(woke < Duration::from_millis(200), "fair waiter granted {woke:?} after the release");
+        let released = Instant::now();
+        g.release().await.expect("release");
+        let (at, g) = plain.await.expect("waiter task");
+        let woke_plain = at - released;
+        assert!(woke_plain < Duration::from_millis(200), "non-fair waiter granted {woke_plain:?} after the release");
+        eprintln!("hand-off to the fair waiter: {woke:?}; non-fair waiter woken: {woke_plain:?}");
+        g.release().await.expect("release");
     });
 }
 
