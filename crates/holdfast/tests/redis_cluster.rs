@@ -386,3 +386,59 @@ fn bad_cluster_input_is_typed_and_redacted() {
         assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     });
 }
+
+/// A master of the cluster SIGKILLed: its replica takes over its slots
+/// (`cluster-node-timeout` 2 s), and the client follows: a lock held on the
+/// dead master (replicated before the kill) stays held and renewed, another
+/// client is refused it, a fresh lock of the dead master's slots is granted
+/// on the promoted replica, and the held one is released there.
+#[test]
+fn follows_a_failover_to_the_replica() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    rt().block_on(async {
+        let key = "failover/lock";
+        let slot = cluster.keyslot(&lock_hash(key));
+        let old = cluster.owner(slot);
+        let fresh = (0..)
+            .map(|i| format!("failover/fresh/{i}"))
+            .find(|k| cluster.owner(cluster.keyslot(&lock_hash(k))) == old && slot_of(&lock_hash(k)) != slot)
+            .expect("another key on the same master");
+        let a = client(&cluster.url(), "holder").await;
+        let b = client(&cluster.url(), "other").await;
+        let ttl = Duration::from_secs(10);
+        let guard = a.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted");
+        let old_fence = guard.fence();
+        // Let the grant reach the replica (asynchronous replication; no WAIT here).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Instant::now();
+        cluster.kill(old);
+        let (new, promoted) = cluster.wait_failover(slot, old, Duration::from_secs(30));
+        assert_ne!(new, old);
+        // A fresh lock on the dead master's slots: granted once the client follows.
+        let first_grant = loop {
+            match b.mutex(&fresh).ttl(ttl).try_acquire().await {
+                Ok(Some(g)) => break (killed.elapsed(), g),
+                Ok(None) => panic!("{fresh} busy: nobody holds it"),
+                Err(e) => {
+                    assert!(e.is_retryable(), "{e}");
+                    assert!(killed.elapsed() < Duration::from_secs(40), "no grant 40 s after the kill: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        eprintln!(
+            "master {old} killed; replica {new} owned the slot after {promoted:?}; first grant there {:?} after the kill",
+            first_grant.0
+        );
+        first_grant.1.release().await.expect("release on the promoted replica");
+        // The held lock: kept through the failover (it was replicated), renewed on the new master.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(!guard.is_lost(), "the replicated lease was lost in the failover");
+        assert!(exists_on(new, &lock_hash(key)));
+        assert!(b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").is_none(), "granted twice");
+        guard.release().await.expect("release after the failover");
+        let next = b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted after release");
+        assert!(next.fence() > old_fence);
+        next.release().await.expect("release");
+    });
+}

@@ -24,11 +24,15 @@ use crate::servers::{ServerProcess, require_binary, wait_until};
 /// The number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
-/// Three masters sharing the slots.
+/// Three masters sharing the slots (and, with
+/// [`start_with_replicas`](RedisCluster::start_with_replicas), a replica of each).
 #[derive(Debug)]
 pub struct RedisCluster {
-    /// (client port, bus port, process), in slot order: node 0 has the first third.
+    /// (client port, bus port, process): the masters in slot order (node 0
+    /// has the first third), then their replicas in the same order.
     nodes: Vec<(u16, u16, ServerProcess)>,
+    /// How many of `nodes` are the first masters (3).
+    masters: usize,
     /// Dropped last, after the processes were killed.
     dir: tempfile::TempDir,
 }
@@ -50,23 +54,38 @@ impl RedisCluster {
     /// Starts three masters and forms the cluster; returns once every node
     /// agrees on who owns every slot.
     pub fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// Three masters and a replica of each (`CLUSTER REPLICATE`), with a
+    /// `cluster-node-timeout` of 2 s, so that a master killed is replaced by
+    /// its replica within a few seconds. Returns once every replica is in
+    /// sync.
+    pub fn start_with_replicas() -> Self {
+        Self::launch(true)
+    }
+
+    fn launch(replicas: bool) -> Self {
         let server = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server redis-tools");
         let dir = tempfile::Builder::new().prefix("holdfast-cluster.").tempdir().expect("temp dir");
-        let ports = super::sentinel::distinct_free_ports(6);
+        let count = if replicas { 6 } else { 3 };
+        let ports = super::sentinel::distinct_free_ports(2 * count);
+        let timeout = if replicas { "2000" } else { "5000" };
         let mut nodes = Vec::new();
-        for i in 0..3 {
+        for i in 0..count {
             let (port, bus) = (ports[2 * i], ports[2 * i + 1]);
             let d = dir.path().join(format!("node{i}"));
             std::fs::create_dir_all(&d).expect("node dir");
             let mut cmd = Command::new(&server);
             cmd.arg("--port").arg(port.to_string()).arg("--bind").arg("127.0.0.1").arg("--dir").arg(&d);
             cmd.args(["--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"]);
-            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"]);
+            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", timeout]);
+            cmd.args(["--repl-diskless-sync-delay", "0"]);
             cmd.arg("--cluster-config-file").arg(d.join("nodes.conf"));
             cmd.arg("--cluster-port").arg(bus.to_string());
             nodes.push((port, bus, ServerProcess::spawn(cmd, &d.join("redis.log"))));
         }
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = RedisCluster { nodes, masters: 3, dir };
         cluster.form();
         cluster
     }
@@ -81,6 +100,9 @@ impl RedisCluster {
             wait_until("redis-server (cluster node)", Duration::from_secs(20), Some(&self.log(i)), || {
                 command(*port, &["PING"]) == Some(Reply::Text("PONG".into()))
             });
+            if i >= self.masters {
+                continue;
+            }
             let first = third * i as u16;
             let last = if i == 2 { SLOTS - 1 } else { third * (i as u16 + 1) - 1 };
             ok(*port, &["CLUSTER", "ADDSLOTSRANGE", &first.to_string(), &last.to_string()]);
@@ -90,11 +112,25 @@ impl RedisCluster {
         for (port, bus, _) in &self.nodes[1..] {
             ok(first, &["CLUSTER", "MEET", "127.0.0.1", &port.to_string(), &bus.to_string()]);
         }
+        let known = format!("cluster_known_nodes:{}", self.nodes.len());
         for (i, (port, _, _)) in self.nodes.iter().enumerate() {
             wait_until("redis cluster formed (cluster_state:ok)", Duration::from_secs(30), Some(&self.log(i)), || {
                 let info = text(command(*port, &["CLUSTER", "INFO"])).unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+                info.contains("cluster_state:ok") && info.contains(&known)
             });
+        }
+        for i in self.masters..self.nodes.len() {
+            let (port, master) = (self.nodes[i].0, self.nodes[i - self.masters].0);
+            let id = self.node_id(master);
+            wait_until("redis cluster replica attached", Duration::from_secs(30), Some(&self.log(i)), || {
+                command(port, &["CLUSTER", "REPLICATE", &id]) == Some(Reply::Text("OK".into()))
+            });
+            wait_until(
+                "redis cluster replica in sync",
+                Duration::from_secs(30),
+                Some(&self.log(i)),
+                || matches!(command(port, &["INFO", "replication"]), Some(Reply::Text(t)) if t.contains("master_link_status:up")),
+            );
         }
         wait_until("redis cluster nodes agree on the slots", Duration::from_secs(30), Some(&self.log(0)), || {
             self.agree()
@@ -115,9 +151,46 @@ impl RedisCluster {
         format!("redis+cluster://{}", hosts.join(","))
     }
 
-    /// The client ports of the three masters.
+    /// The client ports of the three first masters.
     pub fn ports(&self) -> Vec<u16> {
-        self.nodes.iter().map(|(p, _, _)| *p).collect()
+        self.nodes.iter().take(self.masters).map(|(p, _, _)| *p).collect()
+    }
+
+    /// The client ports of the replicas, in the order of their masters.
+    pub fn replica_ports(&self) -> Vec<u16> {
+        self.nodes.iter().skip(self.masters).map(|(p, _, _)| *p).collect()
+    }
+
+    /// A node that answers, to ask about the cluster.
+    fn live(&self) -> u16 {
+        self.nodes
+            .iter()
+            .map(|(p, _, _)| *p)
+            .find(|p| command(*p, &["PING"]) == Some(Reply::Text("PONG".into())))
+            .unwrap_or_else(|| panic!("no cluster node answers"))
+    }
+
+    /// SIGKILLs the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let node = self.nodes.iter_mut().find(|(p, _, _)| *p == port).expect("not a node's port");
+        node.2.kill();
+    }
+
+    /// Waits until a node other than `old` owns `slot`, as every live node
+    /// sees it, and takes writes there; returns its port and the time waited.
+    pub fn wait_failover(&self, slot: u16, old: u16, timeout: Duration) -> (u16, Duration) {
+        let started = std::time::Instant::now();
+        let mut found = None;
+        wait_until("redis cluster failover", timeout, Some(&self.log(self.masters)), || {
+            let Some(owner) = self.owner_seen_by(self.live(), slot).filter(|p| *p != old) else { return false };
+            let role = matches!(command(owner, &["ROLE"]), Some(Reply::Array(a)) if a.first() == Some(&Reply::Text("master".into())));
+            let info = text(command(owner, &["CLUSTER", "INFO"])).unwrap_or_default();
+            if role && info.contains("cluster_state:ok") {
+                found = Some(owner);
+            }
+            found.is_some()
+        });
+        (found.unwrap_or(old), started.elapsed())
     }
 
     /// The temp dir holding every node's directory and log.
@@ -132,7 +205,7 @@ impl RedisCluster {
 
     /// The hash slot of `key` (`CLUSTER KEYSLOT`).
     pub fn keyslot(&self, key: &str) -> u16 {
-        text(command(self.nodes[0].0, &["CLUSTER", "KEYSLOT", key]))
+        text(command(self.live(), &["CLUSTER", "KEYSLOT", key]))
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key}"))
     }
@@ -144,7 +217,7 @@ impl RedisCluster {
 
     /// The port of the master that owns `slot`, as the first node sees it.
     pub fn owner(&self, slot: u16) -> u16 {
-        self.owner_seen_by(self.nodes[0].0, slot).unwrap_or_else(|| panic!("no owner of slot {slot}"))
+        self.owner_seen_by(self.live(), slot).unwrap_or_else(|| panic!("no owner of slot {slot}"))
     }
 
     /// Step 1 of moving `slot` to the master on `to`: the target imports

@@ -147,6 +147,28 @@ impl Link {
         }
     }
 
+    /// Loads every script on every master of a cluster (`SCRIPT LOAD`,
+    /// routed by the current slot map); nothing elsewhere. After a
+    /// failover the `redis` crate's own load after a `NOSCRIPT` went to the
+    /// nodes it knew before, not to the promoted replica, and the call
+    /// failed with `NOSCRIPT` again (`redis_cluster::follows_a_failover_to_the_replica`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: loading a script twice changes nothing.
+    pub(super) async fn load_on_every_master(&mut self, sources: &[String]) -> redis::RedisResult<()> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+        let Link::Cluster(c) = self else { return Ok(()) };
+        for code in sources {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(code);
+            let route =
+                RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
+            c.route_command(cmd, route).await?;
+        }
+        Ok(())
+    }
+
     /// Subscribes the pub/sub connection to `channel`.
     ///
     /// # Cancel safety

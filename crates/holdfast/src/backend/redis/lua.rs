@@ -5,8 +5,29 @@ use redis::Script;
 
 const COMMON: &str = include_str!("scripts/common.lua");
 
+fn source(body: &str) -> String {
+    format!("{COMMON}\n{body}")
+}
+
 fn script(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
+    Script::new(&source(body))
+}
+
+/// Every script's source, for loading them all at once.
+pub(super) fn sources() -> Vec<String> {
+    [
+        include_str!("scripts/acquire.lua"),
+        include_str!("scripts/fair_acquire.lua"),
+        include_str!("scripts/shared_acquire.lua"),
+        include_str!("scripts/shared_admin.lua"),
+        include_str!("scripts/release.lua"),
+        include_str!("scripts/renew.lua"),
+        include_str!("scripts/status.lua"),
+        include_str!("scripts/raise_fence.lua"),
+    ]
+    .into_iter()
+    .map(source)
+    .collect()
 }
 
 /// The scripts, each loaded once per server (EVALSHA, EVAL on NOSCRIPT).

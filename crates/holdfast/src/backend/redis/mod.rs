@@ -49,6 +49,8 @@ struct Inner {
     /// cannot delay it into a lost lease.
     renew_conn: Link,
     scripts: Scripts,
+    /// The scripts' sources, to load on a cluster's new master.
+    script_sources: Vec<String>,
     notifier: Arc<Notifier>,
     client_id: String,
     durability: FenceDurability,
@@ -142,6 +144,7 @@ impl RedisBackend {
                 conn,
                 renew_conn,
                 scripts: Scripts::new(),
+                script_sources: lua::sources(),
                 notifier,
                 client_id,
                 durability,
@@ -170,9 +173,22 @@ impl RedisBackend {
         let limit = self.inner.config.timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let call = async {
-            match inv.invoke_async(&mut conn).await {
+            let r = match inv.invoke_async(&mut conn).await {
                 Err(e) if e.is_io_error() || e.is_connection_dropped() => {
                     tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
+                    inv.invoke_async(&mut conn).await
+                }
+                other => other,
+            };
+            match r {
+                // A master just promoted in a cluster may lack the scripts
+                // even after the crate loaded them (on the nodes it knew).
+                Err(e)
+                    if matches!(conn, Link::Cluster(_))
+                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    tracing::debug!("a cluster master lacks the scripts; loading them on every master");
+                    conn.load_on_every_master(&self.inner.script_sources).await?;
                     inv.invoke_async(&mut conn).await
                 }
                 other => other,
