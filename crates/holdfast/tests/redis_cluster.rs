@@ -2,7 +2,7 @@
 //! locks spread over every master; a slot moved to another master while
 //! its lock is held and renewed (`MOVED`, `ASK`, `TRYAGAIN` followed);
 //! renewal of many leases in one script call per slot; waiters woken on the
-//! lock's own master; bad cluster URLs.
+//! lock's own master; a failover to a replica; bad cluster URLs.
 #![cfg(feature = "redis")]
 
 use std::collections::{HashMap, HashSet};

@@ -1,7 +1,7 @@
-//! A Redis Cluster on loopback: three masters (no replicas), each on its
-//! own client port and cluster-bus port (`--cluster-port`, all six chosen
-//! together so they are distinct), each with its own directory in one temp
-//! dir, all SIGKILLed on drop.
+//! A Redis Cluster on loopback: three masters (and, if asked, a replica of
+//! each), each node on its own client port and cluster-bus port
+//! (`--cluster-port`, all chosen together so they are distinct), each with
+//! its own directory in one temp dir, all SIGKILLed on drop.
 //!
 //! The cluster is formed without `redis-cli`: each node takes a third of
 //! the 16384 slots (`CLUSTER ADDSLOTSRANGE`, Redis 7) and a distinct config
