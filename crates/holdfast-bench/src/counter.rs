@@ -87,7 +87,9 @@ pub async fn command_counter_for(url: &str) -> Result<Option<Box<dyn CommandCoun
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
     match scheme.as_str() {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Some(Box::new(redis_counter::RedisCommandCounter::connect(url).await?))),
+        "redis" | "rediss" | "redis+cluster" => {
+            Ok(Some(Box::new(redis_counter::RedisCommandCounter::connect(url).await?)))
+        }
         _ => Ok(None),
     }
 }
@@ -96,25 +98,48 @@ pub async fn command_counter_for(url: &str) -> Result<Option<Box<dyn CommandCoun
 mod redis_counter {
     use super::*;
 
-    /// `INFO commandstats` on a plain connection of its own.
-    pub(super) struct RedisCommandCounter {
-        conn: tokio::sync::Mutex<redis::aio::MultiplexedConnection>,
+    /// `INFO commandstats` on a plain connection of its own; on a cluster,
+    /// summed over every master.
+    pub(super) enum RedisCommandCounter {
+        Plain(tokio::sync::Mutex<redis::aio::MultiplexedConnection>),
+        Cluster(tokio::sync::Mutex<redis::cluster_async::ClusterConnection>),
     }
 
     impl RedisCommandCounter {
         pub(super) async fn connect(url: &str) -> Result<Self> {
+            if url.split_once("://").is_some_and(|(s, _)| s.eq_ignore_ascii_case("redis+cluster")) {
+                let conn = crate::floor::redis::cluster_connection(url).await?;
+                return Ok(RedisCommandCounter::Cluster(tokio::sync::Mutex::new(conn)));
+            }
             let conn = crate::floor::redis::plain_connection(url).await?;
-            Ok(RedisCommandCounter { conn: tokio::sync::Mutex::new(conn) })
+            Ok(RedisCommandCounter::Plain(tokio::sync::Mutex::new(conn)))
         }
     }
 
     #[async_trait]
     impl CommandCounter for RedisCommandCounter {
         async fn snapshot(&self) -> Result<CommandCounts> {
-            let mut conn = self.conn.lock().await;
-            let info: String =
-                crate::floor::redis::timed(redis::cmd("INFO").arg("commandstats").query_async(&mut *conn)).await?;
-            Ok(parse_calls(&info))
+            let info = redis::cmd("INFO").arg("commandstats").clone();
+            match self {
+                RedisCommandCounter::Plain(conn) => {
+                    let mut conn = conn.lock().await;
+                    let info: String = crate::floor::redis::timed(info.query_async(&mut *conn)).await?;
+                    Ok(parse_calls(&info))
+                }
+                RedisCommandCounter::Cluster(conn) => {
+                    // INFO goes to every master: one reply per node address.
+                    let mut conn = conn.lock().await;
+                    let per_node: std::collections::HashMap<String, String> =
+                        crate::floor::redis::timed(info.query_async(&mut *conn)).await?;
+                    let mut sum = CommandCounts::default();
+                    for info in per_node.values() {
+                        for (name, calls) in parse_calls(info).0 {
+                            *sum.0.entry(name).or_default() += calls;
+                        }
+                    }
+                    Ok(sum)
+                }
+            }
         }
     }
 

@@ -32,6 +32,7 @@
 //! | `postgres://` / `postgresql://` | `postgres` | lease rows on the server clock, LISTEN/NOTIFY wake-ups, PgBouncer-safe ([docs](backend::postgres)) |
 //! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
 //! | `redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME[/db]` | `redis` | the same, on the master the sentinels name, followed through failovers; `?replicas=N` confirms grants with `WAIT` ([docs](backend::redis)) |
+//! | `redis+cluster://[user:pass@]host:port[,host:port...]` | `redis` | the same on a Redis Cluster: each lock's calls go to the master of its slot, slot moves followed ([docs](backend::redis)) |
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
 //! | `redlock://host:port,host:port,...` | `redlock` | [RedLock](redlock) over a majority of N Redis servers, fences written back to the majority; [`redlock::RedLock::new`] over any stores |

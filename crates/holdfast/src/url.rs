@@ -11,6 +11,8 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("redis", "redis"),
     ("rediss", "redis"),
     ("redis+sentinel", "redis"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis"),
     ("etcd", "etcd"),
     ("etcds", "etcd"),
     ("zk", "zookeeper"),
@@ -42,7 +44,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Arc::new(crate::backend::postgres::PostgresBackend::open_url(url).await?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+sentinel" => {
+        "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => {
             Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?))
         }
         #[cfg(feature = "mysql")]
@@ -180,6 +182,10 @@ mod tests {
                 "redis+sentinel://:***@s1:26379,s2:26379,s3:26379/mymaster/0?replicas=1",
             ),
             ("redis+sentinel://u:a/b@s3cret@s1,s2/m", "redis+sentinel://u:***@s1,s2/m"),
+            (
+                "redis+cluster://:s3cret@n1:7000,n2:7001?timeout_ms=9",
+                "redis+cluster://:***@n1:7000,n2:7001?timeout_ms=9",
+            ),
             // Unencoded `/`, `@` and `:` in a password (base64 passwords have `/`).
             ("redis://u:ab/c@d:e@h:1/0", "redis://u:***@h:1/0"),
             ("u:s3cret@h:6379", "u:***@h:6379"),

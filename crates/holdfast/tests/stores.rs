@@ -27,6 +27,8 @@ mod postgres;
 mod postgres_faults;
 #[path = "redis.rs"]
 mod redis;
+#[path = "redis_cluster.rs"]
+mod redis_cluster;
 #[path = "redis_sentinel.rs"]
 mod redis_sentinel;
 #[path = "redlock.rs"]

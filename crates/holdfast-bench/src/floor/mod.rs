@@ -89,7 +89,7 @@ pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresFloor::connect(url).await?)),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
+        "redis" | "rediss" | "redis+cluster" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
         #[cfg(feature = "zookeeper")]

@@ -1,6 +1,7 @@
 //! Redis floor: `SET key token NX PX ttl` to acquire, `EVALSHA` of a
 //! compare-and-delete script to release, on one multiplexed connection of the
-//! plain `redis` crate.
+//! plain `redis` crate (for `redis+cluster://`: the crate's cluster
+//! connection, which sends each command to the master of its key's slot).
 
 use std::future::Future;
 use std::time::Duration;
@@ -61,9 +62,74 @@ pub(crate) async fn plain_connection(url: &str) -> Result<redis::aio::Multiplexe
     timed(client.get_multiplexed_async_connection()).await
 }
 
+/// The seed nodes of a holdfast `redis+cluster://[user:password@]h:p,h:p`
+/// URL as `redis://` URLs the plain cluster client takes (holdfast's
+/// options dropped).
+fn cluster_nodes(url: &str) -> Result<Vec<String>> {
+    let bad = || Error::invalid("url", "not a redis+cluster://HOST:PORT,HOST:PORT URL");
+    let base = url.split_once('?').map_or(url, |(b, _)| b);
+    let rest = base.split_once("://").map(|(_, r)| r).ok_or_else(bad)?;
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.split_once('/').map_or(hosts, |(h, _)| h);
+    let nodes: Vec<String> = hosts.split(',').map(|h| format!("redis://{userinfo}{h}")).collect();
+    if nodes.iter().any(|n| n.ends_with('@') || n.ends_with("//")) {
+        return Err(bad());
+    }
+    Ok(nodes)
+}
+
+/// A cluster connection to the nodes of a holdfast `redis+cluster://` URL.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a dropped call leaves only connections, closed with it.
+pub(crate) async fn cluster_connection(url: &str) -> Result<redis::cluster_async::ClusterConnection> {
+    let client = redis::cluster::ClusterClient::new(cluster_nodes(url)?)
+        .map_err(|e| Error::invalid("url", format!("not a cluster URL the plain client accepts: {:?}", e.kind())))?;
+    timed(client.get_async_connection()).await
+}
+
+/// A connection of the floor: to one server, or to a cluster.
+#[derive(Clone)]
+enum Conn {
+    Plain(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Plain(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The Redis floor.
 pub struct RedisFloor {
-    conn: redis::aio::MultiplexedConnection,
+    conn: Conn,
     release: redis::Script,
     acquire_rw: redis::Script,
     release_rw: redis::Script,
@@ -75,9 +141,13 @@ fn rw_keys(key: &str) -> [String; 2] {
 }
 
 impl RedisFloor {
-    /// Connects and loads the release script.
+    /// Connects and loads the release script (on every node of a cluster).
     pub async fn connect(url: &str) -> Result<Self> {
-        let mut conn = plain_connection(url).await?;
+        let cluster = url.split_once("://").is_some_and(|(s, _)| s.eq_ignore_ascii_case("redis+cluster"));
+        let mut conn = match cluster {
+            true => Conn::Cluster(cluster_connection(url).await?),
+            false => Conn::Plain(plain_connection(url).await?),
+        };
         let release = redis::Script::new(COMPARE_AND_DELETE);
         let (acquire_rw, release_rw) = (redis::Script::new(ACQUIRE_RW), redis::Script::new(RELEASE_RW));
         for script in [&release, &acquire_rw, &release_rw] {
@@ -90,7 +160,10 @@ impl RedisFloor {
 #[async_trait]
 impl Floor for RedisFloor {
     fn describe(&self) -> &'static str {
-        "redis-rs multiplexed connection: SET NX PX + EVALSHA compare-and-delete"
+        match self.conn {
+            Conn::Plain(_) => "redis-rs multiplexed connection: SET NX PX + EVALSHA compare-and-delete",
+            Conn::Cluster(_) => "redis-rs cluster connection: SET NX PX + EVALSHA compare-and-delete",
+        }
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {
@@ -134,5 +207,18 @@ impl Floor for RedisFloor {
         call.key(w).arg(token.to_hex());
         let released: i64 = timed(call.invoke_async(&mut conn)).await?;
         Ok(released == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cluster_nodes_of_a_holdfast_url() {
+        assert_eq!(
+            super::cluster_nodes("redis+cluster://u:pw@a:1,b:2/?timeout_ms=5").unwrap(),
+            ["redis://u:pw@a:1", "redis://u:pw@b:2"]
+        );
+        assert_eq!(super::cluster_nodes("redis+cluster://a:1").unwrap(), ["redis://a:1"]);
+        assert!(super::cluster_nodes("redis+cluster://a:1,").is_err());
     }
 }

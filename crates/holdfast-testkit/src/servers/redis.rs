@@ -6,7 +6,8 @@
 //! comes back with its data and a volatile one ([`RedisServer::start`]:
 //! no RDB, no AOF) comes back empty.
 //!
-//! [`RedisSentinel`] starts a master, a replica and three sentinels.
+//! [`RedisSentinel`] starts a master, a replica and three sentinels;
+//! [`RedisCluster`] a Redis Cluster of three masters.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +15,9 @@ use std::time::Duration;
 
 use super::{ServerProcess, free_port, port_open, require_binary, wait_until};
 
+pub mod cluster;
 pub mod sentinel;
+pub use cluster::RedisCluster;
 pub use sentinel::RedisSentinel;
 
 /// A running (or killed, until restarted) redis-server.

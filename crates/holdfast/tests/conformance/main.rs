@@ -13,6 +13,8 @@ mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
+mod redis_cluster;
+#[cfg(feature = "redis")]
 mod redis_fair;
 #[cfg(feature = "redis")]
 mod redis_sentinel;

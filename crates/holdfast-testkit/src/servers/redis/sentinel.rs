@@ -256,7 +256,7 @@ impl RedisSentinel {
 }
 
 /// `n` distinct free loopback ports (held together while they are chosen).
-fn distinct_free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn distinct_free_ports(n: usize) -> Vec<u16> {
     let listeners: Vec<std::net::TcpListener> = (0..n)
         .map(|_| {
             std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"))

@@ -1,4 +1,4 @@
-//! `redis://`, `rediss://` and `redis+sentinel://` URL parsing.
+//! `redis://`, `rediss://`, `redis+sentinel://` and `redis+cluster://` URL parsing.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use crate::url::redact_url;
 use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
 
+use super::cluster::{self, ClusterSettings};
 use super::sentinel::{self, SentinelSettings};
 
 /// Settings of the Redis store, from its URL.
@@ -55,6 +56,8 @@ pub struct RedisConfig {
     pub replicas_timeout: Duration,
     /// The sentinels and the master name, for `redis+sentinel://`.
     pub(super) sentinel: Option<SentinelSettings>,
+    /// The seed nodes and the login, for `redis+cluster://`.
+    pub(super) cluster: Option<ClusterSettings>,
 }
 
 impl fmt::Debug for RedisConfig {
@@ -74,6 +77,7 @@ impl fmt::Debug for RedisConfig {
             .field("replicas", &self.replicas)
             .field("replicas_timeout", &self.replicas_timeout)
             .field("sentinel", &self.sentinel)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -105,8 +109,33 @@ impl RedisConfig {
     /// `redis+sentinel://[user:password@]host[:port],host[:port]/MASTER_NAME[/db][?options]`
     /// names the sentinels (port 26379 when left out) and the master name
     /// they monitor; the user and password log in to the master.
+    ///
+    /// `redis+cluster://[user:password@]host[:port][,host[:port]...][/][?options]`
+    /// names seed nodes of a Redis Cluster (port 6379 when left out; any one
+    /// that answers is enough); the user and password log in to every node.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |reason: String| Error::invalid("url", reason);
+        if cluster::strip_scheme(url).is_some() {
+            let (main, query) = url.split_once('?').unwrap_or((url, ""));
+            let main = main.split_once('#').map_or(main, |(m, _)| m);
+            let settings = cluster::parse(main)?;
+            let opts = UrlOptions::parse("redis", query, OPTIONS)?;
+            if opts.str("ca_file").is_some() {
+                return Err(bad("redis+cluster:// does not support TLS yet, so ca_file has no use".into()));
+            }
+            if opts.str("sentinel_auth").is_some() {
+                return Err(bad("sentinel_auth needs a redis+sentinel:// URL".into()));
+            }
+            let mut config = Self::with_options(Secret::new(main), false, None, &opts)?;
+            if config.replicas > 0 {
+                return Err(bad(
+                    "replicas=N is not supported with redis+cluster:// yet (WAIT would have to go to the master of each lock's slot)"
+                        .into(),
+                ));
+            }
+            config.cluster = Some(settings);
+            return Ok(config);
+        }
         if sentinel::strip_scheme(url).is_some() {
             let (main, query) = url.split_once('?').unwrap_or((url, ""));
             let main = main.split_once('#').map_or(main, |(m, _)| m);
@@ -206,6 +235,7 @@ impl RedisConfig {
             replicas,
             replicas_timeout,
             sentinel,
+            cluster: None,
         })
     }
 }
@@ -298,6 +328,39 @@ mod tests {
             "redis+sentinel://h",
         ] {
             assert!(matches!(RedisConfig::from_url(bad), Err(Error::InvalidInput { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let c = RedisConfig::from_url(
+            "redis+cluster://u:topsecret@127.0.0.1:7000,127.0.0.1:7001?timeout_ms=700&prefix=app&fair=default&renew_batch=10",
+        )
+        .unwrap();
+        let s = c.cluster.as_ref().unwrap();
+        assert_eq!(s.nodes, vec![("127.0.0.1".into(), 7000), ("127.0.0.1".into(), 7001)]);
+        assert_eq!(
+            (c.timeout, c.prefix.as_str(), c.fair_default, c.renew_batch),
+            (Duration::from_millis(700), "app", true, 10)
+        );
+        assert!(c.sentinel.is_none() && !c.tls);
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("topsecret") && dbg.contains("***"), "{dbg}");
+        assert!(RedisConfig::from_url("redis+cluster://h/0?replicas=0").is_ok());
+        for bad in [
+            "redis+cluster://u:topsecret@h/3",
+            "redis+cluster://u:topsecret@h?ca_file=/x",
+            "redis+cluster://u:topsecret@h?replicas=1",
+            "redis+cluster://u:topsecret@h?sentinel_auth=same",
+            "redis+cluster://u:topsecret@h?nope=1",
+            "redis+cluster://u:topsecret@h?timeout_ms=0",
+            "redis+cluster://u:topsecret@h?prefix=a{b",
+            "rediss+cluster://u:topsecret@h",
+            "redis+cluster://u:topsecret@",
+        ] {
+            let err = RedisConfig::from_url(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidInput { .. }), "{bad}");
+            assert!(!err.to_string().contains("topsecret"), "{bad}: {err}");
         }
     }
 

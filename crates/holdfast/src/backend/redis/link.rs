@@ -1,6 +1,9 @@
 //! The store's connections: a plain reconnecting `ConnectionManager` for
-//! `redis://`, or one that follows the master through the sentinels for
-//! `redis+sentinel://`.
+//! `redis://`, one that follows the master through the sentinels for
+//! `redis+sentinel://`, or the `redis` crate's cluster connection for
+//! `redis+cluster://` (it routes each command to the master of its key's
+//! slot, follows `MOVED` and `ASK`, reconnects, and resubscribes pub/sub
+//! channels on its own; see `cluster.rs`).
 //!
 //! A followed connection sends on a `ConnectionManager` to the master the
 //! sentinels last named. When a call fails with a connection error,
@@ -16,6 +19,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture, Value};
 
 use super::config::RedisConfig;
@@ -30,6 +34,9 @@ pub(super) enum Link {
     Direct(ConnectionManager),
     /// The master the sentinels name (`redis+sentinel://`).
     Followed(Arc<Followed>),
+    /// A Redis Cluster (`redis+cluster://`): each command goes to the
+    /// master of its first key's slot.
+    Cluster(ClusterConnection),
 }
 
 /// A connection that follows the master.
@@ -70,6 +77,21 @@ fn may_have_moved(e: &redis::RedisError) -> bool {
 impl Followed {
     fn current(&self) -> Current {
         self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Passes `r` on, after asking the sentinels again if its error says
+    /// the master may have moved since generation `seen`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`follow`](Self::follow): a drop leaves the connection in place.
+    async fn after<T>(&self, seen: u64, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let Err(e) = &r {
+            if may_have_moved(e) {
+                self.follow(seen).await;
+            }
+        }
+        r
     }
 
     /// Asks the sentinels again after an error seen on generation `seen`,
@@ -120,29 +142,31 @@ impl Link {
     /// another server.
     pub(super) fn generation(&self) -> u64 {
         match self {
-            Link::Direct(_) => 0,
+            Link::Direct(_) | Link::Cluster(_) => 0,
             Link::Followed(f) => f.current().generation,
         }
     }
 
-    /// The manager calls go to now.
-    fn manager(&self) -> (u64, ConnectionManager) {
-        match self {
-            Link::Direct(c) => (0, c.clone()),
-            Link::Followed(f) => {
-                let c = f.current();
-                (c.generation, c.conn)
-            }
+    /// Loads every script on every master of a cluster (`SCRIPT LOAD`,
+    /// routed by the current slot map); nothing elsewhere. After a
+    /// failover the `redis` crate's own load after a `NOSCRIPT` went to the
+    /// nodes it knew before, not to the promoted replica, and the call
+    /// failed with `NOSCRIPT` again (`redis_cluster::follows_a_failover_to_the_replica`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: loading a script twice changes nothing.
+    pub(super) async fn load_on_every_master(&mut self, sources: &[String]) -> redis::RedisResult<()> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+        let Link::Cluster(c) = self else { return Ok(()) };
+        for code in sources {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(code);
+            let route =
+                RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
+            c.route_command(cmd, route).await?;
         }
-    }
-
-    async fn after<T>(&self, seen: u64, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
-        if let (Link::Followed(f), Err(e)) = (self, &r) {
-            if may_have_moved(e) {
-                f.follow(seen).await;
-            }
-        }
-        r
+        Ok(())
     }
 
     /// Subscribes the pub/sub connection to `channel`.
@@ -152,14 +176,18 @@ impl Link {
     /// As `ConnectionManager::subscribe`: a dropped call may or may not
     /// have subscribed.
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        let (seen, mut conn) = self.manager();
+        let f = match self {
+            Link::Direct(c) => return c.subscribe(channel).await,
+            Link::Cluster(c) => return c.subscribe(channel).await,
+            Link::Followed(f) => f,
+        };
+        let Current { generation: seen, mut conn, .. } = f.current();
         let r = conn.subscribe(channel).await;
-        let r = self.after(seen, r).await;
-        if r.is_err() && self.generation() != seen {
+        let r = f.after(seen, r).await;
+        if r.is_err() && f.current().generation != seen {
             // Moved to another master meanwhile: subscribing is idempotent,
             // so subscribe there rather than leave the waiter to its poll.
-            let (_, mut conn) = self.manager();
-            return conn.subscribe(channel).await;
+            return f.current().conn.subscribe(channel).await;
         }
         r
     }
@@ -171,9 +199,14 @@ impl Link {
     /// As `ConnectionManager::unsubscribe`: a dropped call may or may not
     /// have unsubscribed.
     pub(super) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
-        let (seen, mut conn) = self.manager();
+        let f = match self {
+            Link::Direct(c) => return c.unsubscribe(channel).await,
+            Link::Cluster(c) => return c.unsubscribe(channel).await,
+            Link::Followed(f) => f,
+        };
+        let Current { generation: seen, mut conn, .. } = f.current();
         let r = conn.unsubscribe(channel).await;
-        self.after(seen, r).await
+        f.after(seen, r).await
     }
 }
 
@@ -181,10 +214,11 @@ impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Link::Direct(c) => c.req_packed_command(cmd),
-            Link::Followed(_) => Box::pin(async move {
-                let (seen, mut conn) = self.manager();
+            Link::Cluster(c) => c.req_packed_command(cmd),
+            Link::Followed(f) => Box::pin(async move {
+                let Current { generation: seen, mut conn, .. } = f.current();
                 let r = conn.req_packed_command(cmd).await;
-                self.after(seen, r).await
+                f.after(seen, r).await
             }),
         }
     }
@@ -197,16 +231,21 @@ impl ConnectionLike for Link {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Link::Direct(c) => c.req_packed_commands(cmd, offset, count),
-            Link::Followed(_) => Box::pin(async move {
-                let (seen, mut conn) = self.manager();
+            Link::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Link::Followed(f) => Box::pin(async move {
+                let Current { generation: seen, mut conn, .. } = f.current();
                 let r = conn.req_packed_commands(cmd, offset, count).await;
-                self.after(seen, r).await
+                f.after(seen, r).await
             }),
         }
     }
 
     fn get_db(&self) -> i64 {
-        self.manager().1.get_db()
+        match self {
+            Link::Direct(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+            Link::Followed(f) => f.current().conn.get_db(),
+        }
     }
 }
 
@@ -237,7 +276,6 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
         None => base.set_number_of_retries(3).set_max_delay(Duration::from_millis(500)),
         Some(_) => base.set_number_of_retries(1).set_max_delay(Duration::from_millis(100)),
     };
-    let push_config = base.clone().set_push_sender(push).set_automatic_resubscription();
     let limit = config.connect_timeout + config.timeout;
     let connect = |client: redis::Client, config: ConnectionManagerConfig, what: &'static str| async move {
         tokio::time::timeout(limit, ConnectionManager::new_with_config(client, config))
@@ -245,6 +283,27 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
             .map_err(|_| timed_out(what, limit))?
             .map_err(map_err)
     };
+    if let Some(settings) = &config.cluster {
+        let connect = |client: redis::cluster::ClusterClient, what: &'static str| async move {
+            tokio::time::timeout(limit, client.get_async_connection())
+                .await
+                .map_err(|_| timed_out(what, limit))?
+                .map(Link::Cluster)
+                .map_err(map_err)
+        };
+        let none = None::<fn(redis::PushInfo) -> Result<(), redis::aio::SendError>>;
+        let commands = super::cluster::client(settings, config, ProtocolVersion::RESP2, none)?;
+        return Ok(Links {
+            conn: connect(commands.clone(), "connecting to the cluster").await?,
+            renew_conn: connect(commands, "connecting the renewal connection to the cluster").await?,
+            push_conn: connect(
+                super::cluster::client(settings, config, ProtocolVersion::RESP3, Some(push))?,
+                "connecting the pub/sub connection to the cluster",
+            )
+            .await?,
+        });
+    }
+    let push_config = base.clone().set_push_sender(push).set_automatic_resubscription();
     let Some(settings) = &config.sentinel else {
         let info =
             config.server_url.expose().into_connection_info().map_err(|e| {

@@ -12,12 +12,33 @@ use super::link::Link;
 
 const COMMON: &str = include_str!("scripts/common.lua");
 
+fn source(body: &str) -> String {
+    format!("{COMMON}\n{body}")
+}
+
+/// Every script's source, for loading them all at once.
+pub(super) fn sources() -> Vec<String> {
+    [
+        include_str!("scripts/acquire.lua"),
+        include_str!("scripts/fair_acquire.lua"),
+        include_str!("scripts/shared_acquire.lua"),
+        include_str!("scripts/shared_admin.lua"),
+        include_str!("scripts/release.lua"),
+        include_str!("scripts/renew.lua"),
+        include_str!("scripts/status.lua"),
+        include_str!("scripts/raise_fence.lua"),
+    ]
+    .into_iter()
+    .map(source)
+    .collect()
+}
+
 /// One script: its source (to load it) and its SHA1 (to call it).
 pub(super) struct LuaScript(Script);
 
 impl LuaScript {
     fn new(body: &str) -> Self {
-        LuaScript(Script::new(&format!("{COMMON}\n{body}")))
+        LuaScript(Script::new(&source(body)))
     }
 
     /// A call of this script with `keys` keys, given first with

@@ -2,6 +2,7 @@
 //! queue with direct hand-off. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod cluster;
 mod config;
 #[cfg(test)]
 mod keys_props;
@@ -34,7 +35,7 @@ use pubsub::Notifier;
 
 const STORE: &str = "redis";
 
-/// The Redis store (`redis://`, `rediss://`, `redis+sentinel://`).
+/// The Redis store (`redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://`).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -48,10 +49,10 @@ struct Inner {
     /// cannot delay it into a lost lease.
     renew_conn: Link,
     scripts: Scripts,
+    /// The scripts' sources, to load on a cluster's new master.
+    script_sources: Vec<String>,
     notifier: Arc<Notifier>,
     client_id: String,
-    /// `{prefix}:c:`, the start of every client's hand-off channel.
-    client_channel_prefix: String,
     durability: FenceDurability,
 }
 
@@ -128,8 +129,9 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` or `rediss://` URL names, or to
-    /// the master the sentinels of a `redis+sentinel://` URL name.
+    /// Connects to the server a `redis://` or `rediss://` URL names, to
+    /// the master the sentinels of a `redis+sentinel://` URL name, or to the
+    /// cluster whose seed nodes a `redis+cluster://` URL names.
     ///
     /// # Cancel safety
     ///
@@ -148,23 +150,22 @@ impl RedisBackend {
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
         let client_id = format!("{:016x}", rand::rng().random::<u64>());
-        let (notifier, handler, pending) =
-            Notifier::new(format!("{}:w:", config.prefix), format!("{}:c:{client_id}", config.prefix));
+        let naming = pubsub::Naming::new(&config.prefix, &client_id, config.cluster.is_some());
+        let (notifier, handler, pending) = Notifier::new(naming);
         // Connection setup (and following a Sentinel master) lives in link.rs.
         let link::Links { conn, renew_conn, push_conn } = link::open(&config, handler).await?;
         pending.spawn(push_conn, config.timeout);
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
-        let client_channel_prefix = format!("{}:c:", config.prefix);
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 config,
                 conn,
                 renew_conn,
                 scripts: Scripts::new(),
+                script_sources: lua::sources(),
                 notifier,
                 client_id,
-                client_channel_prefix,
                 durability,
             }),
         })
@@ -191,9 +192,22 @@ impl RedisBackend {
         let limit = self.inner.config.timeout;
         let deadline = tokio::time::Instant::now() + limit;
         let call = async {
-            match inv.invoke(&mut conn).await {
+            let r = match inv.invoke(&mut conn).await {
                 Err(e) if e.is_io_error() || e.is_connection_dropped() => {
                     tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
+                    inv.invoke(&mut conn).await
+                }
+                other => other,
+            };
+            match r {
+                // A master just promoted in a cluster may lack the scripts
+                // even after the crate loaded them (on the nodes it knew).
+                Err(e)
+                    if matches!(conn, Link::Cluster(_))
+                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    tracing::debug!("a cluster master lacks the scripts; loading them on every master");
+                    conn.load_on_every_master(&self.inner.script_sources).await?;
                     inv.invoke(&mut conn).await
                 }
                 other => other,
@@ -264,7 +278,8 @@ impl RedisBackend {
 
     async fn acquire_fair(&self, req: &AcquireRequest) -> Result<Grant> {
         // Registered before the first attempt, so a hand-off right after it is not missed.
-        let watch = self.inner.notifier.watch_token(req.token.to_hex(), self.inner.config.timeout).await;
+        let watch =
+            self.inner.notifier.watch_token(req.key.as_str(), req.token.to_hex(), self.inner.config.timeout).await;
         let refresh = self.inner.config.queue_ttl / 4;
         loop {
             let notified = watch.notify().notified();
@@ -380,35 +395,49 @@ impl Backend for RedisBackend {
             .key(s)
             .arg(token.to_hex())
             .arg(ms(config.fence_keep))
-            .arg(self.inner.notifier.lock_channel(key.as_str()))
-            .arg(&self.inner.client_channel_prefix);
+            .arg(self.inner.notifier.naming().lock_channel(key.as_str()))
+            .arg(self.inner.notifier.naming().client_prefix(key.as_str()));
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let prefix = &self.inner.config.prefix;
-        let calls = leases.chunks(self.inner.config.renew_batch).map(|chunk| async move {
-            let mut inv = self.inner.scripts.renew.call(2 * chunk.len());
-            for lease in chunk {
-                let [h, _, _, s] = lock_keys(prefix, &lease.key);
-                inv.key(h).key(s);
-            }
-            inv.arg(ms(self.inner.config.fence_keep));
-            for lease in chunk {
-                inv.arg(lease.token.to_hex()).arg(ms(lease.ttl));
-            }
-            let generation = self.inner.renew_conn.generation();
-            let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
-            self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
-            if held.len() != chunk.len() {
-                return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
-            }
-            Ok(held)
-        });
-        // The chunks go out together on the multiplexed connection.
+        let keys: Vec<[String; 4]> = leases.iter().map(|lease| lock_keys(prefix, &lease.key)).collect();
+        // One script touches one Cluster slot: in a cluster the leases are
+        // grouped by the slot of their lock; elsewhere they stay one group.
+        let groups = match self.inner.config.cluster {
+            Some(_) => cluster::group_by_slot(keys.iter().map(|[h, ..]| h.as_str())),
+            None => vec![(0..leases.len()).collect()],
+        };
+        let keys = &keys;
+        let calls =
+            groups.iter().flat_map(|group| group.chunks(self.inner.config.renew_batch)).map(|chunk| async move {
+                let mut inv = self.inner.scripts.renew.call(2 * chunk.len());
+                for &i in chunk {
+                    let [h, _, _, s] = &keys[i];
+                    inv.key(h).key(s);
+                }
+                inv.arg(ms(self.inner.config.fence_keep));
+                for &i in chunk {
+                    inv.arg(leases[i].token.to_hex()).arg(ms(leases[i].ttl));
+                }
+                let generation = self.inner.renew_conn.generation();
+                let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
+                self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
+                if held.len() != chunk.len() {
+                    return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
+                }
+                Ok(chunk.iter().copied().zip(held).collect::<Vec<(usize, i64)>>())
+            });
+        // The calls go out together on the multiplexed connection (in a
+        // cluster: on the connection to each slot's master).
         let results = futures::future::try_join_all(calls).await?;
-        Ok(results.into_iter().flatten().map(|v| v == 1).collect())
+        let mut held = vec![false; leases.len()];
+        for (i, v) in results.into_iter().flatten() {
+            held[i] = v == 1;
+        }
+        Ok(held)
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {

@@ -5,6 +5,11 @@
 //! ([`LocalWakeups::wake_one`]). Fair waiters are woken through the client's
 //! own channel, whose messages name the waiter's token; only that waiter wakes.
 //!
+//! In a Redis Cluster every channel carries its lock's hash tag, so that it
+//! is subscribed on the master of the lock's slot, where the lock's scripts
+//! publish ([`Naming`]); fair waiters then subscribe to a channel of their
+//! client per lock.
+//!
 //! Subscribe and unsubscribe commands go through one task, in order, so an
 //! unsubscribe of a key whose last waiter left can never overtake the
 //! subscribe of a waiter that arrived after it. A channel is unsubscribed
@@ -26,20 +31,79 @@ enum Request {
     Unsubscribe(String),
 }
 
+/// How the channels of a store are named.
+///
+/// On one server: `prefix:w:K` for lock `K`, and `prefix:c:ID` for the
+/// client `ID` (fair hand-offs of every lock). In a cluster, `PUBLISH` on
+/// one node reaches subscribers of other nodes over the cluster bus, which
+/// held back a message sent soon after another by ~40 ms (measured on Redis
+/// 7.0: the second of two publishes 5 ms apart arrived 41 ms late on
+/// another node, and on the same node within a few ms). So there each
+/// channel carries the lock's hash tag, `prefix:w:{prefix:K}` and
+/// `prefix:c:{prefix:K}:ID`: the cluster connection subscribes it on the
+/// master of the lock's slot, the node whose scripts publish on it.
+#[derive(Debug, Clone)]
+pub(super) struct Naming {
+    prefix: String,
+    client_id: String,
+    cluster: bool,
+}
+
+impl Naming {
+    /// The naming of a store with key prefix `prefix`, for client `client_id`.
+    pub(super) fn new(prefix: &str, client_id: &str, cluster: bool) -> Self {
+        Naming { prefix: prefix.to_owned(), client_id: client_id.to_owned(), cluster }
+    }
+
+    /// The channel a release of `key` publishes on for non-fair waiters.
+    pub(super) fn lock_channel(&self, key: &str) -> String {
+        let p = &self.prefix;
+        if self.cluster { format!("{p}:w:{{{p}:{key}}}") } else { format!("{p}:w:{key}") }
+    }
+
+    /// The lock key of a lock channel.
+    fn key_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        let rest = channel.strip_prefix(&self.prefix)?.strip_prefix(":w:")?;
+        if !self.cluster {
+            return Some(rest);
+        }
+        rest.strip_prefix('{')?.strip_prefix(&self.prefix)?.strip_prefix(':')?.strip_suffix('}')
+    }
+
+    /// What the release script puts before a queued waiter's client id to
+    /// name its client's channel, for lock `key`.
+    pub(super) fn client_prefix(&self, key: &str) -> String {
+        let p = &self.prefix;
+        if self.cluster { format!("{p}:c:{{{p}:{key}}}:") } else { format!("{p}:c:") }
+    }
+
+    /// This client's channel for fair hand-offs of `key`.
+    fn client_channel(&self, key: &str) -> String {
+        format!("{}{}", self.client_prefix(key), self.client_id)
+    }
+
+    /// Whether `channel` is one of this client's hand-off channels.
+    fn is_client_channel(&self, channel: &str) -> bool {
+        if !self.cluster {
+            return channel == self.client_channel("");
+        }
+        channel.strip_prefix(&self.prefix).is_some_and(|rest| rest.starts_with(":c:"))
+            && channel.strip_suffix(&self.client_id).is_some_and(|rest| rest.ends_with(':'))
+    }
+}
+
 /// Routes pub/sub messages to waiters and keeps the subscriptions.
 #[derive(Debug)]
 pub(super) struct Notifier {
-    /// Channel name prefix of per-lock channels; the rest is the lock key.
-    lock_prefix: String,
-    /// This client's own channel (fair hand-offs).
-    client_channel: String,
+    /// How channels are named.
+    naming: Naming,
     /// Set once the client channel's subscription was confirmed; the
     /// connection manager resubscribes it after reconnects.
     client_subscribed: AtomicBool,
     wakeups: LocalWakeups,
     /// Fair waiters of this client by token (hex).
     fair: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Waiters per lock key (the channel is `lock_prefix` + key).
+    /// Waiters per lock channel.
     counts: Arc<Mutex<HashMap<String, usize>>>,
     requests: mpsc::UnboundedSender<Request>,
 }
@@ -47,14 +111,12 @@ pub(super) struct Notifier {
 impl Notifier {
     /// Creates the notifier and the push handler to give the pub/sub connection.
     pub(super) fn new(
-        lock_prefix: String,
-        client_channel: String,
+        naming: Naming,
     ) -> (Arc<Self>, impl Fn(PushInfo) -> Result<(), redis::aio::SendError> + Send + Sync + 'static, Pending) {
         let (tx, rx) = mpsc::unbounded_channel();
         let counts = Arc::new(Mutex::new(HashMap::new()));
         let notifier = Arc::new(Notifier {
-            lock_prefix: lock_prefix.clone(),
-            client_channel,
+            naming,
             client_subscribed: AtomicBool::new(false),
             wakeups: LocalWakeups::default(),
             fair: Mutex::new(HashMap::new()),
@@ -68,7 +130,7 @@ impl Notifier {
             }
             Ok(())
         };
-        (notifier, handler, Pending { rx, counts, lock_prefix })
+        (notifier, handler, Pending { rx, counts })
     }
 
     fn on_push(&self, info: PushInfo) {
@@ -82,19 +144,22 @@ impl Notifier {
                 let (Some(channel), payload) = (text(info.data.first()), text(info.data.get(1))) else {
                     return;
                 };
-                if channel == self.client_channel {
+                if self.naming.is_client_channel(&channel) {
                     let fair = self.fair.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(n) = payload.and_then(|t| fair.get(&t).cloned()) {
                         n.notify_one();
                     }
-                } else if let Some(key) = channel.strip_prefix(&self.lock_prefix) {
+                } else if let Some(key) = self.naming.key_of(&channel) {
                     self.wakeups.wake_one(key);
                 }
             }
             PushKind::Disconnection => {
                 // Messages sent while disconnected are lost: every waiter tries again.
                 tracing::debug!("redis pub/sub connection lost; waking all waiters");
-                let keys: Vec<String> = self.counts.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+                let keys: Vec<String> = {
+                    let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    counts.keys().filter_map(|c| self.naming.key_of(c).map(str::to_owned)).collect()
+                };
                 for key in keys {
                     self.wakeups.wake_one(&key);
                 }
@@ -106,18 +171,16 @@ impl Notifier {
         }
     }
 
+    /// How this client's channels are named.
+    pub(super) fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
     /// Whether waiters of this client already wait on `key` (its channel is
     /// subscribed, or being subscribed).
     pub(super) fn has_waiters(&self, key: &str) -> bool {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(key)
-    }
-
-    /// The channel a release of `key` publishes on.
-    pub(super) fn lock_channel(&self, key: &str) -> String {
-        let mut channel = String::with_capacity(self.lock_prefix.len() + key.len());
-        channel.push_str(&self.lock_prefix);
-        channel.push_str(key);
-        channel
+        let channel = self.naming.lock_channel(key);
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel)
     }
 
     /// The wake-up handle of non-fair waiters of `key`.
@@ -128,20 +191,44 @@ impl Notifier {
     /// Makes sure this client is subscribed to the channel of `key` while the
     /// returned guard lives. Resolves once the server confirmed the
     /// subscription (or failed: then waiting falls back to polling).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`watch_channel`](Self::watch_channel).
     pub(super) async fn watch_key(self: &Arc<Self>, key: &str, timeout: Duration) -> KeyWatch {
-        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_owned()).or_insert(0) += 1;
-        let watch = KeyWatch { notifier: self.clone(), key: key.to_owned() };
-        self.subscribe(self.lock_channel(key), timeout).await;
+        self.watch_channel(self.naming.lock_channel(key), timeout).await
+    }
+
+    /// Holds a subscription to `channel` (counted) while the guard lives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the count is taken before the first await and given
+    /// back by the guard's drop, so a dropped call leaves at most a
+    /// subscription that the task lets go a second later.
+    async fn watch_channel(self: &Arc<Self>, channel: String, timeout: Duration) -> KeyWatch {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner()).entry(channel.clone()).or_insert(0) += 1;
+        let watch = KeyWatch { notifier: self.clone(), channel: channel.clone() };
+        self.subscribe(channel, timeout).await;
         watch
     }
 
-    /// Registers a fair waiter by token; it is woken by a hand-off message
-    /// naming it. Subscribes to the client's channel first if needed.
-    pub(super) async fn watch_token(self: &Arc<Self>, token_hex: String, timeout: Duration) -> TokenWatch {
+    /// Registers a fair waiter of `key` by token; it is woken by a hand-off
+    /// message naming it. Subscribes to the client's channel first if
+    /// needed (in a cluster: the client's channel for `key`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a dropped call leaves no registration (the guard is
+    /// dropped with it), at most a subscription.
+    pub(super) async fn watch_token(self: &Arc<Self>, key: &str, token_hex: String, timeout: Duration) -> TokenWatch {
         let notify = Arc::new(Notify::new());
         self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), notify.clone());
-        let watch = TokenWatch { notifier: self.clone(), token_hex, notify };
-        if !self.client_subscribed.load(Ordering::Acquire) && self.subscribe(self.client_channel.clone(), timeout).await
+        let mut watch = TokenWatch { notifier: self.clone(), token_hex, notify, _channel: None };
+        if self.naming.cluster {
+            watch._channel = Some(self.watch_channel(self.naming.client_channel(key), timeout).await);
+        } else if !self.client_subscribed.load(Ordering::Acquire)
+            && self.subscribe(self.naming.client_channel(key), timeout).await
         {
             self.client_subscribed.store(true, Ordering::Release);
         }
@@ -171,17 +258,17 @@ impl Notifier {
 /// A waiter's hold on a lock channel subscription.
 pub(super) struct KeyWatch {
     notifier: Arc<Notifier>,
-    key: String,
+    channel: String,
 }
 
 impl Drop for KeyWatch {
     fn drop(&mut self) {
         let mut counts = self.notifier.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = counts.get_mut(&self.key) {
+        if let Some(c) = counts.get_mut(&self.channel) {
             *c -= 1;
             if *c == 0 {
-                counts.remove(&self.key);
-                let _ = self.notifier.requests.send(Request::Unsubscribe(self.notifier.lock_channel(&self.key)));
+                counts.remove(&self.channel);
+                let _ = self.notifier.requests.send(Request::Unsubscribe(std::mem::take(&mut self.channel)));
             }
         }
     }
@@ -192,6 +279,9 @@ pub(super) struct TokenWatch {
     notifier: Arc<Notifier>,
     token_hex: String,
     notify: Arc<Notify>,
+    /// In a cluster, the hold on the client's channel of the lock (kept
+    /// for its drop, which lets the channel go).
+    _channel: Option<KeyWatch>,
 }
 
 impl TokenWatch {
@@ -211,7 +301,6 @@ impl Drop for TokenWatch {
 pub(super) struct Pending {
     rx: mpsc::UnboundedReceiver<Request>,
     counts: Arc<Mutex<HashMap<String, usize>>>,
-    lock_prefix: String,
 }
 
 impl Pending {
@@ -242,7 +331,7 @@ async fn follow_master(conn: &mut Link, seen: &mut u64, subscribed: &mut HashSet
 }
 
 async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
-    let Pending { mut rx, counts, lock_prefix } = pending;
+    let Pending { mut rx, counts } = pending;
     let mut subscribed: HashSet<String> = HashSet::new();
     let mut generation = conn.generation();
     let mut idle: HashMap<String, tokio::time::Instant> = HashMap::new();
@@ -263,8 +352,7 @@ async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
                     idle.iter().filter(|(_, since)| now - **since >= IDLE_UNSUBSCRIBE).map(|(c, _)| c.clone()).collect();
                 for channel in due {
                     idle.remove(&channel);
-                    let key = channel.strip_prefix(&lock_prefix).unwrap_or_default();
-                    let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(key);
+                    let waiting = counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel);
                     if waiting || !subscribed.remove(&channel) {
                         continue;
                     }
@@ -307,5 +395,33 @@ async fn run(pending: Pending, mut conn: Link, timeout: Duration) {
                 idle.entry(channel).or_insert_with(tokio::time::Instant::now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_names_round_trip_and_share_the_lock_slot_in_a_cluster() {
+        use redis::cluster_routing::Slot;
+        for cluster in [false, true] {
+            let n = Naming::new("app", "00ff", cluster);
+            for key in ["orders/42", "a}b", "x:c:y", ""] {
+                assert_eq!(n.key_of(&n.lock_channel(key)), Some(key), "{key}");
+                assert!(n.is_client_channel(&n.client_channel(key)), "{key}");
+                assert!(!n.is_client_channel(&n.lock_channel(key)), "{key}");
+                assert_eq!(n.key_of(&n.client_channel(key)), None, "{key}");
+                if cluster {
+                    let lock = format!("{{app:{key}}}");
+                    assert_eq!(Slot::for_key(n.lock_channel(key)), Slot::for_key(&lock), "{key}");
+                    assert_eq!(Slot::for_key(n.client_channel(key)), Slot::for_key(&lock), "{key}");
+                }
+            }
+            assert!(!n.is_client_channel("app:c:{app:k}:11ff") || !cluster);
+        }
+        let plain = Naming::new("app", "00ff", false);
+        assert_eq!(plain.lock_channel("k"), "app:w:k");
+        assert_eq!(plain.client_prefix("k"), "app:c:");
     }
 }

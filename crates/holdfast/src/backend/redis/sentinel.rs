@@ -92,7 +92,7 @@ pub(super) fn parse(main: &str) -> Result<SentinelSettings> {
     };
     let mut sentinels = Vec::new();
     for host in hosts.split(',') {
-        sentinels.push(parse_host(host).ok_or_else(|| {
+        sentinels.push(parse_host(host, DEFAULT_PORT).ok_or_else(|| {
             bad("the sentinels are a comma-separated list of HOST[:PORT] (IPv6 as [ADDR]:PORT), none empty")
         })?);
     }
@@ -114,8 +114,8 @@ pub(super) fn parse(main: &str) -> Result<SentinelSettings> {
     Ok(SentinelSettings { sentinels, master_name, db, username, password, auth_sentinels: false })
 }
 
-/// `host`, `host:port` or `[v6]:port`.
-fn parse_host(s: &str) -> Option<(String, u16)> {
+/// `host`, `host:port` or `[v6]:port`; `default_port` when none is written.
+pub(super) fn parse_host(s: &str, default_port: u16) -> Option<(String, u16)> {
     let (host, port) = if let Some(v6) = s.strip_prefix('[') {
         let (addr, after) = v6.split_once(']')?;
         match after {
@@ -130,7 +130,7 @@ fn parse_host(s: &str) -> Option<(String, u16)> {
     };
     let ok_host = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || "-._:%".contains(c));
     let port = match port {
-        None => DEFAULT_PORT,
+        None => default_port,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0)?,
     };
     ok_host.then(|| (host.to_owned(), port))

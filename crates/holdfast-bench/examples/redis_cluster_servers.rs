@@ -1,0 +1,26 @@
+//! Starts the servers to compare Redis Cluster with a single Redis in one
+//! session: the testkit's 3-master cluster and one redis-server (no
+//! persistence), both on loopback. Prints their URLs, then keeps them
+//! running for the given seconds (default 600); killed with it.
+//!
+//! ```text
+//! cargo run -p holdfast-bench --features redis --example redis_cluster_servers -- 600 &
+//! holdfast bench --backend redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 --json
+//! holdfast bench --backend redis://127.0.0.1:P --json
+//! ```
+
+use std::io::Write;
+use std::time::Duration;
+
+use holdfast_testkit::servers::redis::{RedisCluster, RedisServer};
+
+fn main() {
+    let secs: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(600);
+    let cluster = RedisCluster::start();
+    let single = RedisServer::start();
+    println!("cluster {}", cluster.url());
+    println!("single {}", single.url());
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(Duration::from_secs(secs));
+    drop((cluster, single));
+}
