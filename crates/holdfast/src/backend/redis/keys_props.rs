@@ -7,7 +7,8 @@ use proptest::prelude::*;
 
 use crate::prop_support::config;
 
-use super::{lock_keys, ms};
+use super::keys::lock_keys;
+use super::ms;
 use crate::key::LockKey;
 
 /// The part of a key Redis Cluster hashes: between the first `{` and the
