@@ -19,7 +19,6 @@ use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion};
 use crate::Secret;
 use crate::error::{Error, Result};
 use crate::url::redact_url;
-use crate::url_options::percent_decode;
 
 use super::config::RedisConfig;
 use super::map_err;
@@ -75,24 +74,7 @@ pub(super) fn parse(main: &str) -> Result<ClusterSettings> {
         }
         None => return Err(bad("expected redis+cluster://HOST:PORT[,HOST:PORT...]")),
     };
-    // Everything up to the last '@' is user info: a password may hold an
-    // unencoded '/' or '@'.
-    let (userinfo, rest) = match rest.rsplit_once('@') {
-        Some((u, r)) => (Some(u), r),
-        None => (None, rest),
-    };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(u) => {
-            let (user, pass) = match u.split_once(':') {
-                Some((user, pass)) => (user, Some(pass)),
-                None => (u, None),
-            };
-            let user = percent_decode(user, "the user of a redis+cluster:// URL")?;
-            let pass = pass.map(|p| percent_decode(p, "the password of a redis+cluster:// URL")).transpose()?;
-            ((!user.is_empty()).then_some(user), pass.filter(|p| !p.is_empty()).map(Secret::new))
-        }
-    };
+    let (username, password, rest) = super::sentinel::split_credentials(rest, "redis+cluster")?;
     let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
     match path {
         "" | "0" => {}

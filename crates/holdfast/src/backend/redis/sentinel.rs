@@ -63,30 +63,30 @@ pub(super) fn strip_scheme(url: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case(SCHEME).then_some(rest)
 }
 
+/// Splits the user and password off what follows the scheme of a
+/// `redis+sentinel://` or `redis+cluster://` URL (`scheme`, for errors):
+/// everything up to the last '@' is user info, as a password may hold an
+/// unencoded '/' or '@'. Returns the user, the password and the rest.
+pub(super) fn split_credentials<'a>(rest: &'a str, scheme: &str) -> Result<(Option<String>, Option<Secret>, &'a str)> {
+    let Some((userinfo, rest)) = rest.rsplit_once('@') else {
+        return Ok((None, None, rest));
+    };
+    let (user, pass) = match userinfo.split_once(':') {
+        Some((user, pass)) => (user, Some(pass)),
+        None => (userinfo, None),
+    };
+    let user = percent_decode(user, &format!("the user of a {scheme}:// URL"))?;
+    let pass = pass.map(|p| percent_decode(p, &format!("the password of a {scheme}:// URL"))).transpose()?;
+    Ok(((!user.is_empty()).then_some(user), pass.filter(|p| !p.is_empty()).map(Secret::new), rest))
+}
+
 /// Parses a Sentinel URL without its query (`main`, as written).
 pub(super) fn parse(main: &str) -> Result<SentinelSettings> {
     let bad = |why: &str| Error::invalid("url", format!("{}: {why}", redact_url(main)));
     let Some(rest) = strip_scheme(main) else {
         return Err(bad("expected redis+sentinel://HOST:PORT,HOST:PORT/MASTER_NAME"));
     };
-    // Everything up to the last '@' is user info: a password may hold an
-    // unencoded '/' or '@'.
-    let (userinfo, rest) = match rest.rsplit_once('@') {
-        Some((u, r)) => (Some(u), r),
-        None => (None, rest),
-    };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(u) => {
-            let (user, pass) = match u.split_once(':') {
-                Some((user, pass)) => (user, Some(pass)),
-                None => (u, None),
-            };
-            let user = percent_decode(user, "the user of a redis+sentinel:// URL")?;
-            let pass = pass.map(|p| percent_decode(p, "the password of a redis+sentinel:// URL")).transpose()?;
-            ((!user.is_empty()).then_some(user), pass.filter(|p| !p.is_empty()).map(Secret::new))
-        }
-    };
+    let (username, password, rest) = split_credentials(rest, "redis+sentinel")?;
     let Some((hosts, path)) = rest.split_once('/') else {
         return Err(bad("a redis+sentinel:// URL needs the master name after the sentinels: .../MASTER_NAME"));
     };
