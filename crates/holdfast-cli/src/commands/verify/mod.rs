@@ -13,6 +13,7 @@ pub mod check;
 pub mod clock;
 pub mod crosscheck;
 mod faults;
+pub mod findings;
 pub mod html;
 mod lanes;
 pub mod record;

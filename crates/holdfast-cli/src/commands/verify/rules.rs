@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::check::{Attribution, EndCause, FREE_BOUND, Findings, Violation};
+use super::findings::{Attribution, EndCause, FREE_BOUND, Findings, Violation};
 use super::record::{Micros, Phase, Record};
 use crate::cli::FaultKind;
 
