@@ -22,7 +22,7 @@ fn number(stdout: &str, name: &str) -> u64 {
 /// key to be granted again), TTL 1s, into `out`; returns stdout after
 /// asserting exit 0 and a non-vacuous, clean report.
 pub fn verify_ok(env: &Env, store: &str, url: &str, out: &Path) -> String {
-    verify_ok_with(env, store, &["--backend", url], &["--duration", "6s", "--ttl", "1s", "--faults", "pause,kill"], out)
+    verify_ok_with(env, store, &["--backend", url], &["--duration", "8s", "--ttl", "1s", "--faults", "pause,kill"], out)
 }
 
 /// [`verify_ok`] with the store (`--backend URL` or `--spawn STORE`) and the run's flags given.
@@ -143,7 +143,7 @@ fn verify_etcd_kill_and_pause() {
     let env = Env::new();
     let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
     // Pauses outlast the 2 s lease: 3.2 s, so the run is longer.
-    let run = ["--duration", "8s", "--ttl", "1s", "--faults", "pause,kill"];
+    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "pause,kill"];
     let stdout = verify_ok_with(&env, "etcd", &["--backend", &server.url()], &run, &env.path("out"));
     assert!(stdout.contains("store lease        2000.0ms"), "{stdout}");
 }
@@ -160,7 +160,7 @@ fn verify_zookeeper_kill_and_pause() {
 #[test]
 fn verify_spawn_durable_redis_survives_restarts() {
     let env = Env::new();
-    let run = ["--duration", "6s", "--ttl", "1s", "--faults", "restart,kill,pause"];
+    let run = ["--duration", "8s", "--ttl", "1s", "--faults", "restart,kill,pause"];
     let stdout = verify_ok_with(&env, "redis", &["--spawn", "redis-durable"], &run, &env.path("out"));
     let restart = stdout.lines().find(|l| l.starts_with("restart ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(restart.split_whitespace().nth(1).is_some_and(|n| n != "0"), "no restart injected: {stdout}");
@@ -175,7 +175,7 @@ fn verify_spawn_durable_redis_survives_restarts() {
 #[test]
 fn verify_spawn_postgres_survives_crash_restarts() {
     let env = Env::new();
-    let run = ["--duration", "8s", "--ttl", "1s", "--faults", "restart,pause,kill"];
+    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "restart,pause,kill"];
     let stdout = verify_ok_with(&env, "postgres", &["--spawn", "postgres"], &run, &env.path("out"));
     let restart = stdout.lines().find(|l| l.starts_with("restart ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(restart.split_whitespace().nth(1).is_some_and(|n| n != "0"), "no restart injected: {stdout}");
@@ -187,7 +187,7 @@ fn verify_spawn_postgres_survives_crash_restarts() {
 #[test]
 fn verify_spawn_redis_survives_partitions() {
     let env = Env::new();
-    let run = ["--duration", "10s", "--ttl", "1s", "--faults", "partition,pause,kill"];
+    let run = ["--duration", "12s", "--ttl", "1s", "--faults", "partition,pause,kill"];
     let stdout = verify_ok_with(&env, "redis", &["--spawn", "redis"], &run, &env.path("out"));
     let row = stdout.lines().find(|l| l.starts_with("partition ")).unwrap_or_else(|| panic!("{stdout}"));
     let cols: Vec<&str> = row.split_whitespace().collect();

@@ -49,7 +49,10 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
     let mut pauses = 0u32;
     for kind in kinds.iter().cycle() {
         let budget = match kind {
-            FaultKind::Kill => ttl,
+            // Room for the store to free the key and grant it again (its
+            // lease + the 1 s bound) before the run ends, so that every kill
+            // can be judged: a kill near the end left the expiry unmeasured.
+            FaultKind::Kill => store_lease + Duration::from_secs(1),
             FaultKind::Pause => pause_length(store_lease),
             FaultKind::Slow => slow_length(ttl),
             FaultKind::Restart => ttl * 2,
