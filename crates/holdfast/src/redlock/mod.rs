@@ -311,16 +311,23 @@ impl Backend for RedLock {
         if answers.len() < majority {
             return Err(Error::backend("redlock", true, "status: fewer than a majority of members answered"));
         }
-        // A holder is one a majority of members name; its fence is the
-        // highest they report.
+        // A holder is one a majority of members name with the same fence:
+        // a grant's fence is settled once the acquire wrote the highest
+        // fence its members issued back to the others. Before that (the
+        // acquire in flight) the members' fences differ and the key shows
+        // no holder: reporting the highest of them showed an observer one
+        // leadership under two terms, the first one never a real grant
+        // (conformance `redlock::c16_election_safety`, seen in CI).
         let mut holder: Option<HolderInfo> = None;
         for candidate in answers.iter().filter_map(|a| a.holder.as_ref()) {
-            let naming: Vec<&HolderInfo> =
-                answers.iter().filter_map(|a| a.holder.as_ref()).filter(|h| h.label == candidate.label).collect();
+            let naming: Vec<&HolderInfo> = answers
+                .iter()
+                .filter_map(|a| a.holder.as_ref())
+                .filter(|h| h.label == candidate.label && h.fence == candidate.fence)
+                .collect();
             if naming.len() >= majority {
-                let fence = naming.iter().map(|h| h.fence).max().unwrap_or(candidate.fence);
                 let ttl_left = naming.iter().filter_map(|h| h.ttl_left).min();
-                holder = Some(HolderInfo { fence, ttl_left, ..candidate.clone() });
+                holder = Some(HolderInfo { ttl_left, ..candidate.clone() });
                 break;
             }
         }
