@@ -118,5 +118,5 @@ pub use url::{SCHEMES, redact_url};
 
 /// The README's examples, compiled as doctests so that they stay true.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -446,7 +446,7 @@ fn no_drift_margin() {
 
 /// The copy itself, unmutated, passes every seed of every config the
 /// mutations use (else a mutant's failure could be the copy's):
-/// `cargo test -p holdfast --test sim unmutated -- --ignored --nocapture`.
+/// `cargo test -p holdfast-lock --test sim unmutated -- --ignored --nocapture`.
 #[test]
 #[ignore = "a check of the harness: one more build and 2,000 seeds"]
 fn unmutated_copy_is_clean() {

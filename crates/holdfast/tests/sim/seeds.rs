@@ -146,7 +146,7 @@ fn fallback_seeds() {
 }
 
 /// Replays one seed and prints its history and verdict:
-/// `SEED=17 cargo test -p holdfast --test sim replay -- --ignored --nocapture`
+/// `SEED=17 cargo test -p holdfast-lock --test sim replay -- --ignored --nocapture`
 /// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's,
 /// `FALLBACK=1` for the fallback chain's).
 #[test]
