@@ -179,8 +179,10 @@ impl Notifier {
     /// Whether waiters of this client already wait on `key` (its channel is
     /// subscribed, or being subscribed).
     pub(super) fn has_waiters(&self, key: &str) -> bool {
-        let channel = self.naming.lock_channel(key);
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&channel)
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        // Called on every non-fair acquire: with nobody waiting (the
+        // uncontended path) no channel name is built.
+        !counts.is_empty() && counts.contains_key(&self.naming.lock_channel(key))
     }
 
     /// The wake-up handle of non-fair waiters of `key`.
