@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::check::Findings;
 use super::record::{Phase, Record};
-use super::report::{counted, guarantees, ms};
+use super::report::{ROW_COLUMNS, counted, fault_rows, guarantees, ms, row_cells};
 
 const SCRIPT: &str = include_str!("timeline.js");
 
@@ -96,25 +96,17 @@ button{{margin-right:4px}}</style></head><body><h1>holdfast verify: {store}</h1>
         t.longest_free.map_or("-".to_owned(), ms),
         f.weaknesses.len()
     );
-    let _ = write!(
-        h,
-        "<h2>Per fault</h2><table id=\"faults\"><tr><th>fault</th><th>injected</th><th>on holder</th><th>past ttl</th><th>double grants</th><th>fence faults</th><th>stale accepted</th><th>stale refused</th><th>late writes</th><th>lost()</th><th>ran after loss</th></tr>"
-    );
-    for (name, r) in f.rows.iter().map(|(n, r)| (*n, r.clone())).chain([("total", t.clone())]) {
-        let _ = write!(
-            h,
-            "<tr><th>{name}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.injected,
-            r.on_holders,
-            r.past_ttl,
-            r.double_grants,
-            r.fence_faults,
-            r.stale_accepted,
-            r.stale_refused,
-            r.late_writes,
-            r.lost,
-            r.ran_after_loss
-        );
+    h.push_str("<h2>Per fault</h2><table id=\"faults\"><tr>");
+    for column in ROW_COLUMNS {
+        let _ = write!(h, "<th>{}</th>", esc(column));
+    }
+    h.push_str("</tr>");
+    for (name, row) in fault_rows(f) {
+        let _ = write!(h, "<tr><th>{name}</th>");
+        for cell in row_cells(&row) {
+            let _ = write!(h, "<td>{}</td>", esc(&cell));
+        }
+        h.push_str("</tr>");
     }
     h.push_str("</table><h2>Guarantees</h2><ul id=\"guarantees\">");
     for (name, ok, detail) in guarantees(f) {

@@ -44,25 +44,61 @@ pub fn guarantees(f: &Findings) -> Vec<(&'static str, bool, String)> {
     ]
 }
 
-fn row_line(name: &str, r: &Row) -> String {
-    format!(
-        "{name:<9} {:>8} {:>9} {:>8} {:>13} {:>12} {:>14} {:>13} {:>11} {:>7} {:>12} {:>15}",
-        r.injected,
-        r.on_holders,
-        r.past_ttl,
-        r.double_grants,
-        r.fence_faults,
-        r.stale_accepted,
-        r.stale_refused,
-        r.late_writes,
-        r.lost,
+/// The per-fault table's column names, as the text report prints them (the
+/// HTML table shows the same columns, from the same cells).
+pub const ROW_COLUMNS: [&str; 12] = [
+    "fault",
+    "injected",
+    "on-holder",
+    "past-ttl",
+    "double-grants",
+    "fence-faults",
+    "stale-accepted",
+    "stale-refused",
+    "late-writes",
+    "lost()",
+    "longest-free",
+    "ran-after-loss",
+];
+
+/// One row of the per-fault table: its cells after the fault's name, in
+/// [`ROW_COLUMNS`] order. Both reports print these cells.
+pub fn row_cells(r: &Row) -> [String; 11] {
+    [
+        r.injected.to_string(),
+        r.on_holders.to_string(),
+        r.past_ttl.to_string(),
+        r.double_grants.to_string(),
+        r.fence_faults.to_string(),
+        r.stale_accepted.to_string(),
+        r.stale_refused.to_string(),
+        r.late_writes.to_string(),
+        r.lost.to_string(),
         r.longest_free.map_or("-".to_owned(), ms),
         if r.ran_after_loss == 0 {
             "0".to_owned()
         } else {
             format!("{} ({})", r.ran_after_loss, ms(r.longest_after_loss))
         },
-    )
+    ]
+}
+
+/// The per-fault rows with the total last: (fault, row).
+pub fn fault_rows(f: &Findings) -> Vec<(&'static str, Row)> {
+    f.rows.iter().map(|(n, r)| (*n, r.clone())).chain([("total", f.total())]).collect()
+}
+
+/// A text line of cells, each right-aligned to its column name's width.
+fn text_line<'a>(cells: impl IntoIterator<Item = &'a str>) -> String {
+    let mut line = String::new();
+    for (i, (cell, column)) in cells.into_iter().zip(ROW_COLUMNS).enumerate() {
+        if i == 0 {
+            let _ = write!(line, "{cell:<9}");
+        } else {
+            let _ = write!(line, " {cell:>w$}", w = column.len());
+        }
+    }
+    line
 }
 
 /// The whole text report.
@@ -93,14 +129,11 @@ pub fn text(f: &Findings, records: &[Record], store: &str) -> String {
     let _ = writeln!(s, "ran after loss     {} (longest {})", t.ran_after_loss, ms(t.longest_after_loss));
     let _ = writeln!(s, "weaknesses         {}", f.weaknesses.len());
     let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "fault     injected on-holder past-ttl double-grants fence-faults stale-accepted stale-refused late-writes  lost() longest-free ran-after-loss"
-    );
-    for (name, row) in &f.rows {
-        let _ = writeln!(s, "{}", row_line(name, row));
+    let _ = writeln!(s, "{}", text_line(ROW_COLUMNS));
+    for (name, row) in fault_rows(f) {
+        let cells = row_cells(&row);
+        let _ = writeln!(s, "{}", text_line([name].into_iter().chain(cells.iter().map(String::as_str))));
     }
-    let _ = writeln!(s, "{}", row_line("total", &t));
     let _ = writeln!(s);
     for (name, ok, detail) in guarantees(f) {
         let _ = writeln!(s, "{:<6} {name}: {detail}", if ok { "ok" } else { "BROKEN" });
