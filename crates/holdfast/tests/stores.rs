@@ -15,6 +15,8 @@ mod etcd;
 mod fallback;
 #[path = "layered.rs"]
 mod layered;
+#[path = "least_privilege.rs"]
+mod least_privilege;
 #[path = "multi.rs"]
 mod multi;
 #[path = "mysql.rs"]
