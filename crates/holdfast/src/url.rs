@@ -16,6 +16,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("etcd", "etcd"),
     ("etcds", "etcd"),
     ("zk", "zookeeper"),
+    ("zks", "zookeeper"),
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("mysql", "mysql"),
@@ -54,7 +55,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         "layered" => Ok(Arc::new(crate::layered::Layered::open_url(url).await?)),
         "fallback" => Ok(Arc::new(crate::fallback::Fallback::open_url(url).await?)),
         #[cfg(feature = "zookeeper")]
-        "zk" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
+        "zk" | "zks" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
         other => match SCHEMES.iter().find(|(s, _)| *s == other) {
             Some((_, feature)) => Err(Error::FeatureDisabled { scheme: other.to_owned(), feature }),
             None => Err(Error::invalid(

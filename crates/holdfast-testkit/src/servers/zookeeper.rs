@@ -20,7 +20,10 @@ pub const MAX_SESSION_TIMEOUT_MS: u64 = 10_000;
 /// The session timeout the conformance tests ask for.
 pub const SESSION_TIMEOUT_MS: u64 = 4_000;
 
-const JARS: [&str; 2] = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"];
+// netty-codec: the Netty connection factory (TLS) needs it, and Debian's
+// zookeeper.jar does not name it in its class path.
+const JARS: [&str; 3] =
+    ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar", "/usr/share/java/netty-codec.jar"];
 
 /// One ensemble member.
 #[derive(Debug)]
@@ -32,6 +35,18 @@ struct Member {
     process: Option<ServerProcess>,
     /// Replay a transaction log without a snapshot (a seeded server).
     trust_empty_snapshot: bool,
+    /// Extra JVM flags (the JAAS file of a secured server).
+    jvm_flags: Vec<String>,
+}
+
+/// A secured server's settings: SASL `DIGEST-MD5` users (enforced: a session
+/// that did not authenticate can do nothing) and a TLS port.
+#[derive(Debug)]
+struct Secured {
+    /// `(user, password)` of the one SASL user.
+    user: (String, String),
+    /// The TLS client port.
+    secure_port: u16,
 }
 
 /// A running standalone ZooKeeper or ensemble.
@@ -39,6 +54,7 @@ struct Member {
 pub struct ZkServer {
     members: Vec<Member>,
     java: PathBuf,
+    secured: Option<Secured>,
     _dir: tempfile::TempDir,
 }
 
@@ -79,12 +95,40 @@ pub fn mode(port: u16) -> Option<String> {
 impl ZkServer {
     /// A standalone server.
     pub fn start() -> Self {
-        Self::start_members(1, None)
+        Self::start_members(1, None, None)
+    }
+
+    /// A standalone server that demands SASL `DIGEST-MD5` authentication as
+    /// `user` / `password` (`enforce.auth.enabled`) and also serves TLS on a
+    /// second port, with a certificate for 127.0.0.1 from a throwaway CA
+    /// (`ca.pem` in [`tls_dir`](Self::tls_dir)). The plain port stays open
+    /// for the four-letter words.
+    pub fn start_secured(user: &str, password: &str) -> Self {
+        let secured = Secured { user: (user.to_owned(), password.to_owned()), secure_port: free_port() };
+        Self::start_members(1, None, Some(secured))
+    }
+
+    /// The directory with the CA (`ca.pem`) of a secured server's certificate.
+    pub fn tls_dir(&self) -> PathBuf {
+        self._dir.path().join("tls")
+    }
+
+    /// A secured server's `zks://` URL (SASL user, `auth=sasl`, `ca_file`);
+    /// panics on a server that is not secured.
+    pub fn secured_url(&self) -> String {
+        let s = self.secured.as_ref().expect("a secured server (start_secured)");
+        let enc = |t: &str| -> String {
+            t.bytes()
+                .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+                .collect()
+        };
+        let ca: String = enc(&self.tls_dir().join("ca.pem").display().to_string());
+        format!("zks://{}:{}@127.0.0.1:{}?auth=sasl&ca_file={ca}", enc(&s.user.0), enc(&s.user.1), s.secure_port)
     }
 
     /// An ensemble of `n` members (3 for failover tests), every member serving.
     pub fn start_ensemble(n: usize) -> Self {
-        Self::start_members(n, None)
+        Self::start_members(n, None, None)
     }
 
     /// A standalone server on which the node `path` (created persistent, with
@@ -94,10 +138,10 @@ impl ZkServer {
     /// `-2147483648`, as on a server that has created that many children
     /// under it. See `txnlog.rs` for how.
     pub fn start_with_child_version(path: &str, cversion: i32) -> Self {
-        Self::start_members(1, Some((path, cversion)))
+        Self::start_members(1, Some((path, cversion)), None)
     }
 
-    fn start_members(n: usize, seed: Option<(&str, i32)>) -> Self {
+    fn start_members(n: usize, seed: Option<(&str, i32)>, secured: Option<Secured>) -> Self {
         let java = require_binary("java", &[], "zookeeper");
         for jar in JARS {
             if !Path::new(jar).is_file() {
@@ -125,6 +169,10 @@ impl ZkServer {
                     cfg.push_str(&format!("server.{}=127.0.0.1:{q}:{e}\n", j + 1));
                 }
             }
+            let mut jvm_flags = Vec::new();
+            if let Some(sec) = &secured {
+                jvm_flags = secure(dir.path(), &mut cfg, sec);
+            }
             let config = data.join("zoo.cfg");
             std::fs::write(&config, cfg).expect("zoo.cfg");
             let log = data.join("zk.log");
@@ -132,9 +180,17 @@ impl ZkServer {
                 txnlog::write_child_version_log(&data, path, cversion).expect("seed transaction log");
             }
             let trust_empty_snapshot = seed.is_some();
-            members.push(Member { id, client_port: *client, config, log, process: None, trust_empty_snapshot });
+            members.push(Member {
+                id,
+                client_port: *client,
+                config,
+                log,
+                process: None,
+                trust_empty_snapshot,
+                jvm_flags,
+            });
         }
-        let mut server = ZkServer { members, java, _dir: dir };
+        let mut server = ZkServer { members, java, secured, _dir: dir };
         for i in 0..n {
             server.spawn(i);
         }
@@ -150,6 +206,7 @@ impl ZkServer {
         if m.trust_empty_snapshot {
             cmd.arg("-Dzookeeper.snapshot.trust.empty=true");
         }
+        cmd.args(&m.jvm_flags);
         cmd.args([
             "-Xmx256m",
             "-XX:+UseSerialGC",
@@ -245,4 +302,35 @@ impl Drop for ZkServer {
             m.process.take();
         }
     }
+}
+
+/// Adds SASL (a JAAS file with the one user, enforced) and a TLS port (Netty,
+/// PEM key store and trust store) to a member's `cfg`; returns the JVM flags
+/// that name the JAAS file.
+fn secure(dir: &Path, cfg: &mut String, sec: &Secured) -> Vec<String> {
+    let tls = dir.join("tls");
+    super::tls::make_server_certificate(&tls);
+    // Java's PEM key store: the private key, then the certificate.
+    let key = std::fs::read_to_string(tls.join("server.key")).expect("server.key");
+    let cert = std::fs::read_to_string(tls.join("server.pem")).expect("server.pem");
+    std::fs::write(tls.join("keystore.pem"), format!("{key}{cert}")).expect("keystore.pem");
+    let jaas = dir.join("jaas.conf");
+    let (user, password) = (&sec.user.0, sec.user.1.replace('\\', "\\\\").replace('"', "\\\""));
+    std::fs::write(
+        &jaas,
+        format!("Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_{user}=\"{password}\";\n}};\n"),
+    )
+    .expect("jaas.conf");
+    cfg.push_str(&format!(
+        "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n\
+         enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n\
+         serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+         secureClientPort={}\nsecureClientPortAddress=127.0.0.1\n\
+         ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+         ssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n",
+        sec.secure_port,
+        tls.join("keystore.pem").display(),
+        tls.join("ca.pem").display(),
+    ));
+    vec![format!("-Djava.security.auth.login.config={}", jaas.display())]
 }

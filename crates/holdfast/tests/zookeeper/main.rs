@@ -6,6 +6,7 @@
 
 mod faults;
 mod order;
+mod secured;
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,7 @@
-//! `zk://[user:pass@]host:port[,host:port...][/chroot][?options]` parsing.
+//! `zk://[user:pass@]host:port[,host:port...][/chroot][?options]` parsing
+//! (`zks://` for TLS).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Secret;
@@ -11,8 +13,13 @@ use crate::url_options::{Opt, UrlOptions, percent_decode};
 pub struct ZkConfig {
     /// `host:port` of every ensemble member, in URL order.
     pub hosts: Vec<String>,
-    /// Digest credentials `(user, password)`; `None` connects unauthenticated.
+    /// Credentials `(user, password)`; `None` connects unauthenticated.
     pub credentials: Option<(String, Secret)>,
+    /// How the credentials authenticate (`auth=digest|sasl`; default digest).
+    pub auth: ZkAuth,
+    /// TLS to every member (`zks://`), with the CA to trust and an optional
+    /// client certificate.
+    pub tls: Option<ZkTls>,
     /// The path prefix under which all lock nodes live (the URL's chroot plus
     /// `/holdfast/locks`, or `namespace=` (alias `root=`) to replace the
     /// `/holdfast/locks` part).
@@ -30,12 +37,40 @@ pub struct ZkConfig {
     pub poll: Duration,
 }
 
+/// How a `zk://` URL's user and password authenticate the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZkAuth {
+    /// ZooKeeper's `digest` scheme (`addauth digest user:password` after
+    /// connecting): no server setup beyond the ACLs.
+    #[default]
+    Digest,
+    /// SASL `DIGEST-MD5` during the handshake, against the server's JAAS
+    /// `Server` section (`SASLAuthenticationProvider`); a wrong password ends
+    /// the connection before any request.
+    Sasl,
+}
+
+/// TLS settings of a `zks://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkTls {
+    /// A PEM file of the CA that signed the members' certificates
+    /// (`ca_file`, required: the client crate trusts no CA by default).
+    pub ca_file: PathBuf,
+    /// A PEM client certificate and its key (`cert_file`, `key_file`), for
+    /// servers that demand one (`ssl.clientAuth=need`).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
 /// The options of `zk://` URLs (see the "URL options" table in the store's docs).
 pub(crate) const OPTIONS: &[Opt] = &[
     Opt::new("timeout_ms").or(&["timeout"]),
     Opt::new("session_timeout_ms").or(&["session_timeout"]),
     Opt::new("poll_max_ms").or(&["poll_ms"]),
     Opt::new("namespace").or(&["root"]),
+    Opt::new("auth"),
+    Opt::new("ca_file"),
+    Opt::new("cert_file"),
+    Opt::new("key_file"),
 ];
 
 /// Every duration option: 1 ms to an hour.
@@ -53,9 +88,16 @@ impl ZkConfig {
     /// Parses `zk://user:pass@h1:2181,h2:2181/chroot?session_timeout_ms=10000&timeout_ms=5000`.
     /// The options are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url.strip_prefix("zk://").ok_or_else(|| {
-            Error::invalid("url", "not a zk:// URL (expected zk://host:port[,host:port...][/chroot])")
-        })?;
+        let (rest, tls) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => {
+                return Err(Error::invalid(
+                    "url",
+                    "not a zk:// or zks:// URL (expected zk://host:port[,host:port...][/chroot])",
+                ));
+            }
+        };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         // An '@' after the first '/' may end credentials that hold an
         // unencoded '/', whose pieces would be read as hosts or a chroot
@@ -106,9 +148,33 @@ impl ZkConfig {
             }
             None => format!("{chroot}/holdfast/locks"),
         };
+        let auth = opts.choice("auth", &[("digest", ZkAuth::Digest), ("sasl", ZkAuth::Sasl)])?.unwrap_or_default();
+        if auth == ZkAuth::Sasl && credentials.is_none() {
+            return Err(Error::invalid("url", "zk:// auth=sasl needs user:password@ in the URL"));
+        }
+        let client_cert = match (opts.path("cert_file")?, opts.path("key_file")?) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(Error::invalid("url", "zks:// cert_file and key_file go together")),
+        };
+        let tls = match (tls, opts.path("ca_file")?) {
+            (true, Some(ca_file)) => Some(ZkTls { ca_file, client_cert }),
+            (true, None) => {
+                return Err(Error::invalid(
+                    "url",
+                    "zks:// needs ca_file= (the CA that signed the servers' certificates)",
+                ));
+            }
+            (false, ca) if ca.is_some() || client_cert.is_some() => {
+                return Err(Error::invalid("url", "ca_file, cert_file and key_file need zks://"));
+            }
+            (false, _) => None,
+        };
         let config = ZkConfig {
             hosts: host_list,
             credentials,
+            auth,
+            tls,
             root,
             session_timeout: opts.duration_ms("session_timeout_ms", MS)?.unwrap_or(Duration::from_secs(10)),
             timeout: opts.duration_ms("timeout_ms", MS)?.unwrap_or(Duration::from_secs(5)),
@@ -138,7 +204,13 @@ mod tests {
         assert_eq!(c.session_timeout, Duration::from_secs(4));
         assert_eq!(c.timeout, Duration::from_millis(900));
         assert!(!format!("{c:?}").contains("s@cret"));
+        let c = ZkConfig::from_url("zks://u:p@h:1?auth=sasl&ca_file=/ca.pem&cert_file=/c.pem&key_file=/k.pem").unwrap();
+        assert_eq!(c.auth, ZkAuth::Sasl);
+        let tls = c.tls.expect("zks:// is TLS");
+        assert_eq!(tls.ca_file, PathBuf::from("/ca.pem"));
+        assert_eq!(tls.client_cert, Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem"))));
         let c = ZkConfig::from_url("zk://h:1?root=/locks").unwrap();
+        assert_eq!((c.auth, c.tls), (ZkAuth::Digest, None));
         assert_eq!((c.root.as_str(), c.credentials), ("/locks", None));
         for bad in [
             "zk://",
@@ -157,6 +229,11 @@ mod tests {
             "zk://:p@h:1",
             "zk://u:%zz@h:1",
             "etcd://h:1",
+            "zks://h:1",
+            "zks://h:1?cert_file=/c.pem&ca_file=/ca.pem",
+            "zk://h:1?ca_file=/ca.pem",
+            "zk://h:1?auth=sasl",
+            "zk://u:p@h:1?auth=kerberos",
         ] {
             assert!(matches!(ZkConfig::from_url(bad), Err(Error::InvalidInput { what: "url", .. })), "{bad}");
         }

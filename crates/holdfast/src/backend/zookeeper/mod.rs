@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use zookeeper_client as zk;
 
-pub use config::ZkConfig;
+pub use config::{ZkAuth, ZkConfig, ZkTls};
 
 use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
