@@ -65,6 +65,7 @@
 //!  WHERE item = $item AND last_fence < $fence;   -- 0 rows: a newer holder wrote first
 //! ```
 
+mod admin;
 pub mod backend;
 mod capability;
 mod client;
@@ -96,6 +97,7 @@ mod url;
 mod url_options;
 pub mod wait;
 
+pub use admin::{ForceReleased, check_prefix};
 pub use backend::{HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
