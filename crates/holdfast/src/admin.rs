@@ -122,8 +122,10 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// One store call (a script, a transaction): dropped, it either removed
-    /// the leases or did not, and calling it again is harmless.
+    /// Dropped, it removed all, some or none of the key's leases (one
+    /// script or transaction on Redis and the SQL stores: all or none; on
+    /// etcd one transaction; on ZooKeeper one delete per holding node);
+    /// calling it again removes the rest and is otherwise harmless.
     pub async fn force_release(&self, key: &str) -> Result<ForceReleased> {
         let key = LockKey::new(key)?;
         self.inner().backend.force_release(&key).await
