@@ -318,11 +318,13 @@ pub(super) fn relabel(conn: &mut Connection, key: &str, token: OwnerToken, label
     Ok(changed == 1)
 }
 
+/// One held lease as [`list`] reads it: (key, mode, label, fence, ms left).
+pub(super) type Listed = (String, LeaseMode, String, u64, i64);
+
 /// The unexpired held leases of every key from `prefix` on, in key order,
 /// stopping at the first key outside the prefix (the primary key's order,
-/// so the read is O(leases under the prefix)): (key, mode, label, fence,
-/// ms left).
-pub(super) fn list(conn: &Connection, prefix: &str) -> rusqlite::Result<Vec<(String, LeaseMode, String, u64, i64)>> {
+/// so the read is O(leases under the prefix)).
+pub(super) fn list(conn: &Connection, prefix: &str) -> rusqlite::Result<Vec<Listed>> {
     let now = now_ms();
     let mut stmt = conn.prepare_cached(
         "SELECT key, mode, weight, limit_n, label, fence, expires_at_ms
