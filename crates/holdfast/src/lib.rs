@@ -49,7 +49,7 @@
 //!
 //! ## Guarantees
 //!
-//! Every store passes the conformance suite C1..C16 of `holdfast-testkit`
+//! Every store passes the conformance suite C1..C17 of `holdfast-testkit`
 //! against a real server. What each store guarantees, and where a guarantee
 //! ends, is in the README's guarantee table and in each backend's docs.
 //!

@@ -8,7 +8,7 @@
 //! # Contract
 //!
 //! A backend must pass the conformance suite in `holdfast-testkit` (clauses
-//! C1..C16 and the fault clauses). In terms of this trait:
+//! C1..C17 and the fault clauses). In terms of this trait:
 //!
 //! - [`try_acquire`](Backend::try_acquire) makes one attempt: it grants
 //!   `req.key` to `req.token` only when no unexpired grant of another token
