@@ -32,8 +32,13 @@ pub enum Command {
     /// Run a command while holding a lock.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Show who holds locks.
+    /// Show who holds locks; --watch keeps showing it.
     Status(StatusArgs),
+    /// List every held lock (under PREFIX).
+    List(ListArgs),
+    /// Free locks whatever their holders (needs --force): for a holder that is gone.
+    #[command(after_help = RELEASE_HELP)]
+    Release(ReleaseArgs),
     /// Measure the store: cycles/s, latencies, hand-offs, store commands, against the raw floor;
     /// --held N and --hot W [--procs P] for the scale workloads.
     #[command(after_help = BENCH_HELP)]
@@ -244,10 +249,56 @@ pub struct StatusArgs {
     /// The lock keys.
     #[arg(required = true, value_name = "KEY")]
     pub keys: Vec<String>,
-    /// Print JSON (an array, one object per key).
+    /// Print JSON (an array, one object per key; with --watch, one array per line).
+    #[arg(long)]
+    pub json: bool,
+    /// Keep showing the keys, read again every --interval: on a terminal a live view; otherwise a
+    /// new table each time a key's holder, fence, shares or waiters change. Ctrl-C ends it (exit 0).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often --watch reads the keys.
+    #[arg(long, default_value = "1s", value_parser = duration::parse, value_name = "DURATION", requires = "watch")]
+    pub interval: Duration,
+}
+
+/// `holdfast list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// Only keys that start with this [default: every key].
+    #[arg(value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Print JSON (an array, one object per key, as `status --json`).
     #[arg(long)]
     pub json: bool,
 }
+
+/// `holdfast release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// Required: free the keys whatever their holders.
+    #[arg(long)]
+    pub force: bool,
+    /// The lock keys.
+    #[arg(required = true, value_name = "KEY")]
+    pub keys: Vec<String>,
+}
+
+const RELEASE_HELP: &str = "\
+Removes every lease of each KEY (a mutex's holder, a semaphore's permits, readers), whoever
+holds them, and prints the fences removed (or that the key was free). The key can be taken
+again at once, with a higher fence; waiters are woken. A holder that is still alive is not
+stopped: its next renewal fails and its lost() fires (`holdfast run` then stops its command),
+and a resource that checks fences refuses its writes. Without --force: exit 64.
+
+Examples:
+    holdfast list jobs/
+    holdfast release --force jobs/nightly-report";
 
 /// `holdfast __demo-worker` (the backend comes from HOLDFAST_BACKEND).
 #[derive(Debug, Args)]

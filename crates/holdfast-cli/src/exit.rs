@@ -5,7 +5,7 @@
 //! | 0 | ok | the command did what was asked; `run`: CMD exited 0 |
 //! | *n* | CMD's status | `run`: CMD exited with *n*; killed by signal *s*: 128 + *s* (as shells report it) |
 //! | 1 | invariant broken | `demo`: oversold, two holders inside at once, or fences not increasing; `verify`: a guarantee the store states broke (double grant, fence repeated or backwards, stale write accepted, a killed holder's key free longer than TTL + 1 s) |
-//! | 64 | usage | bad flag, bad duration, empty or oversized key, TTL out of range, malformed or unknown backend URL, no command given |
+//! | 64 | usage | bad flag, bad duration, empty or oversized key or prefix, TTL out of range, malformed or unknown backend URL, no command given, `release` without `--force` |
 //! | 69 | store unavailable | the lock store failed or could not be reached |
 //! | 70 | internal | a bug in holdfast; please report it |
 //! | 74 | lease lost | `run`: the lease ran out (or could no longer be renewed in time) while CMD ran; CMD was sent SIGTERM, then SIGKILL after `--kill-after`, before the store could grant the lock to anyone else |
@@ -49,7 +49,8 @@ Exit codes:
     n      run: CMD's own exit status; 128+s if CMD was killed by signal s
     1      demo: an invariant broke (oversold, overlap, fences not increasing);
            verify: a guarantee the store states broke (see its report)
-    64     usage: bad flag, duration, key, TTL, backend URL, or no command
+    64     usage: bad flag, duration, key, TTL, backend URL, or no command;
+           release without --force
     69     the lock store failed or is unreachable
     70     internal error (a bug)
     74     run: the lease was lost while CMD ran (CMD got SIGTERM, then SIGKILL)

@@ -1,6 +1,6 @@
 //! Test kit of holdfast: real store servers on loopback in temp dirs
 //! ([`servers`]), and the conformance suite every backend runs
-//! ([`conformance`], clauses C1..C16 and the fault clauses), the fault
+//! ([`conformance`], clauses C1..C17 and the fault clauses), the fault
 //! injection those use ([`faults`]: a TCP proxy, a cancellation harness),
 //! and a [`witness`] of critical sections kept outside the store (also used
 //! by `holdfast demo`).

@@ -58,6 +58,9 @@ pub struct Capabilities {
     /// move up, not from a log position (etcd revisions, ZooKeeper zxids).
     /// RedLock needs it of every member, to keep its fences increasing.
     pub fence_floor: bool,
+    /// The admin calls work: [`Backend::list`](crate::backend::Backend::list)
+    /// and [`Backend::force_release`](crate::backend::Backend::force_release).
+    pub admin: bool,
 }
 
 impl FenceDurability {
@@ -86,6 +89,7 @@ impl Capabilities {
             renew_slice: Some(256),
             shared_leases: false,
             fence_floor: false,
+            admin: false,
         }
     }
 }

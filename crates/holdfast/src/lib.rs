@@ -49,7 +49,7 @@
 //!
 //! ## Guarantees
 //!
-//! Every store passes the conformance suite C1..C16 of `holdfast-testkit`
+//! Every store passes the conformance suite C1..C17 of `holdfast-testkit`
 //! against a real server. What each store guarantees, and where a guarantee
 //! ends, is in the README's guarantee table and in each backend's docs.
 //!
@@ -65,6 +65,7 @@
 //!  WHERE item = $item AND last_fence < $fence;   -- 0 rows: a newer holder wrote first
 //! ```
 
+mod admin;
 pub mod backend;
 mod capability;
 mod client;
@@ -96,6 +97,7 @@ mod url;
 mod url_options;
 pub mod wait;
 
+pub use admin::{ForceReleased, check_prefix};
 pub use backend::{HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};

@@ -5,6 +5,8 @@
 
 pub mod bench;
 pub mod demo;
+pub mod list;
+pub mod release;
 pub mod run;
 pub mod status;
 pub mod verify;
@@ -18,6 +20,8 @@ pub async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Demo(args) => demo::demo(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => status::status(args).await,
+        Command::List(args) => list::list(args).await,
+        Command::Release(args) => release::release(args).await,
         Command::Bench(args) => bench::bench(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::BenchWorker => bench::worker().await,

@@ -1,4 +1,7 @@
-//! `holdfast status KEY...`: who holds each key, as far as the store can tell.
+//! `holdfast status KEY...`: who holds each key, as far as the store can tell;
+//! `--watch` keeps showing it (see [`watch`]).
+
+mod watch;
 
 use serde::Serialize;
 
@@ -6,9 +9,9 @@ use crate::cli::StatusArgs;
 use crate::duration;
 use crate::exit::{Failure, OK};
 
-/// One key's status, as printed by `--json`.
-#[derive(Debug, Serialize)]
-struct Row {
+/// One key's status, as printed by `--json` (`status` and `list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Row {
     key: String,
     held: bool,
     /// The exclusive holder.
@@ -24,8 +27,8 @@ struct Row {
 }
 
 /// One shared lease.
-#[derive(Debug, Serialize)]
-struct Share {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Share {
     holder: String,
     fence: u64,
     ttl_left_ms: Option<u64>,
@@ -36,17 +39,10 @@ fn millis(d: Option<std::time::Duration>) -> Option<u64> {
     d.map(|d| d.as_millis() as u64)
 }
 
-/// Prints the status of every key, in the order given.
-pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
-    for key in &args.keys {
-        holdfast::LockKey::new(key.as_str())?;
-    }
-    let client = super::connect(&args.backend.url()?, None).await?;
-    let mut rows = Vec::with_capacity(args.keys.len());
-    for key in &args.keys {
-        let st = client.status(key).await?;
-        rows.push(Row {
-            key: st.key,
+impl Row {
+    /// The row of one key's status.
+    pub(crate) fn of(st: holdfast::LockStatus) -> Row {
+        Row {
             held: st.holder.is_some() || !st.shared.is_empty(),
             holder: st.holder.as_ref().map(|h| h.label.clone()),
             fence: st.holder.as_ref().map(|h| h.fence),
@@ -63,20 +59,58 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
                 .collect(),
             limit: st.limit.filter(|l| *l != holdfast::backend::UNLIMITED),
             waiters: st.waiters,
-        });
+            key: st.key,
+        }
     }
-    if args.json {
-        let text =
-            serde_json::to_string_pretty(&rows).map_err(|e| Failure::new(crate::exit::INTERNAL, e.to_string()))?;
-        crate::say!("{text}");
-    } else {
-        crate::say!("{}", table(&rows).trim_end_matches('\n'));
+
+    /// The row without its TTLs left, which change at every look: what
+    /// `--watch` compares to tell a change.
+    fn without_ttls(&self) -> Row {
+        let mut r = self.clone();
+        r.ttl_left_ms = None;
+        r.shared.iter_mut().for_each(|s| s.ttl_left_ms = None);
+        r
     }
+}
+
+/// Prints the status of every key, in the order given; with `--watch`,
+/// again whenever it changes.
+pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
+    for key in &args.keys {
+        holdfast::LockKey::new(key.as_str())?;
+    }
+    let client = super::connect(&args.backend.url()?, None).await?;
+    if args.watch {
+        return watch::watch(&client, &args).await;
+    }
+    let rows = read(&client, &args.keys).await?;
+    print(&rows, args.json)?;
     Ok(OK)
 }
 
+/// The status of every key, in the order given.
+async fn read(client: &holdfast::Client, keys: &[String]) -> Result<Vec<Row>, Failure> {
+    let mut rows = Vec::with_capacity(keys.len());
+    for key in keys {
+        rows.push(Row::of(client.status(key).await?));
+    }
+    Ok(rows)
+}
+
+/// Prints rows as a table, or as a JSON array.
+pub(crate) fn print(rows: &[Row], json: bool) -> Result<(), Failure> {
+    if json {
+        let text =
+            serde_json::to_string_pretty(rows).map_err(|e| Failure::new(crate::exit::INTERNAL, e.to_string()))?;
+        crate::say!("{text}");
+    } else {
+        crate::say!("{}", table(rows).trim_end_matches('\n'));
+    }
+    Ok(())
+}
+
 /// One line per holder (a free key: one line saying so).
-fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let dash = || "-".to_owned();
     let ttl = |ms: Option<u64>| ms.map_or_else(dash, |ms| duration::show(std::time::Duration::from_millis(ms)));
     let mut cells =

@@ -2,6 +2,7 @@
 //! real SQLite file in their own temp dir, the `*_on_every_store` ones against
 //! every store's real server too (see [`stores`]).
 
+mod admin;
 mod bench;
 mod demo;
 mod errors;

@@ -1,5 +1,5 @@
-//! The conformance suite: one function per clause of the contract (C1..C16
-//! in `shared/DESIGN.md`; C12..C15 are the shared leases, C16 elections), run against a real store, plus the fault clauses
+//! The conformance suite: one function per clause of the contract (C1..C17
+//! in `shared/DESIGN.md`; C12..C15 are the shared leases, C16 elections, C17 the admin calls), run against a real store, plus the fault clauses
 //! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].
 //!
@@ -9,6 +9,7 @@
 //! `sqlite::c1_exclusion`. Each clause checks the capabilities the store
 //! declares and tests every declared one.
 
+mod admin;
 mod cancel;
 mod child;
 mod clauses;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use holdfast::backend::Backend;
 use holdfast::{Client, ClientOptions};
 
+pub use admin::c17_admin;
 pub use cancel::{c9_cancel_during_cleanup, c9_cancel_every_await, c9_cancel_first_suspension_repeated};
 pub use child::{
     c3_expiry_killed_process, c12_permit_bound_processes, c14_read_write_processes, child_entry, multi_process,
@@ -167,7 +169,7 @@ macro_rules! conformance_suite {
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
-            c16_election_safety);
+            c16_election_safety, c17_admin);
     };
     (@clauses $start:path; $($clause:ident),*) => {
         $(

@@ -8,7 +8,7 @@
 //! # Contract
 //!
 //! A backend must pass the conformance suite in `holdfast-testkit` (clauses
-//! C1..C16 and the fault clauses). In terms of this trait:
+//! C1..C17 and the fault clauses). In terms of this trait:
 //!
 //! - [`try_acquire`](Backend::try_acquire) makes one attempt: it grants
 //!   `req.key` to `req.token` only when no unexpired grant of another token
@@ -51,6 +51,14 @@
 //!   and, on a store that declares [`Capabilities::session_bound`], releases a
 //!   lease whose local deadline passed unrenewed (such a store keeps grants
 //!   while its session lives, whatever their TTL).
+//! - [`force_release`](Backend::force_release) (declared by
+//!   [`Capabilities::admin`], with [`list`](Backend::list)) removes every
+//!   held lease of a key whatever its owner and returns their fences; after
+//!   it returns, the key can be granted at once with a fence above every
+//!   removed one (fences never go backwards), waiters are woken by the same
+//!   path as a release, and every later [`renew`](Backend::renew) of a
+//!   removed lease reports `false` (so the holder's `lost()` fires at its
+//!   next renewal at the latest). Waiters' reservations stay.
 //! - No method may block the async runtime; no method may panic on any input.
 
 pub mod admission;
@@ -74,6 +82,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::admin::ForceReleased;
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
@@ -395,5 +404,38 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         let _ = (key, token, floor);
         Err(crate::Error::Unsupported { store: self.name(), what: "raising a fence floor" })
+    }
+
+    /// Every key whose name starts with `prefix` (checked by
+    /// [`check_prefix`](crate::check_prefix); empty: every key) and that has
+    /// an unexpired held lease, with its status as [`status`](Self::status)
+    /// reports it, in any order. Declared by [`Capabilities::admin`].
+    ///
+    /// # Cost
+    ///
+    /// An admin call: O(keys under the prefix), read in pages where the
+    /// store pages (never a command that blocks the store for all of them,
+    /// such as Redis `KEYS`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        let _ = prefix;
+        Err(crate::Error::Unsupported { store: self.name(), what: "listing held keys" })
+    }
+
+    /// Removes every held lease of `key` (exclusive and shared, whatever
+    /// their owner; waiters' reservations stay) and returns their fences;
+    /// see the [module docs](self) for what must hold after it returns.
+    /// Declared by [`Capabilities::admin`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, it removed all, some or none of the leases (one store call
+    /// on most stores); calling it again removes the rest.
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        let _ = key;
+        Err(crate::Error::Unsupported { store: self.name(), what: "forced release" })
     }
 }

@@ -182,6 +182,8 @@ impl Backend for Layered {
             (x, y) => x.or(y),
         };
         // fence_durability and fence_floor: the authoritative store's.
+        // The admin calls are not implemented over two stores.
+        caps.admin = false;
         caps
     }
 

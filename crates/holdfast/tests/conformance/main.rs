@@ -1,4 +1,4 @@
-//! The conformance suite C1..C16 against every enabled store, one test per clause.
+//! The conformance suite C1..C17 against every enabled store, one test per clause.
 
 #[cfg(feature = "etcd")]
 mod etcd;

@@ -2,6 +2,7 @@
 #![doc = include_str!("docs.md")]
 
 mod acquire;
+mod admin;
 mod config;
 mod grants;
 mod ops;
@@ -25,7 +26,7 @@ use ops::{Conn, map_err};
 use session::Sessions;
 use watch::KeyWatch;
 
-use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -163,6 +164,7 @@ impl Backend for EtcdBackend {
             fence_durability: FenceDurability::Durable,
             // Fences are log positions (revisions, zxids): no floor can move them.
             fence_floor: false,
+            admin: true,
         }
     }
 
@@ -189,6 +191,14 @@ impl Backend for EtcdBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         ops::status(&self.shared.conn, key, &self.shared.prefix(key)).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.shared.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.shared.force(key).await // admin.rs
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {

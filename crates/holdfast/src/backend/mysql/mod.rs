@@ -1,6 +1,7 @@
 //! The MySQL/MariaDB store: lease rows on InnoDB with the server's clock. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod admin;
 mod config;
 mod shares;
 mod sql;
@@ -17,7 +18,7 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 pub use config::{MysqlConfig, SslMode};
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -342,6 +343,7 @@ impl Backend for MysqlBackend {
             fence_durability: self.fence_durability,
             shared_leases: true,
             fence_floor: true,
+            admin: true,
             ..Capabilities::minimal()
         }
     }
@@ -437,6 +439,14 @@ impl Backend for MysqlBackend {
             status.shared.push(HolderInfo { label, fence, ttl_left: Some(left), weight });
         }
         Ok(status)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.force(key).await // admin.rs
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {

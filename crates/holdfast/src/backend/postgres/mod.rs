@@ -2,6 +2,7 @@
 //! per-namespace counter in the same statement, wake-ups by LISTEN/NOTIFY.
 #![doc = include_str!("docs.md")]
 
+mod admin;
 mod config;
 mod error;
 mod listener;
@@ -21,7 +22,7 @@ use tokio_postgres::types::Type;
 pub use config::{PostgresConfig, Prepared, SslMode};
 pub use error::PgError;
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -139,6 +140,7 @@ impl Backend for PostgresBackend {
             fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
             shared_leases: true,
             fence_floor: true,
+            admin: true,
             ..Capabilities::minimal()
         }
     }
@@ -258,6 +260,14 @@ impl Backend for PostgresBackend {
         };
         let (shared, limit) = self.shares_of(key).await?;
         Ok(LockStatus { holder, shared, limit, ..LockStatus::free(key) })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.force(key).await // admin.rs
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {

@@ -163,7 +163,7 @@ enum Outcome {
 impl PostgresBackend {
     /// Runs `work` in one transaction on the transaction connection, within
     /// `op_timeout`.
-    async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
+    pub(super) async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
         let timeout = self.inner.config.op_timeout;
         let run = async {
             let _turn = self.inner.pool.txn_turn.lock().await;

@@ -2,6 +2,7 @@
 //! queue with direct hand-off. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod admin;
 mod cluster;
 mod config;
 mod keys;
@@ -24,7 +25,8 @@ use redis::FromRedisValue;
 pub use config::RedisConfig;
 
 use crate::backend::{
-    AcquireRequest, Backend, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest, UNLIMITED, admission,
+    AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest, UNLIMITED,
+    admission,
 };
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
@@ -331,6 +333,7 @@ impl Backend for RedisBackend {
             renew_slice: Some(64),
             shared_leases: true,
             fence_floor: true,
+            admin: true,
         }
     }
 
@@ -441,6 +444,14 @@ impl Backend for RedisBackend {
             });
         }
         Ok(status)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.force(key).await // admin.rs
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {

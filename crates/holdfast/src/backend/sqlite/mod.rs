@@ -14,7 +14,7 @@ use rusqlite::Connection;
 
 pub use config::SqliteConfig;
 
-use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -259,6 +259,7 @@ impl Backend for SqliteBackend {
             renew_slice: None,
             shared_leases: true,
             fence_floor: true,
+            admin: true,
             ..Capabilities::minimal()
         }
     }
@@ -326,21 +327,36 @@ impl Backend for SqliteBackend {
         let rows = self.with_conn(move |conn| sql::status(conn, &k)).await?;
         let mut status = LockStatus::free(key);
         for (mode, label, fence, left_ms) in rows {
-            let info = HolderInfo {
-                label,
-                fence,
-                ttl_left: Some(Duration::from_millis(left_ms.max(0) as u64)),
-                weight: mode.weight(),
-            };
-            match mode.limit() {
-                Some(limit) => {
-                    status.limit = Some(limit);
-                    status.shared.push(info);
-                }
-                None => status.holder = Some(info),
-            }
+            add_lease(&mut status, mode, label, fence, left_ms);
         }
         Ok(status)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        let p = prefix.to_owned();
+        let rows = self.with_conn(move |conn| sql::list(conn, &p)).await?;
+        let mut all: Vec<LockStatus> = Vec::new();
+        for (key, mode, label, fence, left_ms) in rows {
+            if all.last().is_none_or(|s| s.key != key) {
+                all.push(LockStatus { key, holder: None, shared: Vec::new(), limit: None, waiters: None });
+            }
+            if let Some(status) = all.last_mut() {
+                add_lease(status, mode, label, fence, left_ms);
+            }
+        }
+        Ok(all)
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        let k = key.as_str().to_owned();
+        let removed = self.with_conn(move |conn| sql::force_release(conn, &k)).await?;
+        let mut out = ForceReleased::free();
+        for (mode, fence) in &removed {
+            out.add(*fence, mode.is_exclusive());
+            // As a release of each lease would: one waiter per freed lease.
+            self.wakeups.wake_one(key.as_str());
+        }
+        Ok(out)
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
@@ -364,6 +380,23 @@ impl Backend for SqliteBackend {
         let floor = floor as i64;
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::raise_fence(conn, &k, token, floor)).await
+    }
+}
+
+/// Adds one held lease, as `sql::status` and `sql::list` read it, to `status`.
+fn add_lease(status: &mut LockStatus, mode: LeaseMode, label: String, fence: u64, left_ms: i64) {
+    let info = HolderInfo {
+        label,
+        fence,
+        ttl_left: Some(Duration::from_millis(left_ms.max(0) as u64)),
+        weight: mode.weight(),
+    };
+    match mode.limit() {
+        Some(limit) => {
+            status.limit = Some(limit);
+            status.shared.push(info);
+        }
+        None => status.holder = Some(info),
     }
 }
 

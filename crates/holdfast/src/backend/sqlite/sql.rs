@@ -317,3 +317,53 @@ pub(super) fn relabel(conn: &mut Connection, key: &str, token: OwnerToken, label
         .execute(params![key, token.to_bytes(), label, now_ms()])?;
     Ok(changed == 1)
 }
+
+/// One held lease as [`list`] reads it: (key, mode, label, fence, ms left).
+pub(super) type Listed = (String, LeaseMode, String, u64, i64);
+
+/// The unexpired held leases of every key from `prefix` on, in key order,
+/// stopping at the first key outside the prefix (the primary key's order,
+/// so the read is O(leases under the prefix)).
+pub(super) fn list(conn: &Connection, prefix: &str) -> rusqlite::Result<Vec<Listed>> {
+    let now = now_ms();
+    let mut stmt = conn.prepare_cached(
+        "SELECT key, mode, weight, limit_n, label, fence, expires_at_ms
+           FROM holdfast_grants WHERE key >= ?1 AND held = 1 AND expires_at_ms > ?2 ORDER BY key, fence",
+    )?;
+    let mut out = Vec::new();
+    let mut q = stmt.query(params![prefix, now])?;
+    while let Some(r) = q.next()? {
+        let key: String = r.get(0)?;
+        if !key.starts_with(prefix) {
+            break;
+        }
+        let expires: i64 = r.get(6)?;
+        let mode = admission::decode(r.get(1)?, r.get(2)?, r.get(3)?);
+        out.push((key, mode, r.get(4)?, r.get::<_, i64>(5)? as u64, expires - now));
+    }
+    Ok(out)
+}
+
+/// One `BEGIN IMMEDIATE` transaction: deletes every held lease of `key`
+/// whatever its token (reservations stay); the removed unexpired leases'
+/// (mode, fence). Fences come from the file's counter, which a delete
+/// never lowers, so the next grant's fence is above every removed one.
+pub(super) fn force_release(conn: &mut Connection, key: &str) -> rusqlite::Result<Vec<(LeaseMode, u64)>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = now_ms();
+    let mut removed = Vec::new();
+    {
+        let mut stmt = tx.prepare_cached(
+            "DELETE FROM holdfast_grants WHERE key = ?1 AND held = 1
+             RETURNING mode, weight, limit_n, fence, expires_at_ms",
+        )?;
+        let mut q = stmt.query(params![key])?;
+        while let Some(r) = q.next()? {
+            if r.get::<_, i64>(4)? > now {
+                removed.push((admission::decode(r.get(0)?, r.get(1)?, r.get(2)?), r.get::<_, i64>(3)? as u64));
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(removed)
+}

@@ -1,6 +1,7 @@
 //! The ZooKeeper store: ephemeral sequential nodes, one session per client. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod admin;
 mod config;
 mod nodes;
 #[cfg(test)]
@@ -20,7 +21,7 @@ use zookeeper_client as zk;
 
 pub use config::{ZkAuth, ZkConfig, ZkTls};
 
-use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -161,6 +162,7 @@ impl Backend for ZkBackend {
             fence_durability: FenceDurability::Durable,
             // Fences are log positions (revisions, zxids): no floor can move them.
             fence_floor: false,
+            admin: true,
         }
     }
 
@@ -186,6 +188,14 @@ impl Backend for ZkBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         self.status_of(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.force(key).await // admin.rs
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
