@@ -234,6 +234,24 @@ impl EtcdTlsServer {
     /// Makes a CA and a server certificate for 127.0.0.1, starts etcd with
     /// them, adds user `root` and enables authentication.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// As [`start`](Self::start), and etcd demands a client certificate from
+    /// the CA (`--client-cert-auth`), whose common name is the user when no
+    /// password is given. Client certificates in [`dir`](Self::dir):
+    /// `root`; `locker`, a user without a password whose role `locks` may
+    /// read and write under `holdfast/` only; `nobody`, a user without roles.
+    pub fn start_with_client_certs() -> Self {
+        Self::start_with(true)
+    }
+
+    /// The directory of the CA and the certificates.
+    pub fn dir(&self) -> &std::path::Path {
+        self.cluster.dir.path()
+    }
+
+    fn start_with(client_certs: bool) -> Self {
         let etcdctl = require_binary("etcdctl", &[], "etcd-client");
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let p = |name: &str| dir.path().join(name);
@@ -255,11 +273,20 @@ impl EtcdTlsServer {
             .args(["--key-file"])
             .arg(p("server.key"))
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        if client_certs {
+            for name in ["root", "locker", "nobody"] {
+                super::tls::make_client_certificate(dir.path(), name);
+            }
+            cmd.args(["--client-cert-auth", "--trusted-ca-file"]).arg(p("ca.pem"));
+        }
         let process = ServerProcess::spawn(cmd, &log);
         let member = EtcdMember { name: "e1".into(), client_port: cp, peer_port: pp, log: log.clone(), process };
         let ctl = |args: &[&str]| {
             let mut c = Command::new(&etcdctl);
             c.arg(format!("--endpoints=https://127.0.0.1:{cp}")).arg(format!("--cacert={}", p("ca.pem").display()));
+            if client_certs {
+                c.arg(format!("--cert={}", p("root.pem").display())).arg(format!("--key={}", p("root.key").display()));
+            }
             c.args(args);
             c
         };
@@ -268,6 +295,14 @@ impl EtcdTlsServer {
         });
         let root_password = "s3cret-root:pw@x".to_owned();
         run(&mut ctl(&["user", "add", &format!("root:{root_password}"), "--interactive=false"]));
+        if client_certs {
+            run(&mut ctl(&["role", "add", "locks"]));
+            run(&mut ctl(&["role", "grant-permission", "locks", "readwrite", "holdfast/", "--prefix=true"]));
+            for user in ["locker", "nobody"] {
+                run(&mut ctl(&["user", "add", user, "--no-password"]));
+            }
+            run(&mut ctl(&["user", "grant-role", "locker", "locks"]));
+        }
         run(&mut ctl(&["auth", "enable"]));
         let ca_file = p("ca.pem");
         EtcdTlsServer { cluster: EtcdCluster { members: vec![member], dir }, ca_file, root_password }

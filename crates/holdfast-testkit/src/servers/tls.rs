@@ -63,3 +63,40 @@ pub fn make_server_certificate(dir: &Path) {
         ],
     );
 }
+
+/// Makes a client certificate for common name `name` (`{name}.pem`,
+/// `{name}.key`), signed by the CA `ca.pem` that
+/// [`make_server_certificate`] made in `dir`.
+pub fn make_client_certificate(dir: &Path, name: &str) {
+    let (key, csr, pem, ext) =
+        (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
+    let subject = format!("/CN={name}");
+    let mut args = vec!["req", "-subj", &subject, "-keyout", &key, "-out", &csr];
+    args.extend(EC_KEY);
+    openssl(dir, &args);
+    std::fs::write(
+        dir.join(&ext),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap_or_else(|e| panic!("cannot write {ext}: {e}"));
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            &ext,
+            "-out",
+            &pem,
+        ],
+    );
+}

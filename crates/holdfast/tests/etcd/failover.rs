@@ -147,6 +147,64 @@ fn tls_and_auth() {
     });
 }
 
+/// Client certificates (`--client-cert-auth`): the certificate's common name
+/// is the user. A user whose role may read and write under `holdfast/` only
+/// (the least an etcd user needs) locks and is woken; a user without roles
+/// and a client without a certificate are each a typed, non-retryable error.
+#[test]
+fn client_certificates_and_roles() {
+    let server = holdfast_testkit::servers::etcd::EtcdTlsServer::start_with_client_certs();
+    let port = server.cluster.members[0].client_port;
+    let dir = server.dir().to_owned();
+    let url = |user: &str| {
+        format!(
+            "etcds://127.0.0.1:{port}?timeout_ms=3000&ca_file={}&cert_file={}&key_file={}",
+            dir.join("ca.pem").display(),
+            dir.join(format!("{user}.pem")).display(),
+            dir.join(format!("{user}.key")).display()
+        )
+    };
+    rt().block_on(async {
+        let (a, b) = (client(&url("locker"), "cert-a").await, client(&url("locker"), "cert-b").await);
+        let g = a.mutex("certs/lock").ttl(Duration::from_secs(3)).acquire().await.expect("acquire as locker");
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let g = b.mutex("certs/lock").acquire_timeout(Duration::from_secs(20)).await.expect("wait");
+                let fence = g.fence();
+                g.release().await.expect("release");
+                fence
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(b.status("certs/lock").await.expect("status").holder.map(|h| h.label), Some("cert-a".into()));
+        let first = g.fence();
+        g.release().await.expect("release");
+        let second = tokio::time::timeout(Duration::from_secs(20), waiter).await.expect("waiter stuck").expect("task");
+        assert!(second > first, "fences {first} then {second}");
+
+        let refused = |what: &str, outcome: holdfast::Result<()>| {
+            let e = outcome.expect_err(what);
+            assert!(matches!(e, Error::Backend { .. }), "{what}: {e:?}");
+            assert!(!e.is_retryable(), "{what}: retryable: {e}");
+            e
+        };
+        let try_lock = |u: String| async move {
+            tokio::time::timeout(Duration::from_secs(30), async {
+                let c = Client::connect(&u).await?;
+                c.mutex("certs/lock").try_acquire().await.map(|_| ())
+            })
+            .await
+            .expect("hung")
+        };
+        let e = refused("a user without roles", try_lock(url("nobody")).await);
+        assert!(e.to_string().to_lowercase().contains("permission denied"), "{e}");
+        let no_cert = format!("etcds://127.0.0.1:{port}?timeout_ms=3000&ca_file={}", dir.join("ca.pem").display());
+        let outcome = try_lock(no_cert).await;
+        assert!(matches!(outcome, Err(Error::Backend { .. })), "no client certificate: {outcome:?}");
+    });
+}
+
 /// A dead endpoint in the URL is retried past: every operation succeeds on
 /// the live one (etcd-client alone fails some requests on the dead one).
 #[test]
