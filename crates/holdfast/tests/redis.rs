@@ -435,3 +435,38 @@ fn acl_user_with_minimal_permissions() {
         }
     });
 }
+
+/// An ACL user missing a command the store needs (`EVALSHA`, here) over TLS:
+/// connecting works (nothing is checked yet), the first lock call is a
+/// non-retryable error that names the refusal, and never the password.
+#[test]
+fn acl_user_missing_a_permission_over_tls() {
+    let server = RedisServer::start_tls();
+    rt().block_on(async {
+        let tls = server.url();
+        let ca = server.dir().join("ca.pem");
+        let out = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &server.port().to_string(), "--tls", "--cacert"])
+            .arg(&ca)
+            .args(["ACL", "SETUSER", "partial", "on", ">partial-PLANTED-pw", "~*", "&*", "+@all", "-evalsha"])
+            .output()
+            .expect("redis-cli (apt-get install -y redis-tools)");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "{}", String::from_utf8_lossy(&out.stderr));
+        let url = tls.replacen("rediss://", "rediss://partial:partial-PLANTED-pw@", 1);
+        let outcome = tokio::time::timeout(Duration::from_secs(20), async {
+            let c = Client::connect(&url).await?;
+            c.mutex("acl-missing").try_acquire().await.map(|_| ())
+        })
+        .await
+        .expect("a refused command hung");
+        match outcome {
+            Err(e @ Error::Backend { .. }) => {
+                let text = format!("{e} {e:?}");
+                assert!(!e.is_retryable(), "{text}");
+                assert!(text.to_lowercase().contains("permission"), "{text}");
+                assert!(!text.contains("PLANTED"), "{text}");
+            }
+            other => panic!("a user without EVALSHA: expected a Backend error, got {other:?}"),
+        }
+    });
+}
