@@ -14,7 +14,7 @@ use crate::backend::{AcquireRequest, Backend, LeaseMode};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, GuardKind, Held};
-use crate::key::{LockKey, OwnerToken, check_ttl};
+use crate::key::{LockKey, OwnerToken, check_label, check_ttl};
 use crate::lease::{LeaseState, drift_margin};
 use crate::lock_options::LockOptions;
 use crate::release::{Horizon, Release, is_transient};
@@ -196,8 +196,10 @@ impl<K: GuardKind> Lock<K> {
                 return Ok(Some(Guard::new(held)));
             }
         }
+        let label = self.label.clone().unwrap_or_else(|| inner.label.clone());
+        check_label(&label, "label")?;
         let req = AcquireRequest::new(key.clone(), OwnerToken::random(), ttl)
-            .with_label(self.label.clone().unwrap_or_else(|| inner.label.clone()))
+            .with_label(label)
             .with_fair(self.opts.fair || caps.always_fair)
             .with_mode(mode);
         let span = tracing::debug_span!("acquire", key = %key, wait = matches!(waiting, Waiting::Until(_)));
