@@ -66,7 +66,13 @@ async fn etcd_timeout_below_250_ms_keeps_its_session() {
 async fn labels_are_checked_before_any_io() {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}/labels.db", dir.path().display());
-    for (label, ok) in [("\0".to_owned(), false), ("m".repeat(1 << 20), false), ("v".repeat(4097), false), ("v".repeat(4096), true), ("é\u{1}".to_owned(), true)] {
+    for (label, ok) in [
+        ("\0".to_owned(), false),
+        ("m".repeat(1 << 20), false),
+        ("v".repeat(4097), false),
+        ("v".repeat(4096), true),
+        ("é\u{1}".to_owned(), true),
+    ] {
         let options = holdfast::ClientOptions::default().with_label(label.clone());
         let c = Client::connect_with(&url, options).await.expect("connect");
         match c.mutex("labelled").try_acquire().await {

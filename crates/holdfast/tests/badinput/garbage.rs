@@ -30,9 +30,10 @@ use super::scripts::scripts;
 const MARK: &str = "PWMARKs3cr3t";
 /// The store timeouts every URL sets, in ms.
 const TIMEOUT_MS: u64 = 200;
-/// The largest single allocation a hostile length may cause.
+/// The largest single allocation a hostile length may cause (checked
+/// process-wide: no other test of the binary comes near it).
 const MAX_ALLOCATION: usize = 256 << 20;
-/// The number of threads of the runtime the clients run on; panics on
+/// The name of the threads of the runtime the clients run on; panics on
 /// threads of this name are counted.
 const CLIENT_THREADS: &str = "garbage-client";
 
@@ -122,6 +123,9 @@ fn schemes() -> Vec<Scheme> {
     ]
 }
 
+/// A URL for the given peers' addresses.
+type UrlFor = Box<dyn Fn(&[SocketAddr]) -> String + Send + Sync>;
+
 /// A real store behind the peers, for cases whose scripts relay to it
 /// first, and the URL that reaches it through them.
 pub struct Relay {
@@ -129,7 +133,7 @@ pub struct Relay {
     pub upstream: SocketAddr,
     /// The URL of the store with the peers' addresses in its place, with
     /// the short timeouts set.
-    pub url: Box<dyn Fn(&[SocketAddr]) -> String + Send + Sync>,
+    pub url: UrlFor,
     /// The password in that URL, which no error may show.
     pub secret: String,
 }
@@ -181,7 +185,10 @@ fn judge<T>(
 }
 
 /// Runs `f` bounded by `bound` and a hang limit above it.
-async fn timed<T>(bound: Duration, f: impl Future<Output = Result<T, Error>>) -> Result<(Duration, Result<T, Error>), String> {
+async fn timed<T>(
+    bound: Duration,
+    f: impl Future<Output = Result<T, Error>>,
+) -> Result<(Duration, Result<T, Error>), String> {
     let started = Instant::now();
     match tokio::time::timeout(bound * 3, f).await {
         Ok(outcome) => Ok((started.elapsed(), outcome)),
@@ -213,7 +220,8 @@ async fn case(scheme: &Scheme, relay: Option<&Relay>, scripts: Vec<Script>) -> R
     };
     let mut tally = Tally { relayed: u32::from(relay.is_some()), ..Tally::default() };
     let options = ClientOptions::default().with_label("garbage").with_store_retry(Duration::from_millis(TIMEOUT_MS));
-    let (took, outcome) = timed(scheme.bound, Client::connect_with(&url, options)).await.map_err(|e| format!("connect {e}"))?;
+    let (took, outcome) =
+        timed(scheme.bound, Client::connect_with(&url, options)).await.map_err(|e| format!("connect {e}"))?;
     tally.slowest = took;
     let Some(client) = judge("connect", secret, took, scheme.bound, outcome)? else {
         tally.connect_failed = 1;
@@ -245,11 +253,9 @@ fn run_scheme(scheme: &Scheme, n: u32, relay: Option<Relay>) {
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     seed_bytes[8..16].copy_from_slice(&u64::from(xor_name(scheme.name)).to_le_bytes());
-    let mut runner =
-        TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
     let strategy = scripts(scheme.protocol);
-    let all: Vec<Vec<Script>> =
-        (0..n).map(|_| strategy.new_tree(&mut runner).expect("a script").current()).collect();
+    let all: Vec<Vec<Script>> = (0..n).map(|_| strategy.new_tree(&mut runner).expect("a script").current()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(CLIENT_THREADS)
@@ -274,11 +280,21 @@ fn run_scheme(scheme: &Scheme, n: u32, relay: Option<Relay>) {
                 total.granted += t.granted;
                 total.slowest = total.slowest.max(t.slowest);
             }
-            Err(why) => failures.push(format!("case {i} (relayed: {}): {why}\n  scripts: {:?}", relay.is_some() && i % 2 == 1, all[i])),
+            Err(why) => failures.push(format!(
+                "case {i} (relayed: {}): {why}\n  scripts: {:?}",
+                relay.is_some() && i % 2 == 1,
+                all[i]
+            )),
         }
     }
     let panics = CLIENT_PANICS.load(Ordering::SeqCst) - panics_before;
-    assert!(failures.is_empty(), "{} (seed {seed}): {} of {n} cases failed:\n{}", scheme.name, failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} (seed {seed}): {} of {n} cases failed:\n{}",
+        scheme.name,
+        failures.len(),
+        failures.join("\n")
+    );
     assert_eq!(panics, 0, "{}: {panics} panics on the client's threads (see stderr)", scheme.name);
     let largest = super::alloc::largest();
     assert!(largest <= MAX_ALLOCATION, "{}: an allocation of {largest} bytes", scheme.name);
@@ -310,7 +326,7 @@ fn loopback(port: u16) -> SocketAddr {
 
 /// `url` with its `127.0.0.1:port` replaced by the first peer's address and
 /// the short timeouts added.
-fn through(url: &str, port: u16, timeouts: &'static str) -> Box<dyn Fn(&[SocketAddr]) -> String + Send + Sync> {
+fn through(url: &str, port: u16, timeouts: &'static str) -> UrlFor {
     let (url, server) = (url.to_owned(), format!("127.0.0.1:{port}"));
     Box::new(move |peers| {
         let joined = if url.contains('?') { '&' } else { '?' };
@@ -341,7 +357,11 @@ fn redis_with_user() -> holdfast_testkit::servers::redis::RedisServer {
 fn garbage_redis() {
     let server = redis_with_user();
     let url = format!("redis://u:{MARK}@127.0.0.1:{}/0", server.port());
-    let relay = Relay { upstream: loopback(server.port()), url: through(&url, server.port(), REDIS_TIMEOUTS), secret: MARK.into() };
+    let relay = Relay {
+        upstream: loopback(server.port()),
+        url: through(&url, server.port(), REDIS_TIMEOUTS),
+        secret: MARK.into(),
+    };
     run_scheme(&scheme("redis"), cases(48), Some(relay));
 }
 

@@ -328,7 +328,11 @@ fn refused(input: &Input, wrong: &[&str], e: &Error) -> Result<Outcome, String> 
         Error::Timeout { .. } if wrong.is_empty() && may_time_out(&input.wait) => return Ok(Outcome::TimedOut),
         _ => return Err(format!("untyped refusal {e:?} (wrong: {wrong:?})")),
     };
-    if wrong.contains(&named) { Ok(Outcome::Refused) } else { Err(format!("refused for {named:?}, but wrong are {wrong:?}: {e}")) }
+    if wrong.contains(&named) {
+        Ok(Outcome::Refused)
+    } else {
+        Err(format!("refused for {named:?}, but wrong are {wrong:?}: {e}"))
+    }
 }
 
 /// What a granted lease must look like in `status`, then after release.

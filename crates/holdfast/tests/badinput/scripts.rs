@@ -11,8 +11,9 @@ use proptest::prelude::*;
 fn huge_length(protocol: Protocol) -> impl Strategy<Value = Vec<u8>> {
     let big = prop_oneof![Just(u32::MAX), Just(i32::MAX as u32), (1u32 << 24)..];
     (big, any::<u8>()).prop_map(move |(n, tag)| match protocol {
-        Protocol::Resp => format!("{}{}\r\n", ['$', '*', '%', '=', '>'][tag as usize % 5], u64::from(n) << (tag % 32))
-            .into_bytes(),
+        Protocol::Resp => {
+            format!("{}{}\r\n", ['$', '*', '%', '=', '>'][tag as usize % 5], u64::from(n) << (tag % 32)).into_bytes()
+        }
         Protocol::Postgres => [&[b"RZDTEN"[tag as usize % 6]][..], &n.to_be_bytes()].concat(),
         Protocol::Mysql => vec![0xff, 0xff, 0xff, tag],
         Protocol::Http2 => {
@@ -29,22 +30,22 @@ fn huge_length(protocol: Protocol) -> impl Strategy<Value = Vec<u8>> {
 /// random bytes; or a huge length.
 fn chunk(protocol: Protocol) -> impl Strategy<Value = Vec<u8>> {
     let own = prop::sample::select(lookalikes(protocol));
-    let all: Vec<Vec<u8>> =
-        [Protocol::Resp, Protocol::Postgres, Protocol::Mysql, Protocol::Http2, Protocol::ZooKeeper]
-            .into_iter()
-            .flat_map(lookalikes)
-            .collect();
-    let mutated = (own.clone(), any::<prop::sample::Index>(), any::<u8>(), 0usize..3).prop_map(|(mut b, at, x, how)| {
-        if !b.is_empty() {
-            let i = at.index(b.len());
-            match how {
-                0 => b.truncate(i),
-                1 => b[i] ^= x | 1,
-                _ => b.extend(std::iter::repeat_n(x, i + 1)),
+    let all: Vec<Vec<u8>> = [Protocol::Resp, Protocol::Postgres, Protocol::Mysql, Protocol::Http2, Protocol::ZooKeeper]
+        .into_iter()
+        .flat_map(lookalikes)
+        .collect();
+    let mutated =
+        (own.clone(), any::<prop::sample::Index>(), any::<u8>(), 0usize..3).prop_map(|(mut b, at, x, how)| {
+            if !b.is_empty() {
+                let i = at.index(b.len());
+                match how {
+                    0 => b.truncate(i),
+                    1 => b[i] ^= x | 1,
+                    _ => b.extend(std::iter::repeat_n(x, i + 1)),
+                }
             }
-        }
-        b
-    });
+            b
+        });
     prop_oneof![
         3 => own,
         3 => mutated,
@@ -73,8 +74,9 @@ fn script(protocol: Protocol) -> impl Strategy<Value = Script> {
     // A relay first (ignored by a peer without a store behind it): the
     // garbage comes after the handshake, or in the middle of a call.
     let relay = prop_oneof![1 => Just(vec![]), 2 => (0u32..12).prop_map(|n| vec![Step::Relay(n)])];
-    (relay, prop::collection::vec(step, 0..5), ending)
-        .prop_map(|(relay, steps, end)| Script::new(relay.into_iter().chain(steps.into_iter().flatten()).chain(end).collect()))
+    (relay, prop::collection::vec(step, 0..5), ending).prop_map(|(relay, steps, end)| {
+        Script::new(relay.into_iter().chain(steps.into_iter().flatten()).chain(end).collect())
+    })
 }
 
 /// Scripts for a peer's successive connections (a client may open several).
