@@ -23,7 +23,10 @@ use crate::wait::DEFAULT_STORE_RETRY;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
-    /// The label stored with every grant and shown by `status`; default `host:pid`.
+    /// The label stored with every grant and shown by `status`; default
+    /// `host:pid`. At most 4096 bytes of UTF-8 without NUL: a longer one, or
+    /// one with a NUL, makes every acquire fail with [`Error::InvalidInput`]
+    /// (`what: "label"`) before any I/O.
     pub label: Option<String>,
     /// How long a waiting acquire rides out a store that fails (connection
     /// lost, failover, its session expired) before it fails with the store's

@@ -14,8 +14,9 @@ use crate::key::LockKey;
 use crate::lock_options::LockOptions;
 use crate::mutex::Mutex;
 
-/// The longest value a candidate may publish.
-pub const MAX_VALUE_BYTES: usize = 4096;
+/// The longest value a candidate may publish (a value is the grant's
+/// label, under the same rule: no NUL either).
+pub const MAX_VALUE_BYTES: usize = crate::key::MAX_LABEL_BYTES;
 
 /// A named leader election. Cheap to clone; campaigns nothing by itself.
 ///
@@ -88,8 +89,8 @@ impl Election {
 
     /// Campaigns with `value` and resolves once this candidate leads.
     /// Waits without limit, or at most the options' `wait_timeout` (then
-    /// [`Error::Timeout`]). A value over [`MAX_VALUE_BYTES`] is
-    /// [`Error::InvalidInput`] before any I/O.
+    /// [`Error::Timeout`]). A value over [`MAX_VALUE_BYTES`], or with a NUL,
+    /// is [`Error::InvalidInput`] before any I/O.
     ///
     /// # Cancel safety
     ///
@@ -145,12 +146,7 @@ impl Election {
 }
 
 fn check_value(value: String) -> Result<String> {
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(Error::invalid(
-            "value",
-            format!("an election value is at most {MAX_VALUE_BYTES} bytes, got {}", value.len()),
-        ));
-    }
+    crate::key::check_label(&value, "value")?;
     Ok(value)
 }
 

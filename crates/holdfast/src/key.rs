@@ -22,6 +22,27 @@ pub const MIN_TTL: Duration = Duration::from_millis(50);
 /// so a holder that dies frees the key within a day at the very worst.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Longest holder label accepted, in bytes of UTF-8: a client's label
+/// ([`ClientOptions::label`](crate::ClientOptions::label)) or an election's
+/// value ([`MAX_ELECTION_VALUE_BYTES`](crate::MAX_ELECTION_VALUE_BYTES)).
+/// Every store keeps it with the grant, and beyond some size each refuses it
+/// its own way, after I/O: etcd's request limit, ZooKeeper's `jute.maxbuffer`
+/// (about 1 MiB, past which the server drops the connection and with it the
+/// client's session and every lease on it).
+pub(crate) const MAX_LABEL_BYTES: usize = 4096;
+
+/// Checks a holder label (`what`: `label`, or `value` for an election's):
+/// at most [`MAX_LABEL_BYTES`] bytes, no NUL (PostgreSQL's `text` cannot hold one).
+pub(crate) fn check_label(label: &str, what: &'static str) -> Result<()> {
+    if label.len() > MAX_LABEL_BYTES {
+        return Err(Error::invalid(what, format!("at most {MAX_LABEL_BYTES} bytes, got {}", label.len())));
+    }
+    if label.contains('\0') {
+        return Err(Error::invalid(what, "must not contain NUL (U+0000)"));
+    }
+    Ok(())
+}
+
 /// A validated lock key.
 ///
 /// Rules: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, no control characters

@@ -14,7 +14,7 @@ use crate::backend::{AcquireRequest, Backend, LeaseMode};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, GuardKind, Held};
-use crate::key::{LockKey, OwnerToken, check_ttl};
+use crate::key::{LockKey, OwnerToken, check_label, check_ttl};
 use crate::lease::{LeaseState, drift_margin};
 use crate::lock_options::LockOptions;
 use crate::release::{Horizon, Release, is_transient};
@@ -89,7 +89,8 @@ impl<K: GuardKind> Lock<K> {
         self
     }
 
-    /// Caps the total hold time: renewal stops after `max_hold`.
+    /// Caps the total hold time: renewal stops after `max_hold` (one too
+    /// long for the clock to count, such as `Duration::MAX`, is no cap).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.opts.max_hold = Some(max_hold);
         self
@@ -102,7 +103,8 @@ impl<K: GuardKind> Lock<K> {
     }
 
     /// Sets how long [`acquire`](Self::acquire) waits before it fails with
-    /// [`Error::Timeout`] (default: no limit).
+    /// [`Error::Timeout`] (default: no limit; a timeout too long for the
+    /// clock to count, such as `Duration::MAX`, is no limit either).
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
         self.opts.wait_timeout = Some(timeout);
         self
@@ -144,7 +146,8 @@ impl<K: GuardKind> Lock<K> {
     /// future was being dropped, the grant is released by its token on a task
     /// of its own, which the drop cannot cancel.
     pub async fn acquire(&self) -> Result<Guard<K>> {
-        let deadline = self.opts.wait_timeout.map(|t| Instant::now() + t);
+        // A deadline past what the clock can count is no deadline.
+        let deadline = self.opts.wait_timeout.and_then(|t| Instant::now().checked_add(t));
         self.acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| unreachable_busy(&self.key))
     }
 
@@ -161,7 +164,8 @@ impl<K: GuardKind> Lock<K> {
     /// while it releases its in-flight attempt after the deadline (an outer
     /// timeout that fires on the same tick) does not cancel that release.
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Guard<K>> {
-        let deadline = Some(Instant::now() + timeout);
+        // A deadline past what the clock can count is no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         self.acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| unreachable_busy(&self.key))
     }
 
@@ -192,8 +196,10 @@ impl<K: GuardKind> Lock<K> {
                 return Ok(Some(Guard::new(held)));
             }
         }
+        let label = self.label.clone().unwrap_or_else(|| inner.label.clone());
+        check_label(&label, "label")?;
         let req = AcquireRequest::new(key.clone(), OwnerToken::random(), ttl)
-            .with_label(self.label.clone().unwrap_or_else(|| inner.label.clone()))
+            .with_label(label)
             .with_fair(self.opts.fair || caps.always_fair)
             .with_mode(mode);
         let span = tracing::debug_span!("acquire", key = %key, wait = matches!(waiting, Waiting::Until(_)));

@@ -67,7 +67,8 @@ impl Lock<PermitKind> {
     /// As for [`acquire`](Lock::acquire): dropping the future leaves no
     /// grant and no reservation behind.
     pub async fn acquire_many(&self, n: u32) -> Result<Permit> {
-        let deadline = self.opts.wait_timeout.map(|t| Instant::now() + t);
+        // A deadline past what the clock can count is no deadline.
+        let deadline = self.opts.wait_timeout.and_then(|t| Instant::now().checked_add(t));
         self.weighted(n).acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| self.busy())
     }
 
@@ -78,7 +79,7 @@ impl Lock<PermitKind> {
     ///
     /// As for [`acquire_timeout`](Lock::acquire_timeout).
     pub async fn acquire_many_timeout(&self, n: u32, timeout: Duration) -> Result<Permit> {
-        let deadline = Some(Instant::now() + timeout);
+        let deadline = Instant::now().checked_add(timeout);
         self.weighted(n).acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| self.busy())
     }
 

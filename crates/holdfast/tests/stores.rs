@@ -7,6 +7,8 @@
 //! module (`redlock::one_member_down_still_grants_two_is_a_store_error`),
 //! in the binary `stores`.
 
+#[path = "badinput/main.rs"]
+mod badinput;
 #[path = "core.rs"]
 mod core;
 #[path = "etcd/main.rs"]

@@ -1,7 +1,8 @@
 //! Fault injection for store tests: a TCP proxy that loses, delays or
-//! withholds a store's traffic on demand ([`FaultProxy`]), and a harness
-//! that drops a future at each of its suspension points in turn
-//! ([`cancel_at`], [`cancel_at_each_suspension`]).
+//! withholds a store's traffic on demand ([`FaultProxy`]), a hostile peer
+//! that answers with scripted garbage in place of a store ([`GarbagePeer`]),
+//! and a harness that drops a future at each of its suspension points in
+//! turn ([`cancel_at`], [`cancel_at_each_suspension`]).
 //!
 //! Together they reach the cases an ordinary test never meets: a request
 //! the store applied whose reply was lost, a release sent to a store that
@@ -10,7 +11,9 @@
 //! them on every store.
 
 mod cancel;
+mod garbage;
 mod proxy;
 
 pub use cancel::{CancelAt, Sweep, cancel_at, cancel_at_each_suspension};
+pub use garbage::{GarbagePeer, GarbageStats, Protocol, Script, Step, lookalikes};
 pub use proxy::{Fault, FaultProxy, ProxyStats};

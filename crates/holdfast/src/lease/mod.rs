@@ -136,7 +136,8 @@ impl LeaseState {
                 _ = self.lost.cancelled() => return,
                 _ = session.cancelled() => { self.lost.cancel(); return }
                 _ = tokio::time::sleep_until(at) => {
-                    if Instant::now() + within >= self.valid_until() {
+                    // Past what the clock can count is past the deadline too.
+                    if Instant::now().checked_add(within).is_none_or(|end| end >= self.valid_until()) {
                         return;
                     }
                 }

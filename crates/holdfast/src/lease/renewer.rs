@@ -201,7 +201,8 @@ impl Renewer {
         let entry = Entry {
             next_renew: interval.map_or(now, |i| now + i),
             interval,
-            renew_until: max_hold.map(|m| now + m),
+            // A cap past what the clock can count is no cap.
+            renew_until: max_hold.and_then(|m| now.checked_add(m)),
             lease,
             scheduled: None,
         };

@@ -161,8 +161,10 @@ impl KeepAlive {
         let interval = (self.ttl / 3).max(Duration::from_millis(100));
         // A keep-alive answers in milliseconds; one sent on a connection to a
         // dead member never does. Give up on a stream well before the lease
-        // runs out, so there is time to reopen it on another endpoint.
-        let per_try = (self.ttl / 4).clamp(Duration::from_millis(250), self.conn.timeout);
+        // runs out, so there is time to reopen it on another endpoint. Never
+        // longer than the operation timeout, even one below 250 ms (`clamp`
+        // panicked there, in this task, and the session died unrenewed).
+        let per_try = (self.ttl / 4).max(Duration::from_millis(250)).min(self.conn.timeout);
         loop {
             let left = self.confirmed_until().saturating_duration_since(Instant::now());
             if left.is_zero() {
