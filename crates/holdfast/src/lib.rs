@@ -82,6 +82,7 @@ pub mod layered;
 mod lease;
 mod lock;
 mod lock_options;
+pub mod metrics;
 mod multi;
 mod mutex;
 #[cfg(test)]

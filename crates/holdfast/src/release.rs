@@ -16,6 +16,7 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+use crate::metrics::{KeyMetrics, Op};
 
 /// The longest a failing release is retried when nothing else bounds it.
 const MAX_RETRY: Duration = Duration::from_secs(3600);
@@ -60,6 +61,9 @@ pub(crate) struct Release {
     pub(crate) key: LockKey,
     pub(crate) token: OwnerToken,
     pub(crate) horizon: Horizon,
+    /// A guard's release: the metric handles of its key and its fence
+    /// (`None` for an abandoned attempt's or a composite's inner release).
+    pub(crate) observed: Option<(Arc<KeyMetrics>, u64)>,
 }
 
 impl Release {
@@ -70,7 +74,16 @@ impl Release {
     pub(crate) fn spawn(self) -> Option<oneshot::Receiver<Result<bool>>> {
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let (tx, rx) = oneshot::channel();
-        let span = tracing::debug_span!("release", key = %self.key);
+        let span = tracing::debug_span!(
+            "release",
+            key = %self.key,
+            store = self.backend.name(),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        if let Some((_, fence)) = &self.observed {
+            span.record("fence", fence);
+        }
         handle.spawn(self.run(tx).instrument(span));
         Some(rx)
     }
@@ -93,7 +106,11 @@ impl Release {
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let outcome = self.backend.release(&self.key, self.token).await;
+            let call = tracing::debug_span!("store", store = self.backend.name(), op = "release");
+            let outcome = self.backend.release(&self.key, self.token).instrument(call).await;
+            if let (Some((m, _)), Err(e)) = (&self.observed, &outcome) {
+                m.store.store_error(Op::Release, e);
+            }
             let retry =
                 matches!(&outcome, Err(e) if is_transient(e)) && !self.horizon.passed() && Instant::now() < give_up;
             match (&outcome, retry) {
@@ -108,6 +125,17 @@ impl Release {
                 _ => {}
             }
             if let Some(tx) = first.take() {
+                tracing::Span::current().record(
+                    "outcome",
+                    match &outcome {
+                        Ok(true) => "released",
+                        Ok(false) => "not_held",
+                        Err(_) => "error",
+                    },
+                );
+                if let Some((m, _)) = &self.observed {
+                    m.released(&outcome);
+                }
                 let _ = tx.send(outcome);
             }
             if !retry {
