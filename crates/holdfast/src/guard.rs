@@ -46,7 +46,7 @@ impl Held {
             key: self.lease.key.clone(),
             token: self.lease.token,
             horizon: self.lease.release_horizon(),
-            observed: Some((self.lease.metrics.clone(), self.lease.fence)),
+            observed: Some(self.lease.clone()),
         }
     }
 }

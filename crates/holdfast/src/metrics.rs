@@ -29,7 +29,7 @@
 //! | `holdfast_acquire_seconds` | histogram | store, prefix, outcome | acquire latency, from the call to its outcome, by the outcome above |
 //! | `holdfast_wait_seconds` | histogram | store, prefix | time a granted or timed-out waiting acquire spent on a busy key: from its first busy reply to the grant or the deadline. Recorded only where the key was found busy, on stores whose waiting loop is the client's (not etcd, ZooKeeper) |
 //! | `holdfast_handoff_seconds` | histogram | store, prefix | hand-off latency: from the moment a waiter was woken by the store's notification (a release elsewhere) to its grant. Same stores as `holdfast_wait_seconds`; grants found by the fallback poll are not counted |
-//! | `holdfast_release_total` | counter | store, prefix, outcome | releases of guards (`release()` and drop) by the first attempt's outcome: `released`, `not_held` (the grant was gone), `error` |
+//! | `holdfast_release_total` | counter | store, prefix, outcome | releases of guards (`release()` and drop) by the first attempt's outcome: `released`, `not_held` (the lease was lost, or the store held no grant of it), `error` |
 //! | `holdfast_renew_total` | counter | store, prefix, outcome | lease renewals, one per lease per renewal call: `renewed`, `gone` (the store no longer held it), `error` (the call failed or timed out; retried) |
 //! | `holdfast_renew_seconds` | histogram | store | round trip of one renewal call (it carries up to the store's slice of leases) |
 //! | `holdfast_renew_lag_seconds` | histogram | store, prefix | how late each lease's renewal was sent after its schedule (0 when on time or early) |
@@ -220,11 +220,12 @@ impl KeyMetrics {
         self.acquire_seconds[outcome as usize].record(took);
     }
 
-    pub(crate) fn released(&self, outcome: &crate::error::Result<bool>) {
+    /// Counts a guard's release by its outcome: `released`, `not_held`, `error`.
+    pub(crate) fn released(&self, outcome: &str) {
         let i = match outcome {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(_) => 2,
+            "released" => 0,
+            "not_held" => 1,
+            _ => 2,
         };
         self.release[i].increment(1);
     }
