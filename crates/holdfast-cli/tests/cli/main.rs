@@ -5,6 +5,7 @@
 mod bench;
 mod demo;
 mod errors;
+mod metrics;
 mod run;
 mod run_faults;
 mod shared;
