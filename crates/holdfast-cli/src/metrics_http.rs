@@ -24,6 +24,12 @@ const MAX_REQUEST: usize = 8192;
 
 /// Installs the Prometheus recorder and serves it on `addr` on a task of the
 /// current runtime; returns the address bound (port 0 picks one).
+///
+/// # Cancel safety
+///
+/// Dropped before it returns, it has at most bound the address (released
+/// with the dropped listener) and installed the recorder, which stays
+/// installed for the process: a second call then fails.
 pub async fn serve(addr: SocketAddr) -> Result<SocketAddr, Failure> {
     let listener = TcpListener::bind(addr)
         .await

@@ -43,7 +43,7 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<crate::Secret>, Optio
             _ => options.push(pair),
         }
     }
-    let members: Vec<String> = hosts
+    let members: Vec<crate::Secret> = hosts
         .split(',')
         .map(|host| {
             if host.is_empty() {
