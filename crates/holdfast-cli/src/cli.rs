@@ -208,6 +208,10 @@ pub struct RunArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub backend: BackendArg,
+    /// Serve metrics in Prometheus text format at http://ADDR/metrics
+    /// (ADDR as HOST:PORT) while this runs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The lock key.
     #[arg(long, short)]
     pub key: String,
@@ -420,6 +424,10 @@ pub struct VerifyWorkerArgs {
 /// `holdfast bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
+    /// Serve metrics in Prometheus text format at http://ADDR/metrics
+    /// (ADDR as HOST:PORT) while this runs.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The workloads and their sizes.
     #[command(flatten)]
     pub bench: holdfast_bench::args::Args,

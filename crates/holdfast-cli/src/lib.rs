@@ -5,6 +5,7 @@ pub mod cli;
 pub mod commands;
 pub mod duration;
 pub mod exit;
+pub mod metrics_http;
 
 use std::process::ExitCode;
 

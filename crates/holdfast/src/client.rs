@@ -14,6 +14,7 @@ use crate::guard::{Held, MutexGuard};
 use crate::key::LockKey;
 use crate::lease::Renewer;
 use crate::lock_options::LockOptions;
+use crate::metrics::{ClientMetrics, Op};
 use crate::mutex::Mutex;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
@@ -92,6 +93,8 @@ pub(crate) struct ClientInner {
     pub(crate) renewer: Renewer,
     pub(crate) label: String,
     pub(crate) store_retry: Duration,
+    /// Metric handles (see [`crate::metrics`]).
+    pub(crate) metrics: Arc<ClientMetrics>,
     store_id: String,
     reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
 }
@@ -136,9 +139,11 @@ impl Client {
     pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
         let label = options.label.unwrap_or_else(default_label);
         let store_id = options.store_id.unwrap_or_else(|| backend.name().to_owned());
+        let metrics = Arc::new(ClientMetrics::new(backend.name()));
         Client {
             inner: Arc::new(ClientInner {
-                renewer: Renewer::new(backend.clone()),
+                renewer: Renewer::new(backend.clone(), metrics.counters.clone()),
+                metrics,
                 backend,
                 label,
                 store_retry: options.store_retry,
@@ -236,7 +241,12 @@ impl Client {
     /// Cancel-safe: it only reads.
     pub async fn status(&self, key: &str) -> Result<LockStatus> {
         let key = LockKey::new(key)?;
-        self.inner.backend.status(&key).await
+        let call = tracing::debug_span!("store", store = self.store_name(), op = "status");
+        let status = tracing::Instrument::instrument(self.inner.backend.status(&key), call).await;
+        if let Err(e) = &status {
+            self.inner.metrics.counters.store_error(Op::Status, e);
+        }
+        status
     }
 
     /// The store's declared capabilities.

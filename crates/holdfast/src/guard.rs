@@ -13,6 +13,7 @@ use crate::backend::{LeaseMode, UNLIMITED};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
+use crate::metrics::LostCause;
 use crate::release::Release;
 
 /// What reentrant guards of one grant share.
@@ -45,7 +46,14 @@ impl Held {
             key: self.lease.key.clone(),
             token: self.lease.token,
             horizon: self.lease.release_horizon(),
+            observed: Some(self.lease.clone()),
         }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.lease.metrics.leases_held.decrement(1);
     }
 }
 
@@ -241,13 +249,16 @@ impl<K: GuardKind> Guard<K> {
         let lease = &self.held.lease;
         let was_lost = lease.is_lost();
         match self.held.release().first_outcome().await {
-            Ok(true) if !was_lost => Ok(()),
+            Ok(true) if !was_lost => {
+                lease.mark_ended();
+                Ok(())
+            }
             Ok(_) => {
-                lease.mark_lost();
+                lease.mark_lost(LostCause::Release);
                 Err(Error::Lost { key: lease.key.to_string() })
             }
             Err(e) => {
-                lease.mark_lost();
+                lease.end();
                 Err(e)
             }
         }
@@ -262,6 +273,7 @@ impl<K: GuardKind> Guard<K> {
     pub fn leak(mut self) {
         self.released = true;
         if self.held.drop_hold() {
+            self.held.lease.mark_ended();
             self.held.client.inner().renewer.stop_renewing(self.held.renewal);
         }
     }
@@ -272,6 +284,7 @@ impl<K: GuardKind> Drop for Guard<K> {
         if self.released || !self.held.drop_hold() {
             return;
         }
+        self.held.lease.mark_ended();
         if self.held.release().spawn().is_none() {
             tracing::debug!(key = %self.held.lease.key, "no runtime to release in; the lease will expire");
         }

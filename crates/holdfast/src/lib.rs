@@ -83,6 +83,7 @@ pub mod layered;
 mod lease;
 mod lock;
 mod lock_options;
+pub mod metrics;
 mod multi;
 mod mutex;
 #[cfg(test)]

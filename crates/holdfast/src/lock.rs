@@ -17,6 +17,7 @@ use crate::guard::{Guard, GuardKind, Held};
 use crate::key::{LockKey, OwnerToken, check_label, check_ttl};
 use crate::lease::{LeaseState, drift_margin};
 use crate::lock_options::LockOptions;
+use crate::metrics::{AcquireOutcome, KeyMetrics, Op, Probe};
 use crate::release::{Horizon, Release, is_transient};
 use crate::wait::{WaitFailure, wait_for_grant};
 
@@ -175,6 +176,37 @@ impl<K: GuardKind> Lock<K> {
 
     pub(crate) async fn acquire_inner(&self, waiting: Waiting) -> Result<Option<Guard<K>>> {
         let started = Instant::now();
+        let inner = self.client.inner();
+        let metrics = inner.metrics.key(&self.key);
+        let span = tracing::debug_span!(
+            "acquire",
+            key = %self.key,
+            store = inner.backend.name(),
+            wait = matches!(waiting, Waiting::Until(_)),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let outcome = self.acquire_observed(waiting, started, &metrics).instrument(span.clone()).await;
+        let kind = match &outcome {
+            Ok(Some(_)) => AcquireOutcome::Granted,
+            Ok(None) => AcquireOutcome::Busy,
+            Err(Error::Timeout { .. }) => AcquireOutcome::Timeout,
+            Err(_) => AcquireOutcome::Error,
+        };
+        metrics.acquired(kind, started.elapsed());
+        span.record("outcome", kind.name());
+        if let Ok(Some(guard)) = &outcome {
+            span.record("fence", guard.fence());
+        }
+        outcome
+    }
+
+    async fn acquire_observed(
+        &self,
+        waiting: Waiting,
+        started: Instant,
+        metrics: &Arc<KeyMetrics>,
+    ) -> Result<Option<Guard<K>>> {
         let key = LockKey::new(self.key.clone())?;
         let ttl = check_ttl(self.opts.ttl)?;
         let interval = self.opts.renew_interval()?;
@@ -202,14 +234,21 @@ impl<K: GuardKind> Lock<K> {
             .with_label(label)
             .with_fair(self.opts.fair || caps.always_fair)
             .with_mode(mode);
-        let span = tracing::debug_span!("acquire", key = %key, wait = matches!(waiting, Waiting::Until(_)));
         let mut cleanup = Cleanup::armed(&inner.backend, &req, caps.session_bound);
+        let store = inner.backend.name();
         let outcome = match waiting {
-            Waiting::No => inner.backend.try_acquire(&req).instrument(span).await.map_err(WaitFailure::Store),
-            Waiting::Until(deadline) => wait_for_grant(inner.backend.as_ref(), &req, deadline, inner.store_retry)
-                .instrument(span)
-                .await
-                .map(Some),
+            Waiting::No => {
+                metrics.attempts.increment(1);
+                let call = tracing::debug_span!("store", store, op = "try_acquire");
+                inner.backend.try_acquire(&req).instrument(call).await.map_err(WaitFailure::Store)
+            }
+            Waiting::Until(deadline) => {
+                let span = tracing::debug_span!("wait", key = %key, store);
+                let waited = wait_for_grant(inner.backend.as_ref(), &req, deadline, inner.store_retry).instrument(span);
+                let ((outcome, calls), probe) = Probe::run(waited).await;
+                probe.record(metrics, calls, outcome.is_ok(), Instant::now());
+                outcome.map(Some)
+            }
         };
         let grant = match outcome {
             Ok(Some(grant)) => grant,
@@ -218,6 +257,9 @@ impl<K: GuardKind> Lock<K> {
                 return Ok(None);
             }
             Err(failure) => {
+                if let WaitFailure::Store(e) = &failure {
+                    metrics.store.store_error(Op::Acquire, e);
+                }
                 // The request may have been applied before the failure (a lost
                 // reply, a grant racing the deadline): release it by token.
                 let release_failed = cleanup.release_now().await;
@@ -235,12 +277,13 @@ impl<K: GuardKind> Lock<K> {
         };
         cleanup.disarm();
         tracing::debug!(key = %key, fence = grant.fence, "granted");
-        let lease = Arc::new(LeaseState::new(key, req.token, ttl, grant));
+        let lease = Arc::new(LeaseState::new(key, req.token, ttl, grant, metrics.clone()));
         // Renew at least three times per validity period, which a session
         // may make shorter than the TTL.
         let interval = interval.min(lease.valid_for() / 3);
         let renewal =
             inner.renewer.register(lease.clone(), self.opts.auto_renew.then_some(interval), self.opts.max_hold);
+        metrics.leases_held.increment(1);
         let held = Arc::new(Held {
             client: self.client.clone(),
             lease,
@@ -307,7 +350,7 @@ impl Cleanup {
         } else {
             Horizon::At(Instant::now() + self.ttl + 2 * drift_margin(self.ttl))
         };
-        Some(Release { backend, key, token, horizon })
+        Some(Release { backend, key, token, horizon, observed: None })
     }
 
     /// Releases now and waits for the first attempt's outcome (its error, if

@@ -16,6 +16,8 @@ use tracing::Instrument;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+use crate::lease::LeaseState;
+use crate::metrics::Op;
 
 /// The longest a failing release is retried when nothing else bounds it.
 const MAX_RETRY: Duration = Duration::from_secs(3600);
@@ -60,6 +62,10 @@ pub(crate) struct Release {
     pub(crate) key: LockKey,
     pub(crate) token: OwnerToken,
     pub(crate) horizon: Horizon,
+    /// A guard's release: its lease, for the metrics of its key, its fence
+    /// and whether it was lost (`None` for an abandoned attempt's or a
+    /// composite's inner release).
+    pub(crate) observed: Option<Arc<LeaseState>>,
 }
 
 impl Release {
@@ -70,7 +76,16 @@ impl Release {
     pub(crate) fn spawn(self) -> Option<oneshot::Receiver<Result<bool>>> {
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let (tx, rx) = oneshot::channel();
-        let span = tracing::debug_span!("release", key = %self.key);
+        let span = tracing::debug_span!(
+            "release",
+            key = %self.key,
+            store = self.backend.name(),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        if let Some(lease) = &self.observed {
+            span.record("fence", lease.fence);
+        }
         handle.spawn(self.run(tx).instrument(span));
         Some(rx)
     }
@@ -93,7 +108,11 @@ impl Release {
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let outcome = self.backend.release(&self.key, self.token).await;
+            let call = tracing::debug_span!("store", store = self.backend.name(), op = "release");
+            let outcome = self.backend.release(&self.key, self.token).instrument(call).await;
+            if let (Some(lease), Err(e)) = (&self.observed, &outcome) {
+                lease.metrics.store.store_error(Op::Release, e);
+            }
             let retry =
                 matches!(&outcome, Err(e) if is_transient(e)) && !self.horizon.passed() && Instant::now() < give_up;
             match (&outcome, retry) {
@@ -108,6 +127,18 @@ impl Release {
                 _ => {}
             }
             if let Some(tx) = first.take() {
+                // A lease lost before its release was not held, whatever the
+                // store says of the token (a store may remember its release).
+                let lost = self.observed.as_ref().is_some_and(|l| l.is_lost());
+                let shown = match &outcome {
+                    Ok(true) if !lost => "released",
+                    Ok(_) => "not_held",
+                    Err(_) => "error",
+                };
+                tracing::Span::current().record("outcome", shown);
+                if let Some(lease) = &self.observed {
+                    lease.metrics.released(shown);
+                }
                 let _ = tx.send(outcome);
             }
             if !retry {

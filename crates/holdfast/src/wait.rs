@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Backend, Grant};
 use crate::error::{Error, Result};
@@ -181,6 +182,7 @@ where
         poll
     };
     if req.retry {
+        crate::metrics::note_attempt();
         if let Attempt::Granted(grant) = attempt().await? {
             return Ok(grant);
         }
@@ -190,14 +192,16 @@ where
         let notified = waiters.wakeup.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        crate::metrics::note_attempt();
         match attempt().await? {
             Attempt::Granted(grant) => return Ok(grant),
             Attempt::Busy { expires_in } => {
+                crate::metrics::note_busy();
                 let delay = poll.next_delay(expires_in);
                 tokio::select! {
                     // In the order written, not at random: a seed replays exactly.
                     biased;
-                    _ = &mut notified => {}
+                    _ = &mut notified => crate::metrics::note_woken(),
                     _ = tokio::time::sleep(delay) => {}
                 }
             }
@@ -248,7 +252,8 @@ pub(crate) enum WaitFailure {
     Store(Error),
 }
 
-/// Waits for `req.key` under the policy in the [module docs](self).
+/// Waits for `req.key` under the policy in the [module docs](self); also
+/// returns how many store calls it made.
 ///
 /// Cancel-safe in the same sense as [`Backend::acquire`]: dropping it leaves
 /// the attempt's token to the caller's cleanup.
@@ -257,6 +262,18 @@ pub(crate) async fn wait_for_grant(
     req: &AcquireRequest,
     deadline: Option<tokio::time::Instant>,
     store_retry: Duration,
+) -> (std::result::Result<Grant, WaitFailure>, u64) {
+    let mut calls = 0;
+    let outcome = wait_counting(backend, req, deadline, store_retry, &mut calls).await;
+    (outcome, calls)
+}
+
+async fn wait_counting(
+    backend: &dyn Backend,
+    req: &AcquireRequest,
+    deadline: Option<tokio::time::Instant>,
+    store_retry: Duration,
+    calls: &mut u64,
 ) -> std::result::Result<Grant, WaitFailure> {
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
     let deadline_at = deadline.unwrap_or_else(far);
@@ -268,7 +285,9 @@ pub(crate) async fn wait_for_grant(
     loop {
         let attempt_started = tokio::time::Instant::now();
         let this = retry_req.as_ref().unwrap_or(req);
-        let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(this)).await {
+        *calls += 1;
+        let call = tracing::debug_span!("store", store = backend.name(), op = "acquire");
+        let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(this).instrument(call)).await {
             Ok(outcome) => outcome,
             Err(_) => return Err(failing.map_or(WaitFailure::Deadline, |(_, e)| WaitFailure::Store(e))),
         };
@@ -291,6 +310,7 @@ pub(crate) async fn wait_for_grant(
             return Err(WaitFailure::Store(e));
         }
         tracing::warn!(key = %req.key, error = %e, "store failed while waiting; trying again");
+        crate::metrics::note_transient_error();
         let pause = backoff.mul_f64(crate::entropy::with_rng(|rng| rng.random_range(0.5..1.0)));
         backoff = (backoff * 2).min(LAST_BACKOFF);
         if now + pause >= deadline_at {

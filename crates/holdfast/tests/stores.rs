@@ -25,6 +25,8 @@ mod multi;
 mod mysql;
 #[path = "mysql_faults.rs"]
 mod mysql_faults;
+#[path = "observability/mod.rs"]
+mod observability;
 #[path = "postgres.rs"]
 mod postgres;
 #[path = "postgres_faults.rs"]

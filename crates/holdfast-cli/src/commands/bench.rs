@@ -8,6 +8,9 @@ use crate::exit::{Failure, INTERNAL, OK};
 
 /// Runs the bench; exit 0 with the report on stdout.
 pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
+    if let Some(addr) = args.metrics_addr {
+        crate::metrics_http::serve(addr).await?;
+    }
     let mut opts = args.bench.options();
     if let Some(hot) = opts.hot.as_mut().filter(|hot| hot.procs > 1) {
         let program = std::env::current_exe()

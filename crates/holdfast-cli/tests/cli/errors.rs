@@ -136,12 +136,53 @@ fn passwords_in_backend_urls_are_never_printed() {
         // No scheme: this one used to be echoed whole.
         "user:hunter2@127.0.0.1:6379",
         "sqlite:///nonexistent-dir/x.db?password=hunter2",
+        "redis://:hunter2@127.0.0.1:1",
+        "redis+sentinel://u:hunter2@127.0.0.1:1/mymaster?timeout_ms=500",
+        "redis+cluster://u:hunter2@127.0.0.1:1?timeout_ms=500",
+        "redlock://:hunter2@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+        "mysql://u:hunter2@127.0.0.1:1/db",
+        "etcd://u:hunter2@127.0.0.1:1?connect_timeout_ms=500",
     ] {
         let out = env.cmd().args(["status", "--backend", url, "k"]).output().unwrap();
         assert_ne!(out.status.code(), Some(0));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("hunter2"), "{stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
     }
+}
+
+/// `status` on a Redis that asks for a password: the output names the
+/// holder and the store, never the password, with and without logs.
+#[test]
+fn status_of_a_store_with_a_password_never_prints_it() {
+    let env = Env::new();
+    let server = holdfast_testkit::servers::redis::RedisServer::start();
+    let set = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "CONFIG", "SET", "requirepass", "hunter2-canary"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let url = format!("redis://:hunter2-canary@127.0.0.1:{}", server.port());
+    let held = env.run_on(&url, "k", &[], &["sleep", "5"]).spawn().unwrap();
+    let mut shown = String::new();
+    for _ in 0..50 {
+        let out = env.cmd().args(["status", "--backend", &url, "k"]).env("RUST_LOG", "trace").output().unwrap();
+        shown = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if shown.contains("exclusive") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut held = held;
+    let _ = held.kill();
+    let _ = held.wait();
+    assert!(shown.contains("exclusive"), "status never showed the holder: {shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let wrong = format!("redis://:hunter2-wrong@127.0.0.1:{}", server.port());
+    let out = env.cmd().args(["status", "--backend", &wrong, "k"]).env("RUST_LOG", "trace").output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("hunter2"), "{text}");
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod admin;
 mod bench;
 mod demo;
 mod errors;
+mod metrics;
 mod run;
 mod run_faults;
 mod shared;

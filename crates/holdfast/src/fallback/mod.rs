@@ -346,7 +346,7 @@ impl Backend for Fallback {
                     } else {
                         Horizon::At(Instant::now() + ttl + 2 * drift_margin(ttl))
                     };
-                    let _ = Release { backend, key: key.clone(), token: store_token, horizon }.spawn();
+                    let _ = Release { backend, key: key.clone(), token: store_token, horizon, observed: None }.spawn();
                     // The last attempt is the one that may hold: its outcome
                     // is the release's.
                     if (store, store_token) == last {

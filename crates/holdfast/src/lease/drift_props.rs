@@ -37,7 +37,7 @@ fn any_duration() -> impl Strategy<Value = Duration> {
 fn lease(ttl: Duration, started: Instant, valid_for: Duration) -> LeaseState {
     let key = LockKey::new("props/lease").expect("key");
     let grant = Grant { valid_for, ..Grant::new(1, started.into_std(), ttl) };
-    LeaseState::new(key, OwnerToken::from_bytes([7; 16]), ttl, grant)
+    LeaseState::new(key, OwnerToken::from_bytes([7; 16]), ttl, grant, crate::metrics::KeyMetrics::noop())
 }
 
 proptest! {

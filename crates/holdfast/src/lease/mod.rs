@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Grant;
 use crate::key::{LockKey, OwnerToken};
+use crate::metrics::{Accounted, KeyMetrics, LostCause};
 use crate::release::Horizon;
 
 #[cfg(test)]
@@ -39,10 +40,14 @@ pub(crate) struct LeaseState {
     valid_until: Mutex<Instant>,
     lost: CancellationToken,
     session_lost: Option<CancellationToken>,
+    /// The client's metric handles for this key's prefix.
+    pub(crate) metrics: Arc<KeyMetrics>,
+    /// Whether the lease's end was counted (lost once, or released).
+    accounted: Accounted,
 }
 
 impl LeaseState {
-    pub(crate) fn new(key: LockKey, token: OwnerToken, ttl: Duration, grant: Grant) -> Self {
+    pub(crate) fn new(key: LockKey, token: OwnerToken, ttl: Duration, grant: Grant, metrics: Arc<KeyMetrics>) -> Self {
         let valid_for = grant.valid_for.min(ttl);
         LeaseState {
             key,
@@ -53,6 +58,8 @@ impl LeaseState {
             valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
             lost: CancellationToken::new(),
             session_lost: grant.session_lost,
+            metrics,
+            accounted: Accounted::default(),
         }
     }
 
@@ -81,7 +88,25 @@ impl LeaseState {
         *vu = (*vu).max(sent + self.valid_for - drift_margin(self.valid_for));
     }
 
-    pub(crate) fn mark_lost(&self) {
+    /// Marks the lease lost, counting it once (unless it was released).
+    pub(crate) fn mark_lost(&self, cause: LostCause) {
+        if self.accounted.first() {
+            self.metrics.lost(cause);
+        }
+        self.lost.cancel();
+    }
+
+    /// Marks the lease's end as counted without counting a loss: it was
+    /// released (or given up) by its guard, so a deadline that passes later
+    /// is no loss.
+    pub(crate) fn mark_ended(&self) {
+        self.accounted.first();
+    }
+
+    /// Ends the lease after a release that failed: `lost()` fires, no loss
+    /// is counted.
+    pub(crate) fn end(&self) {
+        self.mark_ended();
         self.lost.cancel();
     }
 
@@ -89,8 +114,12 @@ impl LeaseState {
         if self.lost.is_cancelled() {
             return true;
         }
-        if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled()) || Instant::now() >= self.valid_until() {
-            self.lost.cancel();
+        if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled()) {
+            self.mark_lost(LostCause::Session);
+            return true;
+        }
+        if Instant::now() >= self.valid_until() {
+            self.mark_lost(LostCause::Deadline);
             return true;
         }
         false
@@ -109,10 +138,10 @@ impl LeaseState {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
                 _ = self.lost.cancelled() => return,
-                _ = session.cancelled() => { self.lost.cancel(); return }
+                _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(deadline) => {
                     if Instant::now() >= self.valid_until() {
-                        self.lost.cancel();
+                        self.mark_lost(LostCause::Deadline);
                         return;
                     }
                 }
@@ -134,7 +163,7 @@ impl LeaseState {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
                 _ = self.lost.cancelled() => return,
-                _ = session.cancelled() => { self.lost.cancel(); return }
+                _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(at) => {
                     // Past what the clock can count is past the deadline too.
                     if Instant::now().checked_add(within).is_none_or(|end| end >= self.valid_until()) {

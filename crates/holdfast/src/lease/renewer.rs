@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::LeaseState;
 use crate::backend::{Backend, RenewRequest};
+use crate::metrics::{LostCause, Op, StoreCounters};
 use crate::release::Release;
 
 struct Entry {
@@ -117,6 +118,7 @@ impl Entries {
                 expired.push(e.lease.clone());
                 self.leases.remove(&id);
             } else if renewal.is_some() {
+                e.lease.metrics.renew_lag.record(now.saturating_duration_since(e.next_renew));
                 slice.push((id, e.lease.clone()));
             } else {
                 // Not renewed and not yet past its deadline (which moved):
@@ -136,6 +138,8 @@ struct Shared {
     session_bound: bool,
     /// The most leases per renew call ([`Capabilities::renew_slice`](crate::Capabilities::renew_slice)).
     renew_slice: Option<usize>,
+    /// Store-wide metric handles (round trips, errors).
+    metrics: Arc<StoreCounters>,
     entries: Mutex<Entries>,
     changed: Notify,
     next_id: AtomicU64,
@@ -164,7 +168,7 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    pub(crate) fn new(backend: Arc<dyn Backend>) -> Self {
+    pub(crate) fn new(backend: Arc<dyn Backend>, metrics: Arc<StoreCounters>) -> Self {
         let caps = backend.capabilities();
         let (session_bound, renew_slice) = (caps.session_bound, caps.renew_slice);
         Renewer {
@@ -172,6 +176,7 @@ impl Renewer {
                 backend,
                 session_bound,
                 renew_slice,
+                metrics,
                 entries: Mutex::default(),
                 changed: Notify::new(),
                 next_id: AtomicU64::new(0),
@@ -313,6 +318,7 @@ fn release_expired(shared: &Shared, expired: Vec<Arc<LeaseState>>) {
             key: lease.key.clone(),
             token: lease.token,
             horizon: lease.release_horizon(),
+            observed: None,
         };
         let _ = release.spawn();
     }
@@ -327,19 +333,39 @@ async fn renew_slice(shared: Arc<Shared>, stop: CancellationToken, due: Vec<(u64
     // by then lost() has fired anyway, and the other leases need the task.
     let give_up = due.iter().map(|(_, l)| l.valid_until()).min().unwrap_or_else(Instant::now);
     let sent = Instant::now();
-    let span = tracing::debug_span!("renew", leases = requests.len());
+    let store = shared.backend.name();
+    let span = tracing::debug_span!(
+        "renew",
+        store,
+        leases = requests.len(),
+        key = tracing::field::Empty,
+        fence = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    if let [(_, lease)] = due.as_slice() {
+        span.record("key", tracing::field::display(&lease.key));
+        span.record("fence", lease.fence);
+    }
+    let call = tracing::debug_span!(parent: &span, "store", store, op = "renew");
+    let renewing = tokio::time::timeout_at(give_up, shared.backend.renew(&requests).instrument(call));
     let outcome = tokio::select! {
         // In the order written, not at random: a seed replays exactly.
         biased;
         _ = stop.cancelled() => return false,
-        r = tokio::time::timeout_at(give_up, shared.backend.renew(&requests)).instrument(span) => r,
+        r = renewing.instrument(span.clone()) => r,
     };
+    let _entered = span.enter();
+    if outcome.is_ok() {
+        shared.metrics.renew_seconds.record(sent.elapsed());
+    }
     let mut entries = shared.entries();
     match outcome {
         Ok(Ok(held)) if held.len() == due.len() => {
+            let mut gone = 0usize;
             for ((id, lease), still_held) in due.iter().zip(held) {
                 // Released while the slice was in flight: not a loss.
                 let Some(e) = entries.leases.get_mut(id) else { continue };
+                lease.metrics.renewed(Some(still_held));
                 if still_held {
                     lease.extended(sent);
                     if let Some(interval) = e.interval {
@@ -347,22 +373,32 @@ async fn renew_slice(shared: Arc<Shared>, stop: CancellationToken, due: Vec<(u64
                     }
                     entries.reschedule(*id);
                 } else {
+                    gone += 1;
                     tracing::warn!(key = %lease.key, fence = lease.fence, "lease gone at renewal");
-                    lease.mark_lost();
+                    lease.mark_lost(LostCause::Renewal);
                     entries.remove(*id);
                 }
             }
+            span.record("outcome", if gone == 0 { "renewed" } else { "gone" });
         }
         other => {
             match other {
                 Ok(Ok(_)) => tracing::error!("backend renew returned the wrong number of results"),
-                Ok(Err(e)) => tracing::warn!(error = %e, leases = due.len(), "renewal failed, retrying"),
-                Err(_) => tracing::warn!(leases = due.len(), "renewal timed out, retrying"),
+                Ok(Err(e)) => {
+                    shared.metrics.store_error(Op::Renew, &e);
+                    tracing::warn!(error = %e, leases = due.len(), "renewal failed, retrying")
+                }
+                Err(_) => {
+                    shared.metrics.store_timeout(Op::Renew);
+                    tracing::warn!(leases = due.len(), "renewal timed out, retrying")
+                }
             }
+            span.record("outcome", "error");
             // Retry soon; the leases stay valid until their local deadline.
             let retry = Instant::now();
-            for (id, _) in &due {
+            for (id, lease) in &due {
                 let Some(e) = entries.leases.get_mut(id) else { continue };
+                lease.metrics.renewed(None);
                 if let Some(interval) = e.interval {
                     e.next_renew = retry + (interval / 8).max(Duration::from_millis(5));
                 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 /// failed for its round.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// The URLs of the members of `redlock://[user:pass@]h1:p1,h2:p2[/db][?options]`
+/// The URLs of the members (as [`Secret`](crate::Secret)s: they carry the
+/// password) of `redlock://[user:pass@]h1:p1,h2:p2[/db][?options]`
 /// (each `redis://[user:pass@]h:p[/db][?options]`, the options minus
 /// `call_timeout_ms`), and that call timeout if given.
 #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
-pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<String>, Option<Duration>)> {
+pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<crate::Secret>, Option<Duration>)> {
     let bad = |why: &str| crate::Error::invalid("url", format!("{}: {why}", crate::redact_url(url)));
     let rest = match url.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redlock") => rest,
@@ -42,7 +43,7 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<String>, Option<Durat
             _ => options.push(pair),
         }
     }
-    let members: Vec<String> = hosts
+    let members: Vec<crate::Secret> = hosts
         .split(',')
         .map(|host| {
             if host.is_empty() {
@@ -62,7 +63,7 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<String>, Option<Durat
                 member.push('?');
                 member.push_str(&options.join("&"));
             }
-            Ok(member)
+            Ok(crate::Secret::new(member))
         })
         .collect::<crate::Result<_>>()?;
     Ok((members, call_timeout))
@@ -71,7 +72,8 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<String>, Option<Durat
 #[cfg(feature = "redlock")]
 pub(super) async fn open_url(url: &str) -> crate::Result<super::RedLock> {
     let (urls, call_timeout) = member_urls(url)?;
-    let opened = futures::future::join_all(urls.iter().map(|u| crate::backend::redis::RedisBackend::open_url(u))).await;
+    let opened =
+        futures::future::join_all(urls.iter().map(|u| crate::backend::redis::RedisBackend::open_url(u.expose()))).await;
     let mut members: Vec<std::sync::Arc<dyn crate::backend::Backend>> = Vec::with_capacity(opened.len());
     for m in opened {
         members.push(std::sync::Arc::new(m?));
@@ -90,6 +92,7 @@ mod tests {
     #[test]
     fn members_share_credentials_database_and_options() {
         let (urls, t) = member_urls("redlock://u:p@w@a:1,b:2/3?timeout_ms=500&call_timeout_ms=40").expect("parses");
+        let urls: Vec<&str> = urls.iter().map(crate::Secret::expose).collect();
         assert_eq!(urls, ["redis://u:p@w@a:1/3?timeout_ms=500", "redis://u:p@w@b:2/3?timeout_ms=500"]);
         assert_eq!(t, Some(Duration::from_millis(40)));
     }

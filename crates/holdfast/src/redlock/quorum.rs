@@ -223,7 +223,7 @@ impl Members {
         let horizon = Horizon::At(Instant::now() + ttl + 2 * drift_margin(ttl));
         for (member, token, _) in failed {
             let backend = self.stores[member].clone();
-            let _ = Release { backend, key: key.clone(), token, horizon: horizon.clone() }.spawn();
+            let _ = Release { backend, key: key.clone(), token, horizon: horizon.clone(), observed: None }.spawn();
         }
         Ok(released)
     }

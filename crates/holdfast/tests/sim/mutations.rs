@@ -370,7 +370,7 @@ fn renewer_ignores_failed_renewal() {
         name: "renewer ignores a failed renewal",
         file: "crates/holdfast/src/lease/renewer.rs",
         original: "            let retry = Instant::now();
-            for (id, _) in &due {",
+            for (id, lease) in &due {",
         mutated: "            let retry = Instant::now();
             for (id, lease) in &due {
                 // MUTANT: the failed renewal counts as renewed.

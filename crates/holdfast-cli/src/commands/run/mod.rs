@@ -55,6 +55,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let timing = StopTiming::new(args.ttl, args.kill_after)?;
     let url = timing::zk_session_fitting(&args.backend.url()?, args.ttl);
 
+    if let Some(addr) = args.metrics_addr {
+        crate::metrics_http::serve(addr).await?;
+    }
     // Connecting holds nothing yet: until here SIGINT/SIGTERM simply end holdfast.
     let client = super::connect(&url, args.label.clone()).await?;
     let signals = Signals::new()?;
