@@ -113,8 +113,8 @@ impl ZkServer {
         self._dir.path().join("tls")
     }
 
-    /// A secured server's `zks://` URL (SASL user, `auth=sasl`, `ca_file`);
-    /// panics on a server that is not secured.
+    /// A secured server's `zk://` URL for the SASL user (`auth=sasl`, plain
+    /// port); panics on a server that is not secured.
     pub fn secured_url(&self) -> String {
         let s = self.secured.as_ref().expect("a secured server (start_secured)");
         let enc = |t: &str| -> String {
@@ -122,8 +122,12 @@ impl ZkServer {
                 .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
                 .collect()
         };
-        let ca: String = enc(&self.tls_dir().join("ca.pem").display().to_string());
-        format!("zks://{}:{}@127.0.0.1:{}?auth=sasl&ca_file={ca}", enc(&s.user.0), enc(&s.user.1), s.secure_port)
+        format!("zk://{}:{}@127.0.0.1:{}?auth=sasl", enc(&s.user.0), enc(&s.user.1), self.members[0].client_port)
+    }
+
+    /// A secured server's TLS port.
+    pub fn secure_port(&self) -> u16 {
+        self.secured.as_ref().expect("a secured server (start_secured)").secure_port
     }
 
     /// An ensemble of `n` members (3 for failover tests), every member serving.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use holdfast::backend::Backend;
 use holdfast::{Client, ClientOptions, Error, GuardKind, LockKey, MAX_TTL, MIN_TTL};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
 /// The longest one case may take (it does a handful of store calls).
 const CASE_BOUND: Duration = Duration::from_secs(20);
@@ -465,7 +465,16 @@ pub async fn check(backend: &Arc<dyn Backend>, input: &Input) -> Result<Outcome,
 pub fn run(rt: &tokio::runtime::Runtime, backend: &Arc<dyn Backend>, cases: u32, store: &str) {
     // Shrinking re-runs cases that may each wait out CASE_BOUND: cap it.
     let config = Config { cases, failure_persistence: None, max_shrink_time: 60_000, ..Config::default() };
-    let mut runner = TestRunner::new(config);
+    // Seeded, as the garbage cases are: a run is repeatable, and
+    // BADINPUT_SEED=n explores others.
+    let seed: u64 = std::env::var("BADINPUT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x1b_ad1e);
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    for (i, b) in store.bytes().enumerate().take(24) {
+        seed_bytes[8 + i] = b;
+    }
+    eprintln!("{store}: input cases from seed {seed} (BADINPUT_SEED)");
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes));
     let tally = std::sync::Mutex::new([0u32; 3]);
     let result = runner.run(&input(), |input| {
         rt.block_on(async {

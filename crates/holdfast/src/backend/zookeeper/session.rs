@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use futures::FutureExt as _;
-
-use super::config::{ZkAuth, ZkTls};
+use super::config::ZkAuth;
 use super::{STORE, ZkConfig, map_err, nodes, timed};
 use crate::error::{Error, Result};
 
@@ -135,11 +133,17 @@ impl Sessions {
             (None, _) => {}
         }
         let hosts = cfg.connect_string();
-        let connecting = match &cfg.tls {
-            Some(tls) => connector.with_tls(tls_options(tls)?).secure_connect(&hosts).boxed(),
-            None => connector.connect(&hosts).boxed(),
-        };
-        let client = timed(cfg.timeout, "connect", connecting).await?.map_err(map_err)?;
+        if cfg.tls.is_some() {
+            // The client crate's `tls` feature brings rustls's aws-lc-rs
+            // provider beside the ring one the other stores use; rustls then
+            // cannot pick a process default and panics in their TLS (and in
+            // the application's). Refused until the crate can take ring.
+            return Err(Error::Unsupported {
+                store: STORE,
+                what: "TLS to ZooKeeper (zks://): the client crate's TLS needs a second rustls crypto provider",
+            });
+        }
+        let client = timed(cfg.timeout, "connect", connector.connect(&hosts)).await?.map_err(map_err)?;
         let id = client.session_id().0;
         let lost = CancellationToken::new();
         watch(&client, id, lost.clone(), Arc::downgrade(self));
@@ -197,27 +201,4 @@ fn watch(client: &zk::Client, id: i64, lost: CancellationToken, sessions: Weak<S
             sessions.abandon(id);
         }
     });
-}
-
-/// The client crate's TLS options for a `zks://` URL: the CA file's
-/// certificates and, if given, the client certificate and key.
-fn tls_options(tls: &ZkTls) -> Result<zk::TlsOptions> {
-    let read = |path: &std::path::Path, what: &str| {
-        std::fs::read_to_string(path)
-            .map_err(|e| Error::invalid("url", format!("zks:// {what} {}: {e}", path.display())))
-    };
-    let bad = |what: &str, e: zk::Error| Error::invalid("url", format!("zks:// {what}: {e}"));
-    // The client crate builds its TLS config with rustls's process-wide
-    // crypto provider, which rustls cannot pick by itself when the build
-    // holds more than one (it panics). Install ring unless the application
-    // installed one: the first install wins, later ones are no-ops.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut options =
-        zk::TlsOptions::new().with_pem_ca(&read(&tls.ca_file, "ca_file")?).map_err(|e| bad("ca_file", e))?;
-    if let Some((cert, key)) = &tls.client_cert {
-        options = options
-            .with_pem_identity(&read(cert, "cert_file")?, &read(key, "key_file")?)
-            .map_err(|e| bad("cert_file/key_file", e))?;
-    }
-    Ok(options)
 }
