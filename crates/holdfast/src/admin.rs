@@ -131,3 +131,22 @@ impl Client {
         self.inner().backend.force_release(&key).await
     }
 }
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// The status of each listed key that is still held (a key the store
+/// listed may be freed before its status is read), skipping names that are
+/// not valid keys: the list of the stores that can only name the keys.
+pub(crate) async fn held_statuses(
+    backend: &(impl crate::backend::Backend + ?Sized),
+    keys: impl IntoIterator<Item = String>,
+) -> Result<Vec<crate::backend::LockStatus>> {
+    let mut out = Vec::new();
+    for key in keys {
+        let Ok(key) = crate::LockKey::new(key) else { continue };
+        let status = backend.status(&key).await?;
+        if status.holder.is_some() || !status.shared.is_empty() {
+            out.push(status);
+        }
+    }
+    Ok(out)
+}

@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
 use crate::admin::ForceReleased;
-use crate::backend::{Backend, LockStatus};
+use crate::backend::LockStatus;
 use crate::error::Result;
 use crate::key::LockKey;
 
@@ -33,16 +33,7 @@ impl MysqlBackend {
                 conn.exec(sql.as_str(), (p, p.len() as u64, p)).await
             })
             .await?;
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Ok(key) = String::from_utf8(key) else { continue };
-            let Ok(key) = LockKey::new(key) else { continue };
-            let status = self.status(&key).await?;
-            if status.holder.is_some() || !status.shared.is_empty() {
-                out.push(status);
-            }
-        }
-        Ok(out)
+        crate::admin::held_statuses(self, keys.into_iter().filter_map(|k| String::from_utf8(k).ok())).await
     }
 
     /// One transaction: the namespace's fence counter locked first (as every

@@ -9,7 +9,7 @@ use super::PostgresBackend;
 use super::error::map_err;
 use super::shares::GATE;
 use crate::admin::ForceReleased;
-use crate::backend::{Backend, LockStatus};
+use crate::backend::LockStatus;
 use crate::error::Result;
 use crate::key::LockKey;
 
@@ -31,16 +31,8 @@ impl PostgresBackend {
         let rows = self
             .transaction("list", async |c| c.query_typed(&sql, &[(&prefix, Type::TEXT)]).await.map_err(map_err))
             .await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let key: String = row.try_get(0).map_err(map_err)?;
-            let Ok(key) = LockKey::new(key) else { continue };
-            let status = self.status(&key).await?;
-            if status.holder.is_some() || !status.shared.is_empty() {
-                out.push(status);
-            }
-        }
-        Ok(out)
+        let keys = rows.iter().map(|row| row.try_get::<_, String>(0).map_err(map_err)).collect::<Result<Vec<_>>>()?;
+        crate::admin::held_statuses(self, keys).await
     }
 
     /// One transaction: the key's lease row locked (as every shared acquire
