@@ -133,7 +133,20 @@ impl OwnerToken {
 
     /// The token as 32 lowercase hex digits.
     pub fn to_hex(&self) -> String {
-        format!("{:032x}", self.0)
+        // The digits are ASCII.
+        String::from_utf8_lossy(&self.hex_digits()).into_owned()
+    }
+
+    /// The 32 lowercase hex digits of [`to_hex`](Self::to_hex), made
+    /// without an allocation or the formatting machinery (a store sends
+    /// them with every call).
+    pub(crate) fn hex_digits(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, d) in out.iter_mut().enumerate() {
+            *d = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        out
     }
 
     /// Parses 32 hex digits.
@@ -159,6 +172,15 @@ mod props;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_digits_are_the_formatted_token() {
+        for v in [0u128, 1, 0xf, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210, u128::MAX, u128::MAX / 3] {
+            let t = OwnerToken(v);
+            assert_eq!(t.hex_digits().as_slice(), format!("{v:032x}").as_bytes());
+            assert_eq!(t.to_hex(), format!("{v:032x}"));
+        }
+    }
 
     #[test]
     fn key_rules() {

@@ -139,9 +139,9 @@ fn renewal_is_batched() {
             guards.push(a.mutex(format!("many/{i}")).ttl(Duration::from_secs(3)).acquire().await.expect("acquire"));
         }
         let mut conn = raw(&server).await;
-        let before = command_calls(&mut conn, "evalsha").await;
+        let before = command_calls(&mut conn, "fcall").await;
         tokio::time::sleep(Duration::from_millis(3500)).await;
-        let calls = command_calls(&mut conn, "evalsha").await - before;
+        let calls = command_calls(&mut conn, "fcall").await - before;
         // Renewal every 1 s: about 3-4 ticks of 40 calls (39 x 64 + 4 leases);
         // a tick split by acquisition times may cost a few more. One call per
         // lease would be 7,500 or more.
@@ -381,10 +381,42 @@ fn tls_with_a_ca_file() {
     });
 }
 
-/// The least an ACL user needs (the list in docs.md), and a wrong password is
+/// A server that lost the function library (`FUNCTION FLUSH`, a restart
+/// without persistence, a failover to a node without it) is sent it again by
+/// the next call, which then runs: locks go on, and the library is loaded
+/// once per loss.
+#[test]
+fn a_lost_function_library_is_loaded_again() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let a = client(&server.url(), "a").await;
+        let mut conn = raw(&server).await;
+        a.mutex("flush").acquire().await.expect("acquire").release().await.expect("release");
+        let loads = command_calls(&mut conn, "function|load").await;
+        let flush = || redis::cmd("FUNCTION").arg("FLUSH").clone();
+        let _: () = flush().query_async(&mut conn).await.expect("function flush");
+        let g = a.mutex("flush").acquire().await.expect("acquire after FUNCTION FLUSH");
+        let _: () = flush().query_async(&mut conn).await.expect("function flush");
+        g.release().await.expect("release after FUNCTION FLUSH");
+        let g = a.mutex("flush").try_acquire().await.expect("try_acquire").expect("free after the release");
+        assert!(g.fence() > 0);
+        g.release().await.expect("release");
+        assert_eq!(command_calls(&mut conn, "function|load").await - loads, 2, "one load per flush");
+    });
+}
+
+/// The least an ACL user needs (the list in docs.md), with and without the
+/// two commands of the faster function calls (`FCALL`, `FUNCTION LOAD`):
+/// without them the store calls its scripts by `EVALSHA`. A wrong password is
 /// a non-retryable error that does not show the password.
 #[test]
 fn acl_user_with_minimal_permissions() {
+    for functions in [true, false] {
+        acl_user_with_minimal_permissions_case(functions);
+    }
+}
+
+fn acl_user_with_minimal_permissions_case(functions: bool) {
     let server = RedisServer::start();
     rt().block_on(async {
         let mut conn = raw(&server).await;
@@ -395,6 +427,9 @@ fn acl_user_with_minimal_permissions() {
         cmd.arg("SETUSER").arg("locker");
         for rule in rules.split_whitespace() {
             cmd.arg(rule);
+        }
+        if functions {
+            cmd.arg("+fcall").arg("+function|load");
         }
         let _: () = cmd.query_async(&mut conn).await.expect("acl setuser");
         let url = format!("redis://locker:s3cret-pw@127.0.0.1:{}", server.port());
@@ -425,6 +460,13 @@ fn acl_user_with_minimal_permissions() {
         reader.release().await.expect("release");
         let w = tokio::time::timeout(Duration::from_secs(10), writer).await.expect("writer stuck").expect("task");
         w.expect("write as an ACL user").release().await.expect("release");
+        // Which way the scripts went: all by FCALL, or all by EVALSHA.
+        let (fcall, evalsha) = (command_calls(&mut conn, "fcall").await, command_calls(&mut conn, "evalsha").await);
+        if functions {
+            assert!(fcall > 0 && evalsha == 0, "FCALL {fcall}, EVALSHA {evalsha}");
+        } else {
+            assert!(fcall == 0 && evalsha > 0, "FCALL {fcall}, EVALSHA {evalsha}");
+        }
         let bad = format!("redis://locker:wrong-pw@127.0.0.1:{}?timeout_ms=2000", server.port());
         match Client::connect(&bad).await {
             Err(e @ Error::Backend { .. }) => {
@@ -436,7 +478,8 @@ fn acl_user_with_minimal_permissions() {
     });
 }
 
-/// An ACL user missing a command the store needs (`EVALSHA`, here) over TLS:
+/// An ACL user missing a command the store needs (`FCALL` and `EVALSHA`,
+/// here: either way of calling the scripts) over TLS:
 /// connecting works (nothing is checked yet), the first lock call is a
 /// non-retryable error that names the refusal, and never the password.
 #[test]
@@ -448,7 +491,7 @@ fn acl_user_missing_a_permission_over_tls() {
         let out = std::process::Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &server.port().to_string(), "--tls", "--cacert"])
             .arg(&ca)
-            .args(["ACL", "SETUSER", "partial", "on", ">partial-PLANTED-pw", "~*", "&*", "+@all", "-evalsha"])
+            .args(["ACL", "SETUSER", "partial", "on", ">partial-PLANTED-pw", "~*", "&*", "+@all", "-evalsha", "-fcall"])
             .output()
             .expect("redis-cli (apt-get install -y redis-tools)");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK", "{}", String::from_utf8_lossy(&out.stderr));
@@ -466,7 +509,7 @@ fn acl_user_missing_a_permission_over_tls() {
                 assert!(text.to_lowercase().contains("permission"), "{text}");
                 assert!(!text.contains("PLANTED"), "{text}");
             }
-            other => panic!("a user without EVALSHA: expected a Backend error, got {other:?}"),
+            other => panic!("a user without FCALL and EVALSHA: expected a Backend error, got {other:?}"),
         }
     });
 }

@@ -6,24 +6,30 @@ use super::config::RedisConfig;
 use super::ms;
 use crate::key::LockKey;
 
-/// The four keys of one lock (the lock hash, the fair queue and its
-/// entries, the shares); they share the hash tag `{prefix:key}`.
+/// The ends of the four keys' names of a lock, after `{prefix:key`: the
+/// lock hash, the fair queue and its entries, the shares. They share the
+/// hash tag `{prefix:key}`.
+const ENDS: [&str; 4] = ["}", "}:q", "}:e", "}:s"];
+
+/// The lock hash (`H` in the scripts).
+pub(super) const H: usize = 0;
+/// The fair queue (`Q`).
+pub(super) const Q: usize = 1;
+/// The fair queue's entries (`E`).
+pub(super) const E: usize = 2;
+/// The shares (`S`).
+pub(super) const S: usize = 3;
+
+/// The parts of the name of one of a lock's keys (`which`: [`H`], [`Q`],
+/// [`E`] or [`S`]), to write into a command without building a string: this
+/// runs for every key of every call.
+pub(super) fn key_parts<'a>(prefix: &'a str, key: &'a LockKey, which: usize) -> [&'a str; 5] {
+    ["{", prefix, ":", key.as_str(), ENDS[which]]
+}
+
+/// The four keys of one lock, as strings ([`key_parts`] joined).
 pub(super) fn lock_keys(prefix: &str, key: &LockKey) -> [String; 4] {
-    // Built by hand, not with format!: this runs twice per lock cycle.
-    let mut h = String::with_capacity(prefix.len() + key.as_str().len() + 5);
-    h.push('{');
-    h.push_str(prefix);
-    h.push(':');
-    h.push_str(key.as_str());
-    h.push('}');
-    let suffixed = |suffix: &str| {
-        let mut k = String::with_capacity(h.len() + 2);
-        k.push_str(&h);
-        k.push_str(suffix);
-        k
-    };
-    let (q, e, s) = (suffixed(":q"), suffixed(":e"), suffixed(":s"));
-    [h, q, e, s]
+    [H, Q, E, S].map(|which| key_parts(prefix, key, which).concat())
 }
 
 /// How long a waiter's mark on a lock (`mark_waiter` in the scripts) asks

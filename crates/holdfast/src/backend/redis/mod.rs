@@ -32,7 +32,7 @@ use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt};
-use keys::{lock_keys, waiter_horizon};
+use keys::{E, H, Q, S, key_parts, lock_keys, waiter_horizon};
 use link::Link;
 use lua::{ScriptCall, Scripts};
 use pubsub::Notifier;
@@ -53,8 +53,6 @@ struct Inner {
     /// cannot delay it into a lost lease.
     renew_conn: Link,
     scripts: Scripts,
-    /// The scripts' sources, to load on a cluster's new master.
-    script_sources: Vec<String>,
     notifier: Arc<Notifier>,
     client_id: String,
     durability: FenceDurability,
@@ -65,6 +63,7 @@ impl fmt::Debug for RedisBackend {
         f.debug_struct("RedisBackend")
             .field("config", &self.inner.config)
             .field("client_id", &self.inner.client_id)
+            .field("calls", &if self.inner.scripts.uses_functions() { "FCALL" } else { "EVALSHA" })
             .finish_non_exhaustive()
     }
 }
@@ -132,17 +131,9 @@ impl RedisBackend {
         pending.spawn(push_conn, config.timeout);
 
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
+        let scripts = Scripts::detect(&mut conn.clone(), config.timeout).await;
         Ok(RedisBackend {
-            inner: Arc::new(Inner {
-                config,
-                conn,
-                renew_conn,
-                scripts: Scripts::new(),
-                script_sources: lua::sources(),
-                notifier,
-                client_id,
-                durability,
-            }),
+            inner: Arc::new(Inner { config, conn, renew_conn, scripts, notifier, client_id, durability }),
         })
     }
 
@@ -177,12 +168,9 @@ impl RedisBackend {
             match r {
                 // A master just promoted in a cluster may lack the scripts
                 // even after the crate loaded them (on the nodes it knew).
-                Err(e)
-                    if matches!(conn, Link::Cluster(_))
-                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                {
+                Err(e) if matches!(conn, Link::Cluster(_)) && inv.is_missing(&e) => {
                     tracing::debug!("a cluster master lacks the scripts; loading them on every master");
-                    conn.load_on_every_master(&self.inner.script_sources).await?;
+                    self.inner.scripts.load_on_every_master(&mut conn).await?;
                     inv.invoke(&mut conn).await
                 }
                 other => other,
@@ -199,10 +187,12 @@ impl RedisBackend {
     /// refusal marks the lock so that its release publishes there.
     async fn attempt(&self, req: &AcquireRequest, fair: bool, waiting: bool) -> Result<Attempt> {
         let config = &self.inner.config;
-        let [h, q, e, _] = lock_keys(&config.prefix, &req.key);
         let script = if fair { &self.inner.scripts.fair_acquire } else { &self.inner.scripts.acquire };
         let mut inv = script.call(3);
-        inv.key(h).key(q).key(e).arg(req.token.to_hex()).arg(ms(req.ttl)).arg(&req.label);
+        for which in [H, Q, E] {
+            inv.key_parts(&key_parts(&config.prefix, &req.key, which));
+        }
+        inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
         if fair {
             inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
         } else {
@@ -363,16 +353,15 @@ impl Backend for RedisBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let config = &self.inner.config;
-        let [h, q, e, s] = lock_keys(&config.prefix, key);
+        let naming = self.inner.notifier.naming();
         let mut inv = self.inner.scripts.release.call(4);
-        inv.key(h)
-            .key(q)
-            .key(e)
-            .key(s)
-            .arg(token.to_hex())
+        for which in [H, Q, E, S] {
+            inv.key_parts(&key_parts(&config.prefix, key, which));
+        }
+        inv.arg(&token.hex_digits()[..])
             .arg(ms(config.fence_keep))
-            .arg(self.inner.notifier.naming().lock_channel(key.as_str()))
-            .arg(self.inner.notifier.naming().client_prefix(key.as_str()));
+            .arg_parts(&naming.lock_channel_parts(key.as_str()))
+            .arg_parts(&naming.client_prefix_parts(key.as_str()));
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }
@@ -396,7 +385,7 @@ impl Backend for RedisBackend {
                 }
                 inv.arg(ms(self.inner.config.fence_keep));
                 for &i in chunk {
-                    inv.arg(leases[i].token.to_hex()).arg(ms(leases[i].ttl));
+                    inv.arg(&leases[i].token.hex_digits()[..]).arg(ms(leases[i].ttl));
                 }
                 let generation = self.inner.renew_conn.generation();
                 let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;

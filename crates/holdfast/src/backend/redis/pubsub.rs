@@ -57,8 +57,14 @@ impl Naming {
 
     /// The channel a release of `key` publishes on for non-fair waiters.
     pub(super) fn lock_channel(&self, key: &str) -> String {
-        let p = &self.prefix;
-        if self.cluster { format!("{p}:w:{{{p}:{key}}}") } else { format!("{p}:w:{key}") }
+        self.lock_channel_parts(key).concat()
+    }
+
+    /// [`lock_channel`](Self::lock_channel) in parts, to write into a
+    /// command without building a string (every release sends it).
+    pub(super) fn lock_channel_parts<'a>(&'a self, key: &'a str) -> [&'a str; 6] {
+        let p = self.prefix.as_str();
+        if self.cluster { [p, ":w:{", p, ":", key, "}"] } else { [p, ":w:", key, "", "", ""] }
     }
 
     /// The lock key of a lock channel.
@@ -73,8 +79,14 @@ impl Naming {
     /// What the release script puts before a queued waiter's client id to
     /// name its client's channel, for lock `key`.
     pub(super) fn client_prefix(&self, key: &str) -> String {
-        let p = &self.prefix;
-        if self.cluster { format!("{p}:c:{{{p}:{key}}}:") } else { format!("{p}:c:") }
+        self.client_prefix_parts(key).concat()
+    }
+
+    /// [`client_prefix`](Self::client_prefix) in parts, like
+    /// [`lock_channel_parts`](Self::lock_channel_parts).
+    pub(super) fn client_prefix_parts<'a>(&'a self, key: &'a str) -> [&'a str; 6] {
+        let p = self.prefix.as_str();
+        if self.cluster { [p, ":c:{", p, ":", key, "}:"] } else { [p, ":c:", "", "", "", ""] }
     }
 
     /// This client's channel for fair hand-offs of `key`.
@@ -425,5 +437,8 @@ mod tests {
         let plain = Naming::new("app", "00ff", false);
         assert_eq!(plain.lock_channel("k"), "app:w:k");
         assert_eq!(plain.client_prefix("k"), "app:c:");
+        let cluster = Naming::new("app", "00ff", true);
+        assert_eq!(cluster.lock_channel("k"), "app:w:{app:k}");
+        assert_eq!(cluster.client_prefix("k"), "app:c:{app:k}:");
     }
 }
