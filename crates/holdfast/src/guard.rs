@@ -238,9 +238,10 @@ impl<K: GuardKind> Guard<K> {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: the release runs on a task of its own, so dropping this
-    /// future after its first poll still releases the lock (only the outcome
-    /// is not reported).
+    /// Cancel-safe: dropping this future after its first poll still
+    /// releases the lock: a release in flight is handed to a task of its
+    /// own, which sends it again (a re-sent release answers as the first
+    /// would); only the outcome is not reported.
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         if !self.held.drop_hold() {

@@ -324,7 +324,8 @@ fn unreachable_busy(key: &str) -> Error {
 /// Releases an in-flight attempt's token unless disarmed: the core of cancel
 /// safety. Whatever path abandons the attempt (an error, the deadline, the
 /// future dropped at any await point, even while this cleanup runs), the
-/// release runs on a task of its own and so cannot be cancelled half-way.
+/// release cannot be cancelled half-way (one dropped in flight goes on, sent
+/// again, on a task of its own).
 struct Cleanup {
     armed: Option<(Arc<dyn Backend>, LockKey, OwnerToken)>,
     ttl: Duration,

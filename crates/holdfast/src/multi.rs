@@ -417,8 +417,8 @@ impl MultiGuard {
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: each part's release runs on a task of its own once
-    /// started, and a part whose release had not started is released by its
+    /// Cancel-safe: each part's release is carried out once started (on a
+    /// task of its own if this future is dropped), and a part whose release had not started is released by its
     /// guard's drop; only the outcome is not reported.
     pub async fn release(self) -> Result<()> {
         release_all(self.parts).await

@@ -154,8 +154,8 @@ fn every_cut_point_leaves_nothing() {
                 cuts[0],
                 &cuts[1..]
             );
-            // A release runs on a task of its own; its future only waits for
-            // the first outcome, once, however many attempts the task makes.
+            // A release retries on a task of its own: its future only waits
+            // for the first outcome, once, however many attempts follow.
             if op != Op::Release {
                 assert!(
                     cuts[1..].iter().any(|&n| n > cuts[0]),
