@@ -227,6 +227,42 @@ async fn notify_hands_off_one_waiter_per_release_with_flat_statements() {
     assert!(last <= first * 1.5 + 0.25, "statements per acquisition grew with waiters: {per_acquisition:?}");
 }
 
+/// An uncontended acquire and release is two statements, and the acquire
+/// is the short one: a task that has not met its key busy marks nothing
+/// wanted, so the statement that plans and runs the marking (`w`, an index
+/// scan and an update) is not sent. Counted by the server, like the Redis
+/// store's command count per uncontended cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uncontended_acquire_and_release_statements() {
+    let server = PostgresServer::start_with_settings(&[("shared_preload_libraries", "pg_stat_statements")]);
+    psql(&server, "CREATE EXTENSION pg_stat_statements");
+    let client = connect(&server.url(), "count").await;
+    // Warm up: connections opened, statements prepared, the first sweep done.
+    client.mutex("count").acquire().await.expect("acquire").release().await.expect("release");
+    psql(&server, "SELECT pg_stat_statements_reset()");
+    let n = 200u32;
+    for i in 0..n {
+        let key = if i % 2 == 0 { "count".to_owned() } else { format!("count/{i}") };
+        let guard = client.mutex(key).acquire().await.expect("acquire");
+        guard.release().await.expect("release");
+    }
+    let per = |filter: &str| -> f64 {
+        let calls: f64 =
+            psql(&server, &format!("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {filter}"))
+                .parse()
+                .expect("calls");
+        calls / f64::from(n)
+    };
+    // Renewals ("WITH r AS") run on their own schedule; none is due here.
+    let lock = per("query LIKE '%holdfast_leases%' AND query NOT LIKE 'WITH r AS%'");
+    let acquires = per("query LIKE 'WITH cur AS%'");
+    let full = per("query LIKE 'WITH cur AS%' AND query LIKE '%), w AS (%'");
+    eprintln!("per uncontended cycle: {lock} lock statements, {acquires} acquires, {full} of them the full statement");
+    assert_eq!(lock, 2.0, "statements per uncontended acquire+release");
+    assert_eq!(acquires, 1.0, "acquire statements per uncontended acquire");
+    assert_eq!(full, 0.0, "an uncontended first attempt sent the statement that registers waiters");
+}
+
 /// An expired row is taken over atomically by the next acquirer (higher
 /// fence, the same single row); the stale token can neither release nor
 /// renew it; release deletes the row.

@@ -157,27 +157,37 @@ impl Backend for PostgresBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
-        let _waiting = self.inner.waiting.enter(req.key.as_str());
-        let wakeup = self.inner.wakeups.subscribe(req.key.as_str());
+        let key = req.key.as_str();
         if req.mode != LeaseMode::Exclusive {
+            let _waiting = self.inner.waiting.enter(key);
+            let wakeup = self.inner.wakeups.subscribe(key);
             self.ensure_listener().await;
             return wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await;
         }
         if !self.listening() {
             // A free key needs no listener: a client that never meets a busy
             // key never opens one (and never receives every release's NOTIFY).
-            if let Attempt::Granted(g) = self.attempt(req, true).await? {
+            // Nor does it register as a waiter or subscribe to wake-ups
+            // before it met the key busy: one statement, nothing else.
+            if let Attempt::Granted(g) = self.attempt(req, false).await? {
                 return Ok(g);
             }
-            // Busy: LISTEN first, then attempt again inside the loop, so a
-            // release after the attempt above is seen either way.
+            // Busy: register, LISTEN, then attempt again inside the loop
+            // (marking the row wanted), so a release after the attempt above
+            // is seen either way.
+            let _waiting = self.inner.waiting.enter(key);
+            let wakeup = self.inner.wakeups.subscribe(key);
             self.ensure_listener().await;
+            return wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await;
         }
+        let _waiting = self.inner.waiting.enter(key);
+        let wakeup = self.inner.wakeups.subscribe(key);
         wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        let token = token.to_bytes().to_vec();
+        let token = token.to_bytes();
+        let token = &token[..];
         let rows = self
             .query(
                 "release",
