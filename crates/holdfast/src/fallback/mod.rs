@@ -329,24 +329,19 @@ impl Backend for Fallback {
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let (attempts, ttl) = self.holdings.take(key, token);
         let Some(&last) = attempts.last() else { return Ok(false) };
+        // The holdings entry is gone: a release sent again would find nothing
+        // to release. So if this future is dropped before every store
+        // answered, each store's release goes on on a task of its own.
+        let mut in_flight = InFlight { chain: self, key, attempts: &attempts, ttl, answered: false };
         let results = join_all(attempts.iter().map(|&(s, t)| self.stores[s].release(key, t))).await;
+        in_flight.answered = true;
         let mut released = false;
         let mut error = None;
         for (&(store, store_token), result) in attempts.iter().zip(results) {
             match result {
                 Ok(r) => released |= r,
                 Err(e) => {
-                    // The chain retries it until the store has let the grant
-                    // go by itself: the client's own retries stop at the
-                    // end of its belief, which the mode lease may cut short
-                    // of the store's TTL.
-                    let backend = Arc::clone(&self.stores[store]);
-                    let horizon = if backend.capabilities().session_bound {
-                        Horizon::Unknown
-                    } else {
-                        Horizon::At(Instant::now() + ttl + 2 * drift_margin(ttl))
-                    };
-                    let _ = Release { backend, key: key.clone(), token: store_token, horizon, observed: None }.spawn();
+                    self.release_later(store, key, store_token, ttl);
                     // The last attempt is the one that may hold: its outcome
                     // is the release's.
                     if (store, store_token) == last {
@@ -430,4 +425,40 @@ fn record_key(name: &str) -> Result<LockKey> {
 
 fn label() -> String {
     crate::client::default_label()
+}
+
+impl Fallback {
+    /// Releases one store's grant on a task of its own, retried until the
+    /// store has let it go by itself: the client's own retries stop at the
+    /// end of its belief, which the mode lease may cut short of the store's
+    /// TTL.
+    fn release_later(&self, store: usize, key: &LockKey, store_token: OwnerToken, ttl: Duration) {
+        let backend = Arc::clone(&self.stores[store]);
+        let horizon = if backend.capabilities().session_bound {
+            Horizon::Unknown
+        } else {
+            Horizon::At(Instant::now() + ttl + 2 * drift_margin(ttl))
+        };
+        let _ = Release { backend, key: key.clone(), token: store_token, horizon, observed: None }.spawn();
+    }
+}
+
+/// The stores' releases of one [`Backend::release`] of the chain, in flight:
+/// dropped before they all answered, it hands each to a task of its own.
+struct InFlight<'a> {
+    chain: &'a Fallback,
+    key: &'a LockKey,
+    attempts: &'a [holdings::Attempt],
+    ttl: Duration,
+    answered: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            for &(store, store_token) in self.attempts {
+                self.chain.release_later(store, self.key, store_token, self.ttl);
+            }
+        }
+    }
 }

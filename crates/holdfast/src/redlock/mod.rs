@@ -178,13 +178,19 @@ impl RedLock {
         if taken.sent.is_empty() {
             return Ok(false);
         }
-        match self.members.release_all(key, &taken.sent, taken.ttl).await {
-            Ok(released) => Ok(released),
-            Err(e) => {
-                self.rounds.restore(key, client, taken);
-                Err(e)
-            }
+        // Dropped before the members answered (the caller's future was
+        // dropped), the rounds go back, so that the release sent again finds
+        // them and releases them.
+        let mut in_flight = RestoreIfDropped { rounds: &self.rounds, key, client, taken: Some(taken) };
+        let outcome = match &in_flight.taken {
+            Some(taken) => self.members.release_all(key, &taken.sent, taken.ttl).await,
+            None => Ok(false),
+        };
+        let Some(taken) = in_flight.taken.take() else { return outcome };
+        if outcome.is_err() {
+            self.rounds.restore(key, client, taken);
         }
+        outcome
     }
 }
 
@@ -332,5 +338,22 @@ impl Backend for RedLock {
             }
         }
         Ok(LockStatus { holder, ..LockStatus::free(key) })
+    }
+}
+
+/// The rounds of a release in flight, put back if it is dropped before the
+/// members answered.
+struct RestoreIfDropped<'a> {
+    rounds: &'a Rounds,
+    key: &'a LockKey,
+    client: OwnerToken,
+    taken: Option<rounds::Taken>,
+}
+
+impl Drop for RestoreIfDropped<'_> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            self.rounds.restore(self.key, self.client, taken);
+        }
     }
 }
