@@ -87,3 +87,59 @@ async fn labels_are_checked_before_any_io() {
         }
     }
 }
+
+/// PostgreSQL: a shared acquire (a semaphore permit, a reader, a writer)
+/// is one transaction on the store's transaction connection. One dropped
+/// between its statements (a short wait timeout, a caller's own timeout;
+/// found by `inputs_postgres`, seed 110: a writer with `wait_timeout` of
+/// 35 µs, after which every later case on the backend hung) left
+/// that connection idle in its transaction, holding the row locks it had
+/// taken: the gate row of its key and, once it had drawn a fence, the
+/// namespace's fence counter. It was only marked broken, and closed by the
+/// next shared call; until one came, every grant of a free key waited for
+/// the counter's row lock, each statement pipelined behind it on the same
+/// connection waited too, and every acquire and release of the backend
+/// failed with "timed out after 5s" (or hung, with an endless
+/// `store_retry`). Now an abandoned transaction's connection is closed at
+/// once, so the server rolls it back.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[expect(
+    clippy::async_yields_async,
+    reason = "the sweep's setup returns the operation's future, unpolled, for the harness to count"
+)]
+async fn postgres_dropped_shared_acquire_leaves_no_transaction_open() {
+    use holdfast_testkit::faults::cancel_at_each_suspension;
+    /// Far above a free key's grant on loopback, below the store's 5 s bound.
+    const QUICK: Duration = Duration::from_secs(3);
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::postgres::PostgresServer::start);
+    let client = Client::connect(&server.url()).await.expect("connect");
+    // A grant of a free key and its release, on the same backend: neither
+    // must wait for what a dropped attempt left.
+    let later_calls_work = async |what: String| {
+        let key = format!("after/{what}");
+        let g = tokio::time::timeout(QUICK, client.mutex(key.as_str()).try_acquire())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: a free key's grant took over {QUICK:?}"))
+            .unwrap_or_else(|e| panic!("{what}: acquire failed: {e:?}"))
+            .expect("a free key is granted");
+        tokio::time::timeout(QUICK, g.release())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: release took over {QUICK:?}"))
+            .unwrap_or_else(|e| panic!("{what}: release failed: {e:?}"));
+    };
+    let sem = client.semaphore("dropped/permits", 64).ttl(Duration::from_secs(30));
+    let sweep = cancel_at_each_suspension(
+        200,
+        async |_| {
+            let sem = sem.clone();
+            async move { sem.try_acquire_many(1).await }
+        },
+        async |n| later_calls_work(format!("permit dropped at suspension {n}")).await,
+    )
+    .await;
+    assert!(sweep.drops > 0, "the permit's acquire never suspended");
+    let permit = sweep.output.expect("completed").expect("try_acquire_many").expect("a free semaphore grants");
+    permit.release().await.expect("release");
+    later_calls_work("the sweep".to_owned()).await;
+}

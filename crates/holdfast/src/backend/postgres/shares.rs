@@ -139,16 +139,42 @@ impl ShareSql {
     }
 }
 
-/// Marks the transaction connection unusable unless disarmed: a caller that
-/// gave up (timeout, dropped future, failed `ROLLBACK`) may have left it
-/// inside a transaction; a new one is opened, and the server rolls the old
-/// one back when it closes.
-struct Spoiled(Option<Arc<Conn>>);
+/// Closes the transaction connection unless disarmed: a caller that gave
+/// up (timeout, dropped future, failed `ROLLBACK`) may have left it inside a
+/// transaction, holding row locks (the key's gate row, the namespace's fence
+/// counter once it drew a fence) that every grant of a free key waits for.
+/// Marking it broken is not enough: the connection would stay open, idle in
+/// that transaction, until the next shared call replaced it, and the lock
+/// statements queued behind a wait for those row locks would time out until
+/// then. So it leaves its slot here and, with the caller's last handle,
+/// closes (after the statement in flight, if any, which is cancelled: the
+/// connection runs nothing else); the server rolls the transaction back.
+struct Spoiled<'a> {
+    conn: Option<Arc<Conn>>,
+    slot: &'a tokio::sync::Mutex<Option<Arc<Conn>>>,
+    tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
+}
 
-impl Drop for Spoiled {
+impl Drop for Spoiled<'_> {
     fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.broken.store(true, Ordering::Relaxed);
+        let Some(c) = self.conn.take() else { return };
+        c.broken.store(true, Ordering::Relaxed);
+        // The caller holds the transaction turn, which every user of the
+        // slot takes first: the slot is free.
+        if let Ok(mut slot) = self.slot.try_lock() {
+            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
+                *slot = None;
+            }
+        }
+        // A statement still running (waiting for a row lock, say) would
+        // keep the connection, and its transaction, open until it ends.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (token, tls) = (c.client.cancel_token(), self.tls.clone());
+            rt.spawn(async move {
+                if let Err(e) = token.cancel_query(tls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned transaction's statement failed");
+                }
+            });
         }
     }
 }
@@ -168,11 +194,12 @@ impl PostgresBackend {
         let run = async {
             let _turn = self.inner.pool.txn_turn.lock().await;
             let conn = self.inner.pool.txn().await?;
-            let mut spoiled = Spoiled(Some(conn.clone()));
+            let pool = &self.inner.pool;
+            let mut spoiled = Spoiled { conn: Some(conn.clone()), slot: &pool.txn, tls: &pool.tls };
             conn.client.batch_execute("BEGIN").await.map_err(map_err)?;
             let out = work(&conn.client).await;
             conn.client.batch_execute(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }).await.map_err(map_err)?;
-            spoiled.0 = None;
+            spoiled.conn = None;
             out
         };
         tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
