@@ -142,69 +142,17 @@ impl Statements {
             //    Runs only when cur found a holder, re-checked on the latest
             //    row version; 0 rows = the row changed since the snapshot.
             acquire: format!(
-                "WITH cur AS (
-                     SELECT token, fence, expires_at, wanted FROM {t}
-                     WHERE key = $1 AND expires_at > clock_timestamp()
-                 ), f AS (
-                     UPDATE {f} SET value = value + 1
-                     WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
-                     RETURNING value
-                 ), ins AS (
-                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
-                     SELECT $1, $2, f.value, $4, clock_timestamp(),
-                            clock_timestamp() + $3::int8 * interval '1 millisecond', $6
-                     FROM f
-                     ON CONFLICT (key) DO UPDATE
-                         SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-                             wanted = excluded.wanted
-                         WHERE l.expires_at <= clock_timestamp()
-                     RETURNING l.fence
-                 ), mine AS (
-                     UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
-                     WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-                     RETURNING fence
-                 ), w AS (
+                "{grant}), w AS (
                      UPDATE {t} SET wanted = true
                      WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
                        AND EXISTS (SELECT 1 FROM cur WHERE token <> $2)
                      RETURNING 1
                  )
-                 SELECT (SELECT fence FROM ins),
-                        (SELECT fence FROM mine),
-                        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
-                        EXISTS (SELECT 1 FROM w)"
+                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w)",
+                grant = grant_ctes(&t, &f, "$6"),
             ),
-            // `cur`, `f`, `ins` and `mine` exactly as in `acquire`.
-            acquire_free: format!(
-                "WITH cur AS (
-                     SELECT token, fence, expires_at, wanted FROM {t}
-                     WHERE key = $1 AND expires_at > clock_timestamp()
-                 ), f AS (
-                     UPDATE {f} SET value = value + 1
-                     WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
-                     RETURNING value
-                 ), ins AS (
-                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
-                     SELECT $1, $2, f.value, $4, clock_timestamp(),
-                            clock_timestamp() + $3::int8 * interval '1 millisecond', $5
-                     FROM f
-                     ON CONFLICT (key) DO UPDATE
-                         SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-                             wanted = excluded.wanted
-                         WHERE l.expires_at <= clock_timestamp()
-                     RETURNING l.fence
-                 ), mine AS (
-                     UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
-                     WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-                     RETURNING fence
-                 )
-                 SELECT (SELECT fence FROM ins),
-                        (SELECT fence FROM mine),
-                        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur),
-                        false"
-            ),
+            // `acquire` without `w`.
+            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false", grant = grant_ctes(&t, &f, "$5")),
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
             // its commit; payload = the key.
@@ -534,4 +482,40 @@ impl PostgresBackend {
             tracing::debug!(error = %e, "sweep of expired lease rows failed");
         }
     }
+}
+
+/// The columns both acquire statements return: the granted fence, the
+/// holder's own fence on a retry, and the holder's time left.
+const GRANT_COLUMNS: &str = "SELECT (SELECT fence FROM ins), (SELECT fence FROM mine),
+        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur)";
+
+/// The CTEs `cur`, `f`, `ins` and `mine` of the acquire statements (see
+/// `acquire` in [`Statements::new`]), up to and without the closing
+/// parenthesis of `mine`, on lease table `t` and fence table `f`; `wanted`
+/// is the parameter a new row's `wanted` starts from.
+fn grant_ctes(t: &str, f: &str, wanted: &str) -> String {
+    format!(
+        "WITH cur AS (
+                     SELECT token, fence, expires_at, wanted FROM {t}
+                     WHERE key = $1 AND expires_at > clock_timestamp()
+                 ), f AS (
+                     UPDATE {f} SET value = value + 1
+                     WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
+                     RETURNING value
+                 ), ins AS (
+                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+                     SELECT $1, $2, f.value, $4, clock_timestamp(),
+                            clock_timestamp() + $3::int8 * interval '1 millisecond', {wanted}
+                     FROM f
+                     ON CONFLICT (key) DO UPDATE
+                         SET token = excluded.token, fence = excluded.fence, label = excluded.label,
+                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+                             wanted = excluded.wanted
+                         WHERE l.expires_at <= clock_timestamp()
+                     RETURNING l.fence
+                 ), mine AS (
+                     UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
+                     WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+                     RETURNING fence"
+    )
 }
