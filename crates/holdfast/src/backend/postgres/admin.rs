@@ -1,6 +1,6 @@
 //! The admin calls on PostgreSQL: the held keys under a prefix and the
 //! forced release, each built from the namespace's checked, quoted names
-//! (as in [`Statements`](super::sql::Statements)) at the call: admin calls
+//! (as in [`Statements`](super::statements::Statements)) at the call: admin calls
 //! are rare, so they keep no prepared statements.
 
 use tokio_postgres::types::Type;

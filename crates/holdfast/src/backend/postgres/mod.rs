@@ -10,6 +10,7 @@ mod pool;
 mod pooler;
 mod shares;
 mod sql;
+mod statements;
 mod tls;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -30,13 +31,13 @@ use crate::wait::{self, Attempt, LocalWakeups};
 use error::map_err;
 use listener::{Listener, WaitingKeys};
 use pool::Pool;
-use sql::Stmt;
+use statements::Stmt;
 
 const STORE: &str = "postgres";
 
 struct Inner {
     config: PostgresConfig,
-    sql: sql::Statements,
+    sql: statements::Statements,
     shares: shares::ShareSql,
     channel: String,
     pool: Pool,
@@ -108,7 +109,7 @@ impl PostgresBackend {
             prepared: config.prepared,
         };
         let inner = Inner {
-            sql: sql::Statements::new(&config),
+            sql: statements::Statements::new(&config),
             shares: shares::ShareSql::new(&config),
             channel: config.channel(),
             config,

@@ -50,8 +50,8 @@ pub(super) struct Conn {
     pub(super) client: PgClient,
     /// Whether named prepared statements may be used on it.
     pub(super) named: bool,
-    /// The statements prepared on it, indexed by [`Stmt`](super::sql::Stmt).
-    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; super::sql::Stmt::COUNT],
+    /// The statements prepared on it, indexed by [`Stmt`](super::statements::Stmt).
+    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; super::statements::Stmt::COUNT],
     /// Left inside a transaction by a caller that gave up: not to be used again.
     pub(super) broken: std::sync::atomic::AtomicBool,
 }

@@ -37,7 +37,7 @@ use crate::wait::Attempt;
 pub(super) const GATE: [u8; 16] = [0; 16];
 
 /// The statements of shared leases (schema and table names checked and
-/// quoted as in [`Statements`](super::sql::Statements); all values bound).
+/// quoted as in [`Statements`](super::statements::Statements); all values bound).
 #[derive(Debug)]
 pub(super) struct ShareSql {
     lock_gate: String,
