@@ -3,12 +3,13 @@
 //! batched renewal, and a grant deleted behind the client's back.
 #![cfg(feature = "redis")]
 
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use holdfast::{Client, ClientOptions, Error, FenceDurability};
 use holdfast_testkit::servers::redis::RedisServer;
 
+#[path = "redis/fair.rs"]
+mod fair;
 #[path = "redis/faults.rs"]
 mod faults;
 #[path = "redis/wakeups.rs"]
@@ -150,119 +151,6 @@ fn renewal_is_batched() {
         for g in guards {
             g.release().await.expect("release");
         }
-    });
-}
-
-/// Fair mode: the lock goes straight to the head waiter at release (the
-/// store shows it as holder before the waiter even runs again), a non-fair
-/// try cannot jump in, and waiters are served in request order.
-#[test]
-fn fair_release_hands_off_to_the_head_waiter() {
-    let server = RedisServer::start();
-    rt().block_on(async {
-        let url = server.url();
-        let a = client(&url, "holder").await;
-        let g = a.mutex("fair/handoff").fair(true).acquire().await.expect("acquire");
-        let order = Arc::new(StdMutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for i in 0..4 {
-            let c = client(&url, &format!("w{i}")).await;
-            let order = order.clone();
-            waiters.push(tokio::spawn(async move {
-                let g = c.mutex("fair/handoff").fair(true).acquire().await.expect("fair acquire");
-                order.lock().expect("order").push(i);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                g.release().await.expect("release");
-            }));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(4));
-        // Stop the head waiter's task from running before we look: the hand-off
-        // itself happens inside the release script.
-        let intruder = client(&url, "intruder").await;
-        g.release().await.expect("release");
-        let status = a.status("fair/handoff").await.expect("status");
-        let holder = status.holder.expect("handed off, not free");
-        assert_eq!(holder.label, "w0");
-        assert!(
-            intruder.mutex("fair/handoff").try_acquire().await.expect("try").is_none(),
-            "a non-fair try took a lock being handed off"
-        );
-        for w in waiters {
-            tokio::time::timeout(Duration::from_secs(20), w).await.expect("waiter stuck").expect("task");
-        }
-        assert_eq!(*order.lock().expect("order"), vec![0, 1, 2, 3]);
-        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(0));
-    });
-}
-
-/// Fair mode under contention: several clients, each re-requesting right
-/// after its release, get turns in rotation (no client takes the lock straight
-/// back while others wait).
-#[test]
-fn fair_mode_rotates_under_contention() {
-    let server = RedisServer::start();
-    rt().block_on(async {
-        let url = server.url();
-        let mut tasks = Vec::new();
-        let owners = Arc::new(StdMutex::new(Vec::new()));
-        let stop = Instant::now() + Duration::from_secs(2);
-        for i in 0..6 {
-            let c = client(&url, &format!("c{i}")).await;
-            let owners = owners.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut count = 0u32;
-                while Instant::now() < stop {
-                    let g = c.mutex("fair/rotate").fair(true).acquire().await.expect("acquire");
-                    owners.lock().expect("owners").push(i);
-                    count += 1;
-                    g.release().await.expect("release");
-                }
-                count
-            }));
-        }
-        let mut counts = Vec::new();
-        for t in tasks {
-            counts.push(tokio::time::timeout(Duration::from_secs(30), t).await.expect("stuck").expect("task"));
-        }
-        let (min, max) = (*counts.iter().min().unwrap_or(&0), *counts.iter().max().unwrap_or(&0));
-        assert!(min > 0 && max <= 2 * min + 2, "unfair turns per client: {counts:?}");
-        let owners = owners.lock().expect("owners");
-        let repeats = owners.windows(2).filter(|w| w[0] == w[1]).count();
-        assert!(repeats * 10 <= owners.len(), "{repeats} immediate re-grants in {} grants", owners.len());
-    });
-}
-
-/// A fair waiter that dies while queued (its future is never polled again and
-/// never cleaned up, as in a crashed process) blocks the queue only until its
-/// entry expires (`queue_ttl_ms`), not for the holder's TTL.
-#[test]
-fn dead_fair_waiter_does_not_block_the_queue() {
-    let server = RedisServer::start();
-    rt().block_on(async {
-        let url = format!("{}?queue_ttl_ms=1000", server.url());
-        let (a, dead, live) = (client(&url, "holder").await, client(&url, "dead").await, client(&url, "live").await);
-        let g = a.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
-        let m = dead.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30));
-        let mut doomed = Box::pin(m.acquire());
-        assert!(tokio::time::timeout(Duration::from_millis(200), &mut doomed).await.is_err());
-        std::mem::forget(doomed); // no cleanup, no refresh: a dead waiter
-        let waiter = tokio::spawn(async move {
-            let g = live.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
-            let at = Instant::now();
-            g.release().await.expect("release");
-            at
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(2));
-        let released = Instant::now();
-        g.release().await.expect("release");
-        let granted =
-            tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("live waiter stuck").expect("task");
-        let blocked = granted - released;
-        // Entry lifetime 1 s (+ the 100 ms minimum claim window + a refresh period of slack).
-        assert!(blocked < Duration::from_millis(2500), "the dead waiter blocked the queue for {blocked:?}");
-        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(0));
     });
 }
 

@@ -203,8 +203,13 @@ impl Renewer {
         }
         let now = Instant::now();
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        // A grant valid for less than usual (a fair hand-off taken from its
+        // message, whose lease ends where the waiter's queue entry did) is
+        // renewed first halfway through what is left of it, not a whole
+        // period on, which could come after it ended.
+        let first_in = |i: Duration| i.min(lease.valid_until().saturating_duration_since(now) / 2);
         let entry = Entry {
-            next_renew: interval.map_or(now, |i| now + i),
+            next_renew: interval.map_or(now, |i| now + first_in(i)),
             interval,
             // A cap past what the clock can count is no cap.
             renew_until: max_hold.and_then(|m| now.checked_add(m)),

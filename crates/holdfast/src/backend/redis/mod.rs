@@ -5,6 +5,7 @@
 mod admin;
 mod cluster;
 mod config;
+mod fair;
 mod keys;
 #[cfg(test)]
 mod keys_props;
@@ -123,7 +124,9 @@ impl RedisBackend {
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
-        let client_id = format!("{:016x}", rand::rng().random::<u64>());
+        // ".f": this client takes a fair hand-off's grant from the message
+        // (fair.rs); the release script tells such clients the fence.
+        let client_id = format!("{:016x}.f", rand::rng().random::<u64>());
         let naming = pubsub::Naming::new(&config.prefix, &client_id, config.cluster.is_some());
         let (notifier, handler, pending) = Notifier::new(naming);
         // Connection setup (and following a Sentinel master) lives in link.rs.
@@ -238,31 +241,6 @@ impl RedisBackend {
                 reason: admission::conflict_reason(req.mode.limit().unwrap_or(UNLIMITED), value.max(0) as u32),
             }),
             _ => Ok(Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }),
-        }
-    }
-
-    async fn acquire_fair(&self, req: &AcquireRequest) -> Result<Grant> {
-        // Registered before the first attempt, so a hand-off right after it is not missed.
-        let watch =
-            self.inner.notifier.watch_token(req.key.as_str(), req.token.to_hex(), self.inner.config.timeout).await;
-        let refresh = self.inner.config.queue_ttl / 4;
-        loop {
-            let notified = watch.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.attempt(req, true, true).await? {
-                Attempt::Granted(grant) => return Ok(grant),
-                Attempt::Busy { expires_in } => {
-                    let delay = match expires_in {
-                        Some(left) => refresh.min(left + Duration::from_millis(1)),
-                        None => refresh,
-                    };
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                }
-            }
         }
     }
 

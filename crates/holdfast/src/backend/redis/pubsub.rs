@@ -16,7 +16,7 @@
 //! lazily, once nobody waited on it for about a second.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -114,7 +114,7 @@ pub(super) struct Notifier {
     client_subscribed: AtomicBool,
     wakeups: LocalWakeups,
     /// Fair waiters of this client by token (hex).
-    fair: Mutex<HashMap<String, Arc<Notify>>>,
+    fair: Mutex<HashMap<String, Arc<HandOff>>>,
     /// Waiters per lock channel.
     counts: Arc<Mutex<HashMap<String, usize>>>,
     requests: mpsc::UnboundedSender<Request>,
@@ -157,9 +157,17 @@ impl Notifier {
                     return;
                 };
                 if self.naming.is_client_channel(&channel) {
+                    // "TOKEN FENCE" from a hand-off to this client (its id
+                    // ends in ".f"), "TOKEN" from an older holdfast's or
+                    // when the lock is free: wake the waiter to claim.
+                    let Some(payload) = payload else { return };
+                    let (token, fence) = match payload.split_once(' ') {
+                        Some((token, fence)) => (token, fence.parse::<u64>().ok()),
+                        None => (payload.as_str(), None),
+                    };
                     let fair = self.fair.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(n) = payload.and_then(|t| fair.get(&t).cloned()) {
-                        n.notify_one();
+                    if let Some(w) = fair.get(token) {
+                        w.handed(fence);
                     }
                 } else if let Some(key) = self.naming.key_of(&channel) {
                     self.wakeups.wake_one(key);
@@ -175,8 +183,8 @@ impl Notifier {
                 for key in keys {
                     self.wakeups.wake_one(&key);
                 }
-                for n in self.fair.lock().unwrap_or_else(|p| p.into_inner()).values() {
-                    n.notify_one();
+                for w in self.fair.lock().unwrap_or_else(|p| p.into_inner()).values() {
+                    w.handed(None);
                 }
             }
             _ => {}
@@ -236,9 +244,9 @@ impl Notifier {
     /// Cancel-safe: a dropped call leaves no registration (the guard is
     /// dropped with it), at most a subscription.
     pub(super) async fn watch_token(self: &Arc<Self>, key: &str, token_hex: String, timeout: Duration) -> TokenWatch {
-        let notify = Arc::new(Notify::new());
-        self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), notify.clone());
-        let mut watch = TokenWatch { notifier: self.clone(), token_hex, notify, _channel: None };
+        let hand_off = Arc::new(HandOff::default());
+        self.fair.lock().unwrap_or_else(|p| p.into_inner()).insert(token_hex.clone(), hand_off.clone());
+        let mut watch = TokenWatch { notifier: self.clone(), token_hex, hand_off, _channel: None };
         if self.naming.cluster {
             watch._channel = Some(self.watch_channel(self.naming.client_channel(key), timeout).await);
         } else if !self.client_subscribed.load(Ordering::Acquire)
@@ -288,11 +296,30 @@ impl Drop for KeyWatch {
     }
 }
 
+/// What the pub/sub connection tells one fair waiter: a wake-up, and the
+/// fence of a hand-off message that named it with one.
+#[derive(Debug, Default)]
+pub(super) struct HandOff {
+    notify: Notify,
+    /// The fence of the last hand-off message (0: none since taken; fences
+    /// are never 0).
+    fence: AtomicU64,
+}
+
+impl HandOff {
+    fn handed(&self, fence: Option<u64>) {
+        if let Some(f) = fence.filter(|&f| f > 0) {
+            self.fence.store(f, Ordering::Release);
+        }
+        self.notify.notify_one();
+    }
+}
+
 /// A fair waiter's registration.
 pub(super) struct TokenWatch {
     notifier: Arc<Notifier>,
     token_hex: String,
-    notify: Arc<Notify>,
+    hand_off: Arc<HandOff>,
     /// In a cluster, the hold on the client's channel of the lock (kept
     /// for its drop, which lets the channel go).
     _channel: Option<KeyWatch>,
@@ -301,7 +328,13 @@ pub(super) struct TokenWatch {
 impl TokenWatch {
     /// The wake-up of this waiter.
     pub(super) fn notify(&self) -> &Notify {
-        &self.notify
+        &self.hand_off.notify
+    }
+
+    /// The fence of a hand-off message received since the last call, if
+    /// one named this waiter with its fence.
+    pub(super) fn take_handed_fence(&self) -> Option<u64> {
+        Some(self.hand_off.fence.swap(0, Ordering::AcqRel)).filter(|&f| f > 0)
     }
 }
 

@@ -185,3 +185,27 @@ local function purge(q, e, now_ms)
     redis.call('HDEL', e, head)
   end
 end
+
+-- Hands the lock to head, the live waiter at the head of Q (s: the lock as
+-- read, us: the server clock in microseconds): pops it, makes it the owner
+-- with a new fence and a lease of its claim window (its entry's remaining
+-- life, at least 100 ms and at most its TTL; so the lease ends no earlier
+-- than its entry would have), and tells its client. A client whose id ends
+-- in '.f' is told the fence too, and counts itself granted from the message
+-- without claiming, for as long as its last queued refresh vouches for
+-- (acquire_fair in mod.rs; the design was model-checked, holdfast-models'
+-- fair_handoff); other clients are told the token alone and claim with a
+-- fair acquire. ...: more field/value pairs to write into H.
+local function hand_to_head(h, q, e, s, head, now, us, keep, cprefix, ...)
+  local exp, ttl, client, label = parse_entry(redis.call('HGET', e, head))
+  redis.call('LPOP', q)
+  redis.call('HDEL', e, head)
+  local claim = exp - now
+  if claim < 100 then claim = 100 end
+  if claim > ttl then claim = ttl end
+  local f = next_fence(s, us)
+  write(h, s, now + claim, keep, 'o', head, 'f', int(f), 'l', label, 'x', int(now + claim), ...)
+  local message = head
+  if string.sub(client, -2) == '.f' then message = head .. ' ' .. int(f) end
+  redis.call('PUBLISH', cprefix .. client, message)
+end

@@ -17,15 +17,7 @@ if holder(s, now) then
   had, fence = 1, s.f
   local head = s.q and purge(q, e, now)
   if head then
-    local exp, ttl, client, label = parse_entry(redis.call('HGET', e, head))
-    redis.call('LPOP', q)
-    redis.call('HDEL', e, head)
-    local claim = exp - now
-    if claim < 100 then claim = 100 end
-    if claim > ttl then claim = ttl end
-    local f = next_fence(s, us)
-    write(h, s, now + claim, keep, 'o', head, 'f', int(f), 'l', label, 'x', int(now + claim))
-    redis.call('PUBLISH', cprefix .. client, head)
+    hand_to_head(h, q, e, s, head, now, us, keep, cprefix)
   else
     redis.call('HSET', h, 'x', '0')
   end

@@ -3,8 +3,7 @@
 -- Returns 1 if the token held the lock, or had released it already (a
 -- re-sent release whose first reply was lost), else 0.
 -- When fair waiters are queued, the lock goes straight to the live head waiter
--- (new owner, new fence, a claim window of its entry's remaining life) and only
--- that waiter's client is told; otherwise the lock channel is told, once, if
+-- (hand_to_head) and only that waiter's client is told; otherwise the lock channel is told, once, if
 -- a non-fair waiter marked the lock (see mark_waiter).
 local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, keep, chan, cprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -56,15 +55,7 @@ end
 -- The holder's release with fair waiters maybe queued (q).
 local head = purge(q, e, now)
 if head then
-  local exp, ttl, client, label = parse_entry(redis.call('HGET', e, head))
-  redis.call('LPOP', q)
-  redis.call('HDEL', e, head)
-  local claim = exp - now
-  if claim < 100 then claim = 100 end
-  if claim > ttl then claim = ttl end
-  local f = next_fence(s, us)
-  write(h, s, now + claim, keep, 'o', head, 'f', int(f), 'l', label, 'x', int(now + claim), 'r', token)
-  redis.call('PUBLISH', cprefix .. client, head)
+  hand_to_head(h, q, e, s, head, now, us, keep, cprefix, 'r', token)
   return 1
 end
 -- The queue was found empty: later calls need not read it.

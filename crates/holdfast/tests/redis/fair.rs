@@ -1,0 +1,188 @@
+//! The fair queue: order, direct hand-off, rotation, dead waiters, and a
+//! hand-off taken from its message (no claim request).
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use holdfast_testkit::servers::redis::RedisServer;
+
+use super::{client, command_calls, raw, rt};
+
+/// Fair mode: the lock goes straight to the head waiter at release (the
+/// store shows it as holder before the waiter even runs again), a non-fair
+/// try cannot jump in, and waiters are served in request order.
+#[test]
+fn fair_release_hands_off_to_the_head_waiter() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let a = client(&url, "holder").await;
+        let g = a.mutex("fair/handoff").fair(true).acquire().await.expect("acquire");
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            let c = client(&url, &format!("w{i}")).await;
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = c.mutex("fair/handoff").fair(true).acquire().await.expect("fair acquire");
+                order.lock().expect("order").push(i);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await.expect("release");
+            }));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(4));
+        // Stop the head waiter's task from running before we look: the hand-off
+        // itself happens inside the release script.
+        let intruder = client(&url, "intruder").await;
+        g.release().await.expect("release");
+        let status = a.status("fair/handoff").await.expect("status");
+        let holder = status.holder.expect("handed off, not free");
+        assert_eq!(holder.label, "w0");
+        assert!(
+            intruder.mutex("fair/handoff").try_acquire().await.expect("try").is_none(),
+            "a non-fair try took a lock being handed off"
+        );
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(20), w).await.expect("waiter stuck").expect("task");
+        }
+        assert_eq!(*order.lock().expect("order"), vec![0, 1, 2, 3]);
+        assert_eq!(a.status("fair/handoff").await.expect("status").waiters, Some(0));
+    });
+}
+
+/// Fair mode under contention: several clients, each re-requesting right
+/// after its release, get turns in rotation (no client takes the lock straight
+/// back while others wait).
+#[test]
+fn fair_mode_rotates_under_contention() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let mut tasks = Vec::new();
+        let owners = Arc::new(StdMutex::new(Vec::new()));
+        let stop = Instant::now() + Duration::from_secs(2);
+        for i in 0..6 {
+            let c = client(&url, &format!("c{i}")).await;
+            let owners = owners.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut count = 0u32;
+                while Instant::now() < stop {
+                    let g = c.mutex("fair/rotate").fair(true).acquire().await.expect("acquire");
+                    owners.lock().expect("owners").push(i);
+                    count += 1;
+                    g.release().await.expect("release");
+                }
+                count
+            }));
+        }
+        let mut counts = Vec::new();
+        for t in tasks {
+            counts.push(tokio::time::timeout(Duration::from_secs(30), t).await.expect("stuck").expect("task"));
+        }
+        let (min, max) = (*counts.iter().min().unwrap_or(&0), *counts.iter().max().unwrap_or(&0));
+        assert!(min > 0 && max <= 2 * min + 2, "unfair turns per client: {counts:?}");
+        let owners = owners.lock().expect("owners");
+        let repeats = owners.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!(repeats * 10 <= owners.len(), "{repeats} immediate re-grants in {} grants", owners.len());
+    });
+}
+
+/// A fair waiter that dies while queued (its future is never polled again and
+/// never cleaned up, as in a crashed process) blocks the queue only until its
+/// entry expires (`queue_ttl_ms`), not for the holder's TTL.
+#[test]
+fn dead_fair_waiter_does_not_block_the_queue() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = format!("{}?queue_ttl_ms=1000", server.url());
+        let (a, dead, live) = (client(&url, "holder").await, client(&url, "dead").await, client(&url, "live").await);
+        let g = a.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        let m = dead.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30));
+        let mut doomed = Box::pin(m.acquire());
+        assert!(tokio::time::timeout(Duration::from_millis(200), &mut doomed).await.is_err());
+        std::mem::forget(doomed); // no cleanup, no refresh: a dead waiter
+        let waiter = tokio::spawn(async move {
+            let g = live.mutex("fair/dead").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(2));
+        let released = Instant::now();
+        g.release().await.expect("release");
+        let granted =
+            tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("live waiter stuck").expect("task");
+        let blocked = granted - released;
+        // Entry lifetime 1 s (+ the 100 ms minimum claim window + a refresh period of slack).
+        assert!(blocked < Duration::from_millis(2500), "the dead waiter blocked the queue for {blocked:?}");
+        assert_eq!(a.status("fair/dead").await.expect("status").waiters, Some(0));
+    });
+}
+
+/// A hand-off grants the head waiter by its message: the release is the
+/// only script call between the holder's release and the waiter's grant (no
+/// claim), and the grant's fence is the one the store wrote.
+#[test]
+fn a_hand_off_grants_the_head_by_its_message() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let (a, b) = (client(&url, "holder").await, client(&url, "next").await);
+        let mut conn = raw(&server).await;
+        let g = a.mutex("fair/message").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("fair/message").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("wait");
+            (b, g)
+        });
+        // Queued, and well inside its first refresh period (500 ms).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let before = command_calls(&mut conn, "fcall").await;
+        let first_fence = g.fence();
+        g.release().await.expect("release");
+        let (b, next) = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("stuck").expect("task");
+        let calls = command_calls(&mut conn, "fcall").await - before;
+        assert_eq!(calls, 1, "{calls} script calls from the release to the grant: the head claimed");
+        assert!(next.fence() > first_fence);
+        let status = a.status("fair/message").await.expect("status");
+        assert_eq!(status.holder.map(|h| (h.label, h.fence)), Some(("next".to_owned(), next.fence())));
+        next.release().await.expect("release");
+        drop(b);
+    });
+}
+
+/// A grant taken from a hand-off message is valid only as long as the
+/// waiter's last queue refresh vouches for (here under a second: a 1 s
+/// queue entry TTL against a 6 s lock TTL); the holder renews it before
+/// that, not a whole renewal period (2 s) after the grant, and keeps it.
+#[test]
+fn a_hand_off_taken_from_its_message_is_renewed_in_time() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = format!("{}?queue_ttl_ms=1000", server.url());
+        let (a, b) = (client(&url, "holder").await, client(&url, "next").await);
+        let mut conn = raw(&server).await;
+        let ttl = Duration::from_secs(6);
+        let g = a.mutex("fair/renewed").fair(true).ttl(ttl).acquire().await.expect("acquire");
+        let waiter = tokio::spawn(async move {
+            let g = b.mutex("fair/renewed").fair(true).ttl(ttl).acquire().await.expect("wait");
+            (b, g)
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = command_calls(&mut conn, "fcall").await;
+        g.release().await.expect("release");
+        let (b, next) = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("stuck").expect("task");
+        let calls = command_calls(&mut conn, "fcall").await - before;
+        assert_eq!(calls, 1, "the waiter claimed ({calls} script calls), so this does not test a message grant");
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(!next.is_lost(), "the grant taken from the message was not renewed before its end");
+        let status = a.status("fair/renewed").await.expect("status");
+        let holder = status.holder.expect("held");
+        assert_eq!((holder.label.as_str(), holder.fence), ("next", next.fence()));
+        let left = holder.ttl_left.expect("ttl left");
+        assert!(left > Duration::from_secs(4), "renewed by the whole TTL, {left:?} left");
+        next.release().await.expect("release");
+        drop(b);
+    });
+}
