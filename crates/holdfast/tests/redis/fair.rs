@@ -186,3 +186,47 @@ fn a_hand_off_taken_from_its_message_is_renewed_in_time() {
         drop(b);
     });
 }
+
+/// A hand-off message older than the waiter's latest "queued" answer is not
+/// taken: its fence is not above the lock's last fence as that answer found
+/// it. (Such a message comes from an earlier hand-off to the same token whose
+/// claim window ran out while the message was slow; another client may hold
+/// the lock since: the fair_handoff model's counterexample to taking it.)
+/// Sent here by hand, with the current holder's fence, to a waiter queued
+/// behind that holder.
+#[test]
+fn a_stale_hand_off_message_is_not_taken() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let (a, b) = (client(&url, "holder").await, client(&url, "next").await);
+        let mut conn = raw(&server).await;
+        let g = a.mutex("fair/stale").fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+        let m = b.mutex("fair/stale").fair(true).ttl(Duration::from_secs(30));
+        let mut waiter = Box::pin(m.acquire());
+        assert!(tokio::time::timeout(Duration::from_millis(150), &mut waiter).await.is_err(), "granted while held");
+        // The waiter's token and client id, from its queue entry.
+        let entries: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg("{holdfast:fair/stale}:e").query_async(&mut conn).await.expect("entries");
+        let [(token, entry)] = &entries[..] else { panic!("one queued waiter expected: {entries:?}") };
+        let client_id = entry.split(' ').nth(2).expect("client id");
+        let message = format!("{token} {}", g.fence());
+        let heard: i64 = redis::cmd("PUBLISH")
+            .arg(format!("holdfast:c:{client_id}"))
+            .arg(&message)
+            .query_async(&mut conn)
+            .await
+            .expect("publish");
+        assert_eq!(heard, 1, "the waiter's client channel has no subscriber");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut waiter).await.is_err(),
+            "the waiter took a stale hand-off message while the lock is held"
+        );
+        assert!(!g.is_lost());
+        let first = g.fence();
+        g.release().await.expect("release");
+        let next = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("stuck").expect("wait");
+        assert!(next.fence() > first);
+        next.release().await.expect("release");
+    });
+}

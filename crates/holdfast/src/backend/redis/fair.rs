@@ -9,31 +9,59 @@
 //! one request per acquisition fewer, and one round trip less between a
 //! release and the next holder.
 //!
-//! How long such a grant is valid, by the waiter's clock: until its latest
-//! queue request **answered "queued"** was sent, plus the shorter of the
-//! TTL and the queue entry's TTL, less the drift margin. That request ran on
-//! the server before the hand-off (one run after it would have been answered
-//! "granted"), so the entry the hand-off read lives at least until then, and
-//! the lease the hand-off wrote ends no earlier than the entry (the claim
-//! window is at least the entry's remaining life, or the whole TTL). Counting
-//! from when the message arrived, or from a refresh still in flight, or
-//! without the queue entry's TTL, would each let two holders overlap: the
-//! `fair_handoff` model in `holdfast-models` finds those runs and none for
-//! this rule.
+//! Which message it takes: one whose fence is above the lock's last fence
+//! as its latest queue request **answered "queued"** found it. Fences only
+//! grow, so that hand-off ran after the request. A message without that
+//! check could come from an earlier hand-off to the same token whose claim
+//! window ran out unclaimed (the message was slow; the token queued again
+//! meanwhile), while another client holds the lock now.
+//!
+//! How long such a grant is valid, by the waiter's clock: until that request
+//! was sent, plus the shorter of the TTL and the queue entry's TTL, less the
+//! drift margin. The hand-off read the entry that request (or a later one)
+//! wrote, so the entry lived at least that long, and the lease the hand-off
+//! wrote ends no earlier than the entry (the claim window is the entry's
+//! remaining life, at least 100 ms, or the whole TTL).
+//!
+//! The `fair_handoff` model in `holdfast-models` checks this rule over a
+//! lossy, reordering network with clock drift, and finds two holders at once
+//! for each of the rules it replaces: counting from the message's arrival,
+//! from a refresh still in flight, by the TTL alone, or without the fence
+//! check.
 //!
 //! A waiter claims as before (a fair acquire, which finds it owns the lock
 //! and grants it again) when the message carries no fence (a release by an
-//! older holdfast, a lock found free, a lost pub/sub connection), when that
-//! validity is less than half gone already, or when grants must be confirmed
-//! by replicas (`replicas=N`: `WAIT` covers only its own connection's
-//! writes, and the hand-off was written by the releasing client's).
+//! older holdfast, a lock found free, a lost pub/sub connection), when less
+//! than half of that validity is left, or when grants must be confirmed by
+//! replicas (`replicas=N`: `WAIT` covers only its own connection's writes,
+//! and the hand-off was written by the releasing client's).
 
 use std::time::{Duration, Instant};
 
-use super::RedisBackend;
+use super::keys::{E, H, Q, key_parts};
+use super::{RedisBackend, busy_for, ms};
 use crate::backend::{AcquireRequest, Grant};
 use crate::error::Result;
-use crate::wait::Attempt;
+
+/// A fair acquire call's answer.
+enum FairReply {
+    Granted(Grant),
+    /// Queued (or the entry refreshed): the holder's time left, and the
+    /// lock's last fence as the call found it.
+    Queued {
+        expires_in: Option<Duration>,
+        last_fence: u64,
+    },
+}
+
+/// What a waiter knows from its latest request answered "queued".
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Queued {
+    /// When it was sent.
+    pub(super) sent: Instant,
+    /// Every fence granted after it ran is above this.
+    pub(super) last_fence: u64,
+}
 
 impl RedisBackend {
     /// Queues `req` on the lock's fair queue and waits to be handed the lock,
@@ -53,11 +81,10 @@ impl RedisBackend {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            // If answered "queued", the latest request that was.
             let sent = Instant::now();
-            let expires_in = match self.attempt(req, true, true).await? {
-                Attempt::Granted(grant) => return Ok(grant),
-                Attempt::Busy { expires_in } => expires_in,
+            let (expires_in, queued) = match self.fair_attempt(req).await? {
+                FairReply::Granted(grant) => return Ok(grant),
+                FairReply::Queued { expires_in, last_fence } => (expires_in, Queued { sent, last_fence }),
             };
             let delay = match expires_in {
                 Some(left) => refresh.min(left + Duration::from_millis(1)),
@@ -68,31 +95,61 @@ impl RedisBackend {
                 _ = tokio::time::sleep(delay) => {}
             }
             if let (Some(fence), 0) = (watch.take_handed_fence(), config.replicas) {
-                if let Some(grant) = grant_from_hand_off(fence, sent, req.ttl, config.queue_ttl, Instant::now()) {
+                if let Some(grant) = grant_from_hand_off(fence, queued, req.ttl, config.queue_ttl, Instant::now()) {
                     return Ok(grant);
                 }
             }
         }
     }
+
+    /// One fair acquire call: granted, or queued (the call refreshes the
+    /// entry of a token queued already).
+    async fn fair_attempt(&self, req: &AcquireRequest) -> Result<FairReply> {
+        let config = &self.inner.config;
+        let mut inv = self.inner.scripts.fair_acquire.call(3);
+        for which in [H, Q, E] {
+            inv.key_parts(&key_parts(&config.prefix, &req.key, which));
+        }
+        inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
+        inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
+        let started = Instant::now();
+        let generation = self.inner.conn.generation();
+        let reply: Vec<i64> = self.invoke(&inv).await?;
+        match reply[..] {
+            [1, fence, ..] => {
+                self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+                Ok(FairReply::Granted(Grant::new(fence.max(0) as u64, started, req.ttl)))
+            }
+            [_, left, last, ..] => Ok(FairReply::Queued { expires_in: busy_for(left), last_fence: last.max(0) as u64 }),
+            // A queued reply without the fence (not this version's script):
+            // no message can be checked against it, so every one is claimed.
+            [_, left] => Ok(FairReply::Queued { expires_in: busy_for(left), last_fence: u64::MAX }),
+            _ => Err(crate::error::Error::backend(super::STORE, false, "unexpected reply to the fair acquire script")),
+        }
+    }
 }
 
 /// The grant a hand-off message with `fence` gives a waiter whose latest
-/// queue request answered "queued" left at `queued_sent` (see the module
-/// docs), or `None` if less than half of its validity is left at `now` (the
-/// waiter claims instead).
+/// request answered "queued" was `queued` (see the module docs), or `None`:
+/// the message is older than that request (its fence is not above the one
+/// the request found), or less than half of the grant's validity is left at
+/// `now`. The waiter then claims.
 ///
 /// The grant's lease is the TTL counted from a start moved back so that it
-/// ends at `queued_sent + min(ttl, queue_ttl)`: renewals then extend it by
+/// ends at `queued.sent + min(ttl, queue_ttl)`: renewals then extend it by
 /// the full TTL, as any other grant's.
 pub(super) fn grant_from_hand_off(
     fence: u64,
-    queued_sent: Instant,
+    queued: Queued,
     ttl: Duration,
     queue_ttl: Duration,
     now: Instant,
 ) -> Option<Grant> {
+    if fence <= queued.last_fence {
+        return None;
+    }
     let window = ttl.min(queue_ttl);
-    let started = queued_sent.checked_add(window)?.checked_sub(ttl)?;
+    let started = queued.sent.checked_add(window)?.checked_sub(ttl)?;
     let valid_until = started.checked_add(ttl)?.checked_sub(crate::lease::drift_margin(ttl))?;
     (valid_until.checked_duration_since(now)? >= window / 2).then(|| Grant::new(fence, started, ttl))
 }
@@ -103,6 +160,10 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    fn queued_at(sent: Instant) -> Queued {
+        Queued { sent, last_fence: 6 }
+    }
+
     /// The lease ends where the queue entry vouches for it: the shorter of
     /// the TTL and the entry's TTL after the queued request, less the drift
     /// margin, never later.
@@ -111,7 +172,8 @@ mod tests {
         let queued = Instant::now();
         for (ttl, queue_ttl) in [(30_000, 2_000), (1_000, 2_000), (2_000, 2_000)] {
             let (ttl, queue_ttl) = (ttl * MS, queue_ttl * MS);
-            let grant = grant_from_hand_off(7, queued, ttl, queue_ttl, queued + 10 * MS).expect("fresh enough");
+            let grant =
+                grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 10 * MS).expect("fresh enough");
             assert_eq!(grant.fence, 7);
             assert_eq!(grant.valid_for, ttl, "renewals extend by the whole TTL");
             let ends = grant.attempt_started + grant.valid_for - crate::lease::drift_margin(ttl);
@@ -125,8 +187,22 @@ mod tests {
     fn a_late_message_is_claimed_instead() {
         let queued = Instant::now();
         let (ttl, queue_ttl) = (30_000 * MS, 2_000 * MS);
-        assert!(grant_from_hand_off(7, queued, ttl, queue_ttl, queued + 600 * MS).is_some());
-        assert!(grant_from_hand_off(7, queued, ttl, queue_ttl, queued + 800 * MS).is_none());
-        assert!(grant_from_hand_off(7, queued, ttl, queue_ttl, queued + 5_000 * MS).is_none());
+        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 600 * MS).is_some());
+        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 800 * MS).is_none());
+        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 5_000 * MS).is_none());
+    }
+
+    /// A message whose fence is not above the lock's last fence as the
+    /// queued request found it comes from an earlier hand-off (whose claim
+    /// window may have run out since): claimed, not taken.
+    #[test]
+    fn a_message_older_than_the_queued_request_is_claimed_instead() {
+        let queued = Instant::now();
+        let (ttl, queue_ttl) = (30_000 * MS, 2_000 * MS);
+        let at = queued + 10 * MS;
+        assert!(grant_from_hand_off(6, queued_at(queued), ttl, queue_ttl, at).is_none());
+        assert!(grant_from_hand_off(5, queued_at(queued), ttl, queue_ttl, at).is_none());
+        let unknown = Queued { sent: queued, last_fence: u64::MAX };
+        assert!(grant_from_hand_off(u64::MAX, unknown, ttl, queue_ttl, at).is_none());
     }
 }

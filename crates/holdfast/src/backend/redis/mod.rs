@@ -187,31 +187,24 @@ impl RedisBackend {
 
     /// One acquire script call: `Granted` or `Busy` with the holder's time
     /// left. A `waiting` caller is subscribed to the lock's channel: a
-    /// refusal marks the lock so that its release publishes there.
-    async fn attempt(&self, req: &AcquireRequest, fair: bool, waiting: bool) -> Result<Attempt> {
+    /// refusal marks the lock so that its release publishes there. (The
+    /// fair queue's call is in fair.rs.)
+    async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let config = &self.inner.config;
-        let script = if fair { &self.inner.scripts.fair_acquire } else { &self.inner.scripts.acquire };
-        let mut inv = script.call(3);
+        let mut inv = self.inner.scripts.acquire.call(3);
         for which in [H, Q, E] {
             inv.key_parts(&key_parts(&config.prefix, &req.key, which));
         }
         inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
-        if fair {
-            inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
-        } else {
-            inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 });
-        }
+        inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 });
         let started = Instant::now();
         let generation = self.inner.conn.generation();
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
         if granted == 1 {
             self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+            return Ok(Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl)));
         }
-        Ok(if granted == 1 {
-            Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))
-        } else {
-            Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }
-        })
+        Ok(Attempt::Busy { expires_in: busy_for(value) })
     }
 
     /// One attempt of a writer or a share (the lease model's other modes);
@@ -240,7 +233,7 @@ impl RedisBackend {
                 key: req.key.to_string(),
                 reason: admission::conflict_reason(req.mode.limit().unwrap_or(UNLIMITED), value.max(0) as u32),
             }),
-            _ => Ok(Attempt::Busy { expires_in: (value >= 0).then(|| Duration::from_millis(value as u64)) }),
+            _ => Ok(Attempt::Busy { expires_in: busy_for(value) }),
         }
     }
 
@@ -251,7 +244,7 @@ impl RedisBackend {
         // call when the key is free. When others wait, the channel is
         // subscribed already and the first attempt comes after joining them.
         if !notifier.has_waiters(req.key.as_str()) && req.mode == LeaseMode::Exclusive {
-            if let Attempt::Granted(grant) = self.attempt(req, false, false).await? {
+            if let Attempt::Granted(grant) = self.attempt(req, false).await? {
                 return Ok(grant);
             }
         }
@@ -260,11 +253,16 @@ impl RedisBackend {
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
         if req.mode == LeaseMode::Exclusive {
-            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, false, true)).await
+            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await
         } else {
             wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
         }
     }
+}
+
+/// The holder's time left from a refusal's reply (negative: unknown).
+fn busy_for(ms_left: i64) -> Option<Duration> {
+    (ms_left >= 0).then(|| Duration::from_millis(ms_left as u64))
 }
 
 /// Fences survive a crash of the server only with `appendonly yes` and
@@ -309,7 +307,7 @@ impl Backend for RedisBackend {
         // One attempt. A fair attempt would queue the token, so a try uses
         // the non-fair script, which still defers to queued waiters.
         let attempt = if req.mode == LeaseMode::Exclusive {
-            self.attempt(req, false, false).await?
+            self.attempt(req, false).await?
         } else {
             self.attempt_shared(req, false).await?
         };

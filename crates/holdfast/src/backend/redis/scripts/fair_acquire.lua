@@ -1,8 +1,13 @@
 -- Fair acquire, also the waiter's periodic refresh. KEYS: H, Q, E.
 -- ARGV: token, ttl_ms, label, queue_entry_ttl_ms, client_id, fence_keep_ms.
 -- Returns {1, fence} when granted (directly, or handed off by a release), else
--- {0, ms_left} after queueing the waiter (or refreshing its entry; -1: the
--- lock is free but others are ahead).
+-- {0, ms_left, last} after queueing the waiter (or refreshing its entry; -1:
+-- the lock is free but others are ahead), where every fence granted before
+-- this call is at most last and every one granted after it is above: the
+-- waiter takes a hand-off message's grant only if its fence is above last
+-- (fair.rs). last is the lock's last fence or the server clock in
+-- microseconds less one, whichever is higher, as next_fence picks fences (H,
+-- and so its f, may have expired).
 local h, q, e = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, label, qttl, client = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local keep = tonumber(ARGV[6])
@@ -44,5 +49,7 @@ if not s.q and s.e ~= 0 then
 end
 redis.call('PEXPIRE', q, qttl * 2)
 redis.call('PEXPIRE', e, qttl * 2)
-if o then return {0, s.x - now} end
-return {0, -1}
+local last = s.f
+if us - 1 > last then last = us - 1 end
+if o then return {0, s.x - now, last} end
+return {0, -1, last}
