@@ -97,13 +97,14 @@ pub struct FairModel {
 }
 
 impl FairModel {
-    /// The checked configuration: TTL 3, queue TTL 2, claim clamp 1, drift 1,
-    /// two requests per client.
+    /// The checked configuration: TTL 4, queue TTL 3 (below the TTL, as (d)
+    /// needs), claim clamp 1, drift 1, two requests per client (a waiter's
+    /// first request and one refresh or claim).
     pub fn new(variant: FairVariant) -> Self {
         Self {
             variant,
-            ttl: 3,
-            queue_ttl: 2,
+            ttl: 4,
+            queue_ttl: 3,
             min_claim: 1,
             drift: 1,
             drift_margin: 1,

@@ -45,8 +45,8 @@ pub enum Message {
         /// Ticks since its request was sent.
         age: u8,
         /// The lock's last fence when the script ran (only the `FenceChecked`
-        /// variant sends it; zero otherwise).
-        seen: u8,
+        /// variant's reply carries it).
+        seen: Option<u8>,
     },
     /// A release handed the lock to the head waiter and PUBLISHed its token.
     HandOff {
@@ -54,8 +54,9 @@ pub enum Message {
         client: u8,
         /// The hand-off's fence (zero where the message carries none).
         fence: u8,
-        /// The claim window in server ticks (only `FromReceipt` reads it).
-        claim: u8,
+        /// The claim window in server ticks (only `FromReceipt`'s message
+        /// carries it).
+        claim: Option<u8>,
     },
 }
 
@@ -95,7 +96,7 @@ pub enum Phase {
         /// that count from it), capped.
         queued_age: Option<u8>,
         /// The fence that reply saw (`FenceChecked` only).
-        queued_seen: u8,
+        queued_seen: Option<u8>,
         /// Age of the latest request sent (`FromLatestSend` only), capped.
         sent_age: Option<u8>,
     },
@@ -170,10 +171,18 @@ impl fmt::Display for Message {
                 write!(f, "granted {} fence {fence} (request sent t-{age})", client_name(client))
             }
             Message::Queued { client, age, seen } => {
-                write!(f, "queued {} (request sent t-{age}, saw fence {seen})", client_name(client))
+                write!(f, "queued {} (request sent t-{age}", client_name(client))?;
+                match seen {
+                    Some(seen) => write!(f, ", lock's fence {seen})"),
+                    None => write!(f, ")"),
+                }
             }
             Message::HandOff { client, fence, claim } => {
-                write!(f, "hand-off message to {} fence {fence} claim {claim}", client_name(client))
+                write!(f, "hand-off message to {} fence {fence}", client_name(client))?;
+                match claim {
+                    Some(claim) => write!(f, " claim {claim}"),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -196,10 +205,13 @@ impl fmt::Display for FairState {
                 Phase::Waiting { queued_age, queued_seen, sent_age } => {
                     write!(f, "{name}:waiting(")?;
                     if let Some(age) = queued_age {
-                        write!(f, "T_q=t-{age} saw {queued_seen} ")?;
+                        write!(f, "T_q=t-{age}, ")?;
+                    }
+                    if let Some(seen) = queued_seen {
+                        write!(f, "its reply saw fence {seen}, ")?;
                     }
                     if let Some(age) = sent_age {
-                        write!(f, "last sent t-{age} ")?;
+                        write!(f, "last sent t-{age}, ")?;
                     }
                     write!(f, "{} left) ", client.requests_left)?
                 }

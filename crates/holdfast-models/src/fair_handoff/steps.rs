@@ -43,7 +43,7 @@ pub fn next_state(model: &FairModel, state: &FairState, action: FairAction) -> O
             let sender = &mut next.clients[usize::from(client)];
             sender.requests_left = sender.requests_left.checked_sub(1)?;
             let queued = match sender.phase {
-                Phase::Idle => (None, 0),
+                Phase::Idle => (None, None),
                 Phase::Waiting { queued_age, queued_seen, .. } => (queued_age, queued_seen),
                 Phase::Holding { .. } | Phase::Done => return None,
             };
@@ -135,7 +135,7 @@ fn fair_acquire(model: &FairModel, state: &mut FairState, client: u8, age: u8) {
         Some(entry) => entry.remaining = model.queue_ttl,
         None => server.queue.push(Entry { client, remaining: model.queue_ttl }),
     }
-    let seen = if model.variant == FairVariant::FenceChecked { server.fence } else { 0 };
+    let seen = (model.variant == FairVariant::FenceChecked).then_some(server.fence);
     state.network.send(Message::Queued { client, age, seen });
 }
 
@@ -160,24 +160,29 @@ fn release(model: &FairModel, state: &mut FairState, client: u8) {
     server.lease = claim;
     if model.variant.message_grants() {
         let fence = server.fence;
-        let claim = if model.variant == FairVariant::FromReceipt { claim } else { 0 };
+        let claim = (model.variant == FairVariant::FromReceipt).then_some(claim);
         state.network.send(Message::HandOff { client: head, fence, claim });
     }
 }
 
 /// A waiter receives the hand-off message: it holds if the variant's validity
 /// is still ahead; otherwise it stays waiting and claims as today.
-fn receive_hand_off(model: &FairModel, state: &mut FairState, client: u8, fence: u8, claim: u8) {
+fn receive_hand_off(model: &FairModel, state: &mut FairState, client: u8, fence: u8, claim: Option<u8>) {
     let Phase::Waiting { queued_age, queued_seen, sent_age } = state.clients[usize::from(client)].phase else {
         return;
     };
     let window = model.message_window();
     let remaining = match model.variant {
         FairVariant::ClaimEveryHandOff => None,
-        FairVariant::FromReceipt => Some(claim.saturating_sub(model.drift_margin)),
+        FairVariant::FromReceipt => claim.map(|claim| claim.saturating_sub(model.drift_margin)),
         FairVariant::FromLatestSend => sent_age.map(|age| window.saturating_sub(age)),
         FairVariant::IgnoresQueueTtl | FairVariant::Shipped => queued_age.map(|age| window.saturating_sub(age)),
-        FairVariant::FenceChecked => queued_age.filter(|_| fence > queued_seen).map(|age| window.saturating_sub(age)),
+        FairVariant::FenceChecked => {
+            // Only a hand-off that ran after the "queued" request: its fence is
+            // above the lock's fence that request's reply reported.
+            let after = queued_seen.is_some_and(|seen| fence > seen);
+            queued_age.filter(|_| after).map(|age| window.saturating_sub(age))
+        }
     };
     if let Some(remaining) = remaining.filter(|remaining| *remaining > 0) {
         hold(state, client, remaining, fence, true);
@@ -210,7 +215,7 @@ fn normalize(model: &FairModel, state: &mut FairState) {
                 // A send time past the message's window grants nothing: as if none.
                 if !tracks_queued || queued_age.is_some_and(|age| age >= window) {
                     *queued_age = None;
-                    *queued_seen = 0;
+                    *queued_seen = None;
                 }
                 if sent_age.is_some_and(|age| age >= window) {
                     *sent_age = None;
