@@ -87,8 +87,11 @@ pub struct FairModel {
     pub min_claim: u8,
     /// Bound on the server clock's gain over a run, in ticks.
     pub drift: u8,
-    /// What a client subtracts from every validity for drift.
+    /// What a client subtracts from a granted reply's validity for drift.
     pub drift_margin: u8,
+    /// What a waiter subtracts from a hand-off message's window for drift
+    /// (`drift_margin` in every design; zero in the check that it is needed).
+    pub message_margin: u8,
     /// `fair_acquire` requests each client may send.
     pub requests_per_client: u8,
     /// Whether successors are replaced by their symmetry representative (for
@@ -108,6 +111,7 @@ impl FairModel {
             min_claim: 1,
             drift: 1,
             drift_margin: 1,
+            message_margin: 1,
             requests_per_client: 2,
             representatives_only: false,
         }
@@ -140,7 +144,7 @@ impl FairModel {
             FairVariant::IgnoresQueueTtl => self.ttl,
             _ => self.ttl.min(self.queue_ttl),
         };
-        span.saturating_sub(self.drift_margin)
+        span.saturating_sub(self.message_margin)
     }
 }
 

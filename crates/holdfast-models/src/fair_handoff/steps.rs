@@ -174,7 +174,7 @@ fn receive_hand_off(model: &FairModel, state: &mut FairState, client: u8, fence:
     let window = model.message_window();
     let remaining = match model.variant {
         FairVariant::ClaimEveryHandOff => None,
-        FairVariant::FromReceipt => claim.map(|claim| claim.saturating_sub(model.drift_margin)),
+        FairVariant::FromReceipt => claim.map(|claim| claim.saturating_sub(model.message_margin)),
         FairVariant::FromLatestSend => sent_age.map(|age| window.saturating_sub(age)),
         FairVariant::IgnoresQueueTtl | FairVariant::Shipped => queued_age.map(|age| window.saturating_sub(age)),
         FairVariant::FenceChecked => {
