@@ -8,6 +8,8 @@
 //!
 //! - [`redlock`]: a fenced RedLock over three independent stores.
 //! - [`fallback`]: a chain of stores used one after another when one fails.
+//! - [`fair_handoff`]: the Redis store's fair queue, and whether a waiter may
+//!   count itself granted from a release's hand-off message.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -15,6 +17,7 @@
 //! [`trace`] (a counterexample as readable steps).
 
 pub mod clock;
+pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;
 pub mod network;
