@@ -104,7 +104,11 @@ mod redis {
     #[test]
     fn metrics_count_what_happened() {
         let server = RedisServer::start();
-        super::metrics::scenario_counts_what_happened(&server.url(), "redis");
+        // No fallback poll within the test: the scenario's waiter must be
+        // granted after the release's message (a hand-off), not by a poll
+        // that a loaded machine lets reach the server just after the release.
+        let url = format!("{}/?poll_min_ms=20000&poll_max_ms=20000", server.url());
+        super::metrics::scenario_counts_what_happened(&url, "redis");
     }
 
     #[test]

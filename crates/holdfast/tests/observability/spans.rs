@@ -161,10 +161,15 @@ pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
     assert_eq!(waits.len(), 1);
     assert_eq!(waits[0].ancestors, ["acquire"]);
     let renews = rec.named("renew");
-    assert!(renews.len() >= 2, "{renews:#?}");
+    // On a loaded machine one renewal may still be in flight when the guard
+    // is released and the runtime stops: its span has no outcome (and maybe
+    // no store call) yet. Every other one renewed.
+    let done = renews.iter().filter(|r| r.field("outcome").is_some()).count();
+    assert!(done >= 2 && renews.len() - done <= 1, "{renews:#?}");
     for r in &renews {
         assert_eq!((r.field("key"), r.field("store")), (Some("sp:k"), Some(store)));
-        assert_eq!((r.field("fence"), r.field("outcome")), (Some(fence.as_str()), Some("renewed")));
+        assert_eq!(r.field("fence"), Some(fence.as_str()));
+        assert!(matches!(r.field("outcome"), None | Some("renewed")), "{r:?}");
     }
     let releases = rec.named("release");
     assert_eq!(releases.len(), 1);
@@ -182,6 +187,6 @@ pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
     assert_eq!(chain("try_acquire"), [["store", "acquire"]]);
     assert_eq!(chain("release"), [["store", "release"]]);
     let renew_chains = chain("renew");
-    assert_eq!(renew_chains.len(), renews.len());
+    assert!((done..=renews.len()).contains(&renew_chains.len()), "{renew_chains:?} for {renews:#?}");
     assert!(renew_chains.iter().all(|c| c == &["store", "renew"]), "{renew_chains:?}");
 }
