@@ -136,6 +136,57 @@ fn slot_moves_under_a_held_renewed_lease() {
     });
 }
 
+/// One acquire and release of `key`.
+async fn cycle(client: &Client, key: &str) {
+    let g = client.mutex(key).try_acquire().await.expect("try_acquire").expect("a free key is granted");
+    g.release().await.expect("release");
+}
+
+/// Cycles keys until the backend routes script calls straight to `masters`
+/// masters (its Debug says so), for at most 10 s.
+async fn until_direct(backend: &dyn holdfast::backend::Backend, client: &Client, masters: usize) {
+    let want = format!("direct_masters: Some({masters})");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        if format!("{backend:?}").contains(&want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no direct routes after 10 s: {backend:?}");
+        cycle(client, &format!("direct/{i}")).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Script calls go straight to the master of their slot once the routes
+/// are known (the `redis` crate's cluster connection passes each request
+/// through two tasks); when a slot moves, the first call on it meets
+/// `MOVED` at the old master, goes through the cluster connection instead,
+/// and the routes are built again.
+#[test]
+fn script_calls_go_straight_to_their_master() {
+    let cluster = std::sync::Arc::new(RedisCluster::start());
+    rt().block_on(async {
+        let backend = holdfast::backend::connect(&cluster.url()).await.expect("connect");
+        let c = Client::with_backend(backend.clone(), ClientOptions::default());
+        until_direct(&*backend, &c, 3).await;
+        let key = "moving/direct";
+        cycle(&c, key).await;
+        let slot = cluster.keyslot(&lock_hash(key));
+        let from = cluster.owner(slot);
+        let to = cluster.ports().into_iter().find(|p| *p != from).expect("another master");
+        let mover = cluster.clone();
+        let moved = tokio::task::spawn_blocking(move || mover.migrate_slot(slot, to)).await.expect("migration");
+        assert!(moved >= 1 && exists_on(to, &lock_hash(key)));
+        let g = c.mutex(key).try_acquire().await.expect("after the move").expect("a free key is granted");
+        assert!(exists_on(to, &lock_hash(key)) && !exists_on(from, &lock_hash(key)));
+        g.release().await.expect("release");
+        until_direct(&*backend, &c, 3).await;
+        for _ in 0..20 {
+            cycle(&c, key).await;
+        }
+    });
+}
+
 /// The channels `PUBSUB CHANNELS pattern` lists on the master on `port`.
 fn channels(port: u16, pattern: &str) -> Vec<String> {
     match command(port, &["PUBSUB", "CHANNELS", pattern]) {

@@ -59,7 +59,7 @@ impl RedisBackend {
         let pattern = format!("{{{}:{}*", glob_escape(store_prefix), glob_escape(prefix));
         let mut names = Vec::new();
         match &self.inner.conn {
-            Link::Cluster(c) => {
+            Link::Cluster(c, _) => {
                 for (host, port) in self.masters(&mut c.clone()).await? {
                     let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
                     self.scan(&pattern, &mut names, &mut Server::Node(c.clone(), route)).await?;

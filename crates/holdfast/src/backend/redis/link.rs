@@ -3,7 +3,8 @@
 //! `redis+sentinel://`, or the `redis` crate's cluster connection for
 //! `redis+cluster://` (it routes each command to the master of its key's
 //! slot, follows `MOVED` and `ASK`, reconnects, and resubscribes pub/sub
-//! channels on its own; see `cluster.rs`).
+//! channels on its own; see `cluster.rs`), with script calls sent straight
+//! to their slot's master where the routes know it (`routes.rs`).
 //!
 //! A followed connection sends on a `ConnectionManager` to the master the
 //! sentinels last named. When a call fails with a connection error,
@@ -23,6 +24,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture, Value};
 
 use super::config::RedisConfig;
+use super::routes::Routes;
 use super::sentinel::Resolver;
 use super::{map_err, timed_out};
 use crate::error::{Error, Result};
@@ -35,8 +37,9 @@ pub(super) enum Link {
     /// The master the sentinels name (`redis+sentinel://`).
     Followed(Arc<Followed>),
     /// A Redis Cluster (`redis+cluster://`): each command goes to the
-    /// master of its first key's slot.
-    Cluster(ClusterConnection),
+    /// master of its first key's slot; script calls straight there when
+    /// the routes know it (routes.rs; not on the pub/sub connection).
+    Cluster(ClusterConnection, Option<Arc<Routes>>),
 }
 
 /// A connection that follows the master.
@@ -45,7 +48,8 @@ pub(super) struct Followed {
     protocol: ProtocolVersion,
     config: ConnectionManagerConfig,
     connect_limit: Duration,
-    current: RwLock<Current>,
+    /// Shared, so that each call takes it without copying its address.
+    current: RwLock<Arc<Current>>,
     /// One lookup at a time; holds when the last one started.
     lookup: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
@@ -75,8 +79,14 @@ fn may_have_moved(e: &redis::RedisError) -> bool {
 }
 
 impl Followed {
-    fn current(&self) -> Current {
+    fn current(&self) -> Arc<Current> {
         self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The current generation and a handle of its connection.
+    fn current_conn(&self) -> (u64, ConnectionManager) {
+        let current = self.current();
+        (current.generation, current.conn.clone())
     }
 
     /// Passes `r` on, after asking the sentinels again if its error says
@@ -128,7 +138,7 @@ impl Followed {
                 let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
                 tracing::info!(master = self.resolver.master_name(), from = %current.addr, to = %addr,
                     "redis master moved; following it");
-                *current = Current { generation: current.generation + 1, addr, conn };
+                *current = Arc::new(Current { generation: current.generation + 1, addr, conn });
             }
             Ok(Err(e)) => tracing::debug!(%addr, error = %e, "cannot connect to the new master yet"),
             Err(_) => tracing::debug!(%addr, "connecting to the new master timed out"),
@@ -142,8 +152,17 @@ impl Link {
     /// another server.
     pub(super) fn generation(&self) -> u64 {
         match self {
-            Link::Direct(_) | Link::Cluster(_) => 0,
+            Link::Direct(_) | Link::Cluster(..) => 0,
             Link::Followed(f) => f.current().generation,
+        }
+    }
+
+    /// In a cluster, how many masters script calls go straight to (0
+    /// until the routes are known); `None` elsewhere.
+    pub(super) fn direct_masters(&self) -> Option<usize> {
+        match self {
+            Link::Cluster(_, Some(routes)) => Some(routes.masters()),
+            _ => None,
         }
     }
 
@@ -158,7 +177,7 @@ impl Link {
     /// Cancel-safe: loading a script twice changes nothing.
     pub(super) async fn load_on_every_master(&mut self, sources: &[String]) -> redis::RedisResult<()> {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-        let Link::Cluster(c) = self else { return Ok(()) };
+        let Link::Cluster(c, _) = self else { return Ok(()) };
         for code in sources {
             let mut cmd = redis::cmd("SCRIPT");
             cmd.arg("LOAD").arg(code);
@@ -178,16 +197,16 @@ impl Link {
     pub(super) async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         let f = match self {
             Link::Direct(c) => return c.subscribe(channel).await,
-            Link::Cluster(c) => return c.subscribe(channel).await,
+            Link::Cluster(c, _) => return c.subscribe(channel).await,
             Link::Followed(f) => f,
         };
-        let Current { generation: seen, mut conn, .. } = f.current();
+        let (seen, mut conn) = f.current_conn();
         let r = conn.subscribe(channel).await;
         let r = f.after(seen, r).await;
         if r.is_err() && f.current().generation != seen {
             // Moved to another master meanwhile: subscribing is idempotent,
             // so subscribe there rather than leave the waiter to its poll.
-            return f.current().conn.subscribe(channel).await;
+            return f.current_conn().1.subscribe(channel).await;
         }
         r
     }
@@ -201,10 +220,10 @@ impl Link {
     pub(super) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         let f = match self {
             Link::Direct(c) => return c.unsubscribe(channel).await,
-            Link::Cluster(c) => return c.unsubscribe(channel).await,
+            Link::Cluster(c, _) => return c.unsubscribe(channel).await,
             Link::Followed(f) => f,
         };
-        let Current { generation: seen, mut conn, .. } = f.current();
+        let (seen, mut conn) = f.current_conn();
         let r = conn.unsubscribe(channel).await;
         f.after(seen, r).await
     }
@@ -214,9 +233,15 @@ impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Link::Direct(c) => c.req_packed_command(cmd),
-            Link::Cluster(c) => c.req_packed_command(cmd),
+            Link::Cluster(c, None) => c.req_packed_command(cmd),
+            Link::Cluster(c, Some(routes)) => Box::pin(async move {
+                match routes.send(cmd, c).await {
+                    Some(r) => r,
+                    None => c.req_packed_command(cmd).await,
+                }
+            }),
             Link::Followed(f) => Box::pin(async move {
-                let Current { generation: seen, mut conn, .. } = f.current();
+                let (seen, mut conn) = f.current_conn();
                 let r = conn.req_packed_command(cmd).await;
                 f.after(seen, r).await
             }),
@@ -231,9 +256,9 @@ impl ConnectionLike for Link {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Link::Direct(c) => c.req_packed_commands(cmd, offset, count),
-            Link::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Link::Cluster(c, _) => c.req_packed_commands(cmd, offset, count),
             Link::Followed(f) => Box::pin(async move {
-                let Current { generation: seen, mut conn, .. } = f.current();
+                let (seen, mut conn) = f.current_conn();
                 let r = conn.req_packed_commands(cmd, offset, count).await;
                 f.after(seen, r).await
             }),
@@ -243,7 +268,7 @@ impl ConnectionLike for Link {
     fn get_db(&self) -> i64 {
         match self {
             Link::Direct(c) => c.get_db(),
-            Link::Cluster(c) => c.get_db(),
+            Link::Cluster(c, _) => c.get_db(),
             Link::Followed(f) => f.current().conn.get_db(),
         }
     }
@@ -284,21 +309,23 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
             .map_err(map_err)
     };
     if let Some(settings) = &config.cluster {
-        let connect = |client: redis::cluster::ClusterClient, what: &'static str| async move {
+        let connect = |client: redis::cluster::ClusterClient, what: &'static str, direct: bool| async move {
+            let routes = direct.then(|| Arc::new(Routes::new(settings, config.connect_timeout, config.timeout)));
             tokio::time::timeout(limit, client.get_async_connection())
                 .await
                 .map_err(|_| timed_out(what, limit))?
-                .map(Link::Cluster)
+                .map(|c| Link::Cluster(c, routes))
                 .map_err(map_err)
         };
         let none = None::<fn(redis::PushInfo) -> Result<(), redis::aio::SendError>>;
         let commands = super::cluster::client(settings, config, ProtocolVersion::RESP2, none)?;
         return Ok(Links {
-            conn: connect(commands.clone(), "connecting to the cluster").await?,
-            renew_conn: connect(commands, "connecting the renewal connection to the cluster").await?,
+            conn: connect(commands.clone(), "connecting to the cluster", true).await?,
+            renew_conn: connect(commands, "connecting the renewal connection to the cluster", true).await?,
             push_conn: connect(
                 super::cluster::client(settings, config, ProtocolVersion::RESP3, Some(push))?,
                 "connecting the pub/sub connection to the cluster",
+                false,
             )
             .await?,
         });
@@ -339,7 +366,7 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
                 protocol,
                 config,
                 connect_limit: limit,
-                current: RwLock::new(Current { generation: 0, addr, conn }),
+                current: RwLock::new(Arc::new(Current { generation: 0, addr, conn })),
                 lookup: tokio::sync::Mutex::new(None),
             })))
         }

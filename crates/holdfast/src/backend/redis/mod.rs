@@ -13,6 +13,7 @@ mod link;
 mod lua;
 mod pubsub;
 mod replicas;
+mod routes;
 mod sentinel;
 
 use std::fmt;
@@ -65,6 +66,7 @@ impl fmt::Debug for RedisBackend {
             .field("config", &self.inner.config)
             .field("client_id", &self.inner.client_id)
             .field("calls", &if self.inner.scripts.uses_functions() { "FCALL" } else { "EVALSHA" })
+            .field("direct_masters", &self.inner.conn.direct_masters())
             .finish_non_exhaustive()
     }
 }
@@ -171,7 +173,7 @@ impl RedisBackend {
             match r {
                 // A master just promoted in a cluster may lack the scripts
                 // even after the crate loaded them (on the nodes it knew).
-                Err(e) if matches!(conn, Link::Cluster(_)) && inv.is_missing(&e) => {
+                Err(e) if matches!(conn, Link::Cluster(..)) && inv.is_missing(&e) => {
                     tracing::debug!("a cluster master lacks the scripts; loading them on every master");
                     self.inner.scripts.load_on_every_master(&mut conn).await?;
                     inv.invoke(&mut conn).await
