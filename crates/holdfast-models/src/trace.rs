@@ -1,8 +1,11 @@
 //! A counterexample as readable steps, for test output and the README.
 
-use std::fmt::Display;
+use std::collections::BTreeSet;
+use std::fmt::{Debug, Display};
+use std::hash::Hash;
+use std::time::Instant;
 
-use stateright::Path;
+use stateright::{Checker, HasDiscoveries, Model, Path};
 
 /// Renders a path as numbered steps: each action, then the state it led to.
 pub fn readable_trace<S: Display + Clone, A: Display + Clone>(path: &Path<S, A>) -> String {
@@ -53,4 +56,36 @@ where
         current = next;
     }
     Some(text)
+}
+
+/// Searches `searched` (a model exploring symmetry representatives)
+/// breadth-first, so that each counterexample is a shortest one, until every
+/// property in `expected` is violated; prints the state count and each
+/// counterexample as a concrete run of `model`, and panics if one is missing
+/// or does not replay. `label` names the model in the output.
+pub fn assert_shortest_counterexamples<M>(
+    model: &M,
+    searched: M,
+    representative: fn(&M::State) -> M::State,
+    label: &str,
+    expected: &[&'static str],
+) where
+    M: Model + Send + Sync + 'static,
+    M::State: Display + Clone + PartialEq + Hash + Debug + Send + Sync,
+    M::Action: Display + Clone + PartialEq + Debug + Send + Sync,
+{
+    let started = Instant::now();
+    let checker = searched
+        .checker()
+        .finish_when(HasDiscoveries::AllOf(expected.iter().copied().collect::<BTreeSet<_>>()))
+        .spawn_bfs()
+        .join();
+    println!("{label}: searched {} states in {:.1?}", checker.unique_state_count(), started.elapsed());
+    for property in expected {
+        match checker.discovery(property).map(|path| concrete_trace(model, &path, representative)) {
+            Some(Some(trace)) => println!("{label}: counterexample to \"{property}\":\n{trace}"),
+            Some(None) => panic!("{label}: the counterexample does not replay"),
+            None => panic!("{label}: no counterexample to {property}"),
+        }
+    }
 }

@@ -6,37 +6,18 @@
 //! Run with `--nocapture` to see the counterexamples, state counts and times;
 //! README.md records them.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use holdfast_models::fair_handoff::{
     FENCES_INCREASE, FairModel, FairVariant, HAND_OFF_GRANT_REACHED, MUTUAL_EXCLUSION,
 };
-use holdfast_models::trace::concrete_trace;
-use stateright::{Checker, HasDiscoveries, Model};
+use holdfast_models::trace::assert_shortest_counterexamples;
+use stateright::Checker;
 
-/// Searches `model` breadth-first over symmetry representatives (so each
-/// counterexample is a shortest one) until every property in `expected` is
-/// violated; prints each counterexample as a concrete run and asserts that all
-/// were found.
+/// [`assert_shortest_counterexamples`] of `model` over its representatives.
 fn assert_counterexamples(model: FairModel, label: &str, expected: &[&'static str]) {
-    let started = Instant::now();
-    let checker = model
-        .clone()
-        .over_representatives()
-        .checker()
-        .finish_when(HasDiscoveries::AllOf(expected.iter().copied().collect::<BTreeSet<_>>()))
-        .spawn_bfs()
-        .join();
-    println!("fair {label}: searched {} states in {:.1?}", checker.unique_state_count(), started.elapsed());
-    for property in expected {
-        let trace = checker.discovery(property).map(|path| concrete_trace(&model, &path, FairModel::representative));
-        match trace {
-            Some(Some(trace)) => println!("fair {label}: counterexample to \"{property}\":\n{trace}"),
-            Some(None) => panic!("{label}: the counterexample does not replay"),
-            None => panic!("{label}: no counterexample to {property}"),
-        }
-    }
+    let searched = model.clone().over_representatives();
+    assert_shortest_counterexamples(&model, searched, FairModel::representative, &format!("fair {label}"), expected);
 }
 
 /// Explores `model` completely (depth-first, one state per symmetry class)

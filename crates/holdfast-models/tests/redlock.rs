@@ -4,14 +4,13 @@
 //! Run with `--nocapture` to see the counterexamples, state counts and times;
 //! README.md records them.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use holdfast_models::redlock::{
     FENCES_INCREASE, MUTUAL_EXCLUSION, NO_STALE_WRITE, RedlockModel, RedlockVariant, THIRD_GRANT_REACHED,
 };
-use holdfast_models::trace::concrete_trace;
-use stateright::{Checker, HasDiscoveries, Model};
+use holdfast_models::trace::assert_shortest_counterexamples;
+use stateright::Checker;
 
 /// Searches `variant` breadth-first (so each counterexample is a shortest one)
 /// until every property in `expected` is violated; prints each counterexample
@@ -22,27 +21,9 @@ fn assert_counterexamples(variant: RedlockVariant, expected: &[&'static str]) {
 
 /// [`assert_counterexamples`] for a model configured by the caller.
 fn assert_counterexamples_in(model: RedlockModel, expected: &[&'static str]) {
-    let variant = model.variant;
-    let started = Instant::now();
-    let checker = model
-        .clone()
-        .over_representatives()
-        .checker()
-        .finish_when(HasDiscoveries::AllOf(expected.iter().copied().collect::<BTreeSet<_>>()))
-        .spawn_bfs()
-        .join();
-    println!("redlock {variant:?}: searched {} states in {:.1?}", checker.unique_state_count(), started.elapsed());
-    for property in expected {
-        let path = checker.discovery(property);
-        let trace = path.map(|path| concrete_trace(&model, &path, RedlockModel::representative));
-        match trace {
-            Some(Some(trace)) => {
-                println!("redlock {variant:?}: counterexample to \"{property}\":\n{trace}");
-            }
-            Some(None) => panic!("{variant:?}: the counterexample does not replay"),
-            None => panic!("{variant:?}: no counterexample to {property}"),
-        }
-    }
+    let label = format!("redlock {:?}", model.variant);
+    let searched = model.clone().over_representatives();
+    assert_shortest_counterexamples(&model, searched, RedlockModel::representative, &label, expected);
 }
 
 #[test]

@@ -230,3 +230,61 @@ fn a_stale_hand_off_message_is_not_taken() {
         next.release().await.expect("release");
     });
 }
+
+/// The hand-off message tells a client of this version (its id ends in
+/// `.f`) the fence too, and any other client (an older holdfast's, which
+/// looks the whole payload up as a token and claims) the token alone. Two
+/// waiters queued by hand, as a fair acquire writes them, one per lock.
+#[test]
+fn a_hand_off_message_carries_the_fence_only_to_clients_that_ask_for_it() {
+    use futures::StreamExt;
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let a = client(&server.url(), "holder").await;
+        let mut conn = raw(&server).await;
+        let mut pubsub = redis::Client::open(server.url()).expect("client").get_async_pubsub().await.expect("pubsub");
+        let (now_s, _): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.expect("time");
+        let expires_ms = now_s * 1000 + 60_000;
+        for (key, token, client_id) in [
+            ("fair/older", "0123456789abcdef0123456789abcdef", "olderclient"),
+            ("fair/newer", "fedcba9876543210fedcba9876543210", "newerclient.f"),
+        ] {
+            let g = a.mutex(key).fair(true).ttl(Duration::from_secs(30)).acquire().await.expect("acquire");
+            let channel = format!("holdfast:c:{client_id}");
+            pubsub.subscribe(&channel).await.expect("subscribe");
+            let h = format!("{{holdfast:{key}}}");
+            let entry = format!("{expires_ms} 30000 {client_id} queued-by-hand");
+            let () = redis::pipe()
+                .cmd("RPUSH")
+                .arg(format!("{h}:q"))
+                .arg(token)
+                .ignore()
+                .cmd("HSET")
+                .arg(format!("{h}:e"))
+                .arg(token)
+                .arg(entry)
+                .ignore()
+                .cmd("HSET")
+                .arg(&h)
+                .arg("q")
+                .arg("1")
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .expect("queue by hand");
+            g.release().await.expect("release");
+            let message = tokio::time::timeout(Duration::from_secs(5), pubsub.on_message().next())
+                .await
+                .expect("no hand-off message")
+                .expect("message");
+            assert_eq!(message.get_channel_name(), channel);
+            let payload: String = message.get_payload().expect("payload");
+            let holder = a.status(key).await.expect("status").holder.expect("handed off");
+            assert_eq!(holder.label, "queued-by-hand");
+            let expected =
+                if client_id.ends_with(".f") { format!("{token} {}", holder.fence) } else { token.to_owned() };
+            assert_eq!(payload, expected, "{key}");
+            pubsub.unsubscribe(&channel).await.expect("unsubscribe");
+        }
+    });
+}

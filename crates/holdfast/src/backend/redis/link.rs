@@ -54,7 +54,6 @@ pub(super) struct Followed {
     lookup: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
-#[derive(Clone)]
 struct Current {
     generation: u64,
     addr: String,

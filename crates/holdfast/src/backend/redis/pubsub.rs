@@ -301,15 +301,16 @@ impl Drop for KeyWatch {
 #[derive(Debug, Default)]
 pub(super) struct HandOff {
     notify: Notify,
-    /// The fence of the last hand-off message (0: none since taken; fences
-    /// are never 0).
+    /// The highest fence of the hand-off messages since it was last taken
+    /// (0: none; fences are never 0). The highest, so that a slow message
+    /// of an earlier hand-off arriving after the latest one does not hide it.
     fence: AtomicU64,
 }
 
 impl HandOff {
     fn handed(&self, fence: Option<u64>) {
         if let Some(f) = fence.filter(|&f| f > 0) {
-            self.fence.store(f, Ordering::Release);
+            self.fence.fetch_max(f, Ordering::AcqRel);
         }
         self.notify.notify_one();
     }
