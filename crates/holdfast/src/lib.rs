@@ -51,7 +51,8 @@
 //!
 //! Every store passes the conformance suite C1..C17 of `holdfast-testkit`
 //! against a real server. What each store guarantees, and where a guarantee
-//! ends, is in the README's guarantee table and in each backend's docs.
+//! ends, is in the guarantee table (`docs/guarantees.md` in the repository)
+//! and in each backend's docs.
 //!
 //! ## Checking a fence
 //!
@@ -119,7 +120,44 @@ pub use segmented::{AllSegmentsGuard, MAX_SEGMENTS, SegmentGuard, Segmented, rou
 pub use semaphore::Semaphore;
 pub use url::{SCHEMES, redact_url};
 
-/// The README's examples, compiled as doctests so that they stay true.
+/// The Rust blocks of the READMEs and of `docs/*.md`, compiled (and, unless
+/// `no_run`, run) as doctests by `cargo test`, so that what the pages show
+/// stays true. One item per page, so a failure names its page. The paths
+/// outside this crate are read only when doctests are collected, never by a
+/// build, so the packaged crate (which lacks them) still builds.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod doc_pages {
+    /// The crate's own README (crates.io's page).
+    #[doc = include_str!("../README.md")]
+    pub struct CrateReadme;
+    /// The repository's front page.
+    #[doc = include_str!("../../../README.md")]
+    pub struct Readme;
+    /// docs/library.md.
+    #[doc = include_str!("../../../docs/library.md")]
+    pub struct Library;
+    /// docs/composites.md.
+    #[doc = include_str!("../../../docs/composites.md")]
+    pub struct Composites;
+    /// docs/operations.md.
+    #[doc = include_str!("../../../docs/operations.md")]
+    pub struct Operations;
+    /// docs/cli.md.
+    #[doc = include_str!("../../../docs/cli.md")]
+    pub struct Cli;
+    /// docs/stores.md.
+    #[doc = include_str!("../../../docs/stores.md")]
+    pub struct Stores;
+    /// docs/guarantees.md.
+    #[doc = include_str!("../../../docs/guarantees.md")]
+    pub struct Guarantees;
+    /// docs/verify.md.
+    #[doc = include_str!("../../../docs/verify.md")]
+    pub struct Verify;
+    /// docs/performance.md.
+    #[doc = include_str!("../../../docs/performance.md")]
+    pub struct Performance;
+    /// docs/design.md.
+    #[doc = include_str!("../../../docs/design.md")]
+    pub struct Design;
+}
