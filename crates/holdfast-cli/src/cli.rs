@@ -6,7 +6,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::duration;
+
+mod help;
 use crate::exit::{Failure, HELP_TABLE};
+use help::{BENCH_HELP, ELECT_HELP, RELEASE_HELP, RUN_HELP, VERIFY_HELP};
 
 /// The environment variable that names the store when `--backend` is not given.
 pub const ENV_BACKEND: &str = "HOLDFAST_BACKEND";
@@ -32,6 +35,10 @@ pub enum Command {
     /// Run a command while holding a lock.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Leader election: run CMD while leading NAME (or lead until a signal); --observe prints
+    /// each new leader.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
     /// Show who holds locks; --watch keeps showing it.
     Status(StatusArgs),
     /// List every held lock (under PREFIX).
@@ -58,92 +65,6 @@ pub enum Command {
     VerifyWorker(VerifyWorkerArgs),
 }
 
-const VERIFY_HELP: &str = "\
-Each worker loops: acquire, a critical section of writes to a fenced register (each write
-first checks that the lease is still believed held), release. The register (in this process)
-accepts a write whose fence is at least the highest it accepted (equal only from the same
-grant) and refuses the rest: a refused write is a stale write that fencing stopped.
-
-Faults (--faults, comma-separated, injected one at a time, round robin, on the current holder):
-    kill    SIGKILL the holder; a new worker takes its lane. Measures the time the key stood
-            free after the death (must be at most TTL + 1s).
-    pause   SIGSTOP the holder for 1.5 x TTL + 200ms, then SIGCONT (a GC pause; on etcd, whose
-            leases are whole seconds and at least 2s, 1.5 x that lease). Every other pause
-            stops the holder right after it checked its lease and before its write reaches
-            the register, so the write arrives late and the fence must refuse it.
-    slow    SIGSTOP the holder for 0.6 x TTL: its renewal runs late (the lease may survive).
-With --spawn STORE (verify starts the server on loopback), server faults too:
-    restart SIGKILL the server, start it again on its data. Without persistence (--spawn redis)
-            the locks and fence counters are gone: what breaks then is reported as that
-            store's documented weakness and does not fail the run.
-    leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
-            member is started again after one TTL; ZooKeeper's leader is killed once per run
-            (the testkit cannot start a member again; two members keep the quorum).
-    partition  the holder keeps running but its traffic to the store stops (each worker
-            reaches the server through a fault proxy of its own; this one blackholes for
-            1.5 x the store's lease + 200ms, then drops the stuck connections and heals).
-            --spawn of a one-server store (redis, redis-durable, postgres, mysql, etcd,
-            zookeeper). Not network namespaces: the proxy cuts one client, not a host.
-
-All times are CLOCK_MONOTONIC, one clock for every process on the machine: each event is
-timed by the process that saw it (a worker for its grants, lost() and releases; the parent
-for faults and the register's decisions), so a paused worker's events keep their true times.
-
-Output (--out DIR, default a new temp dir, kept): history.jsonl, report.txt, report.html.
-Exit: 0 every guarantee held; 1 a guarantee broke (the report says which, with the events
-around it); 64 usage; 69 the store is unreachable.
-
-Examples:
-    holdfast verify --backend redis://127.0.0.1:6379 --workers 4 --duration 60s --ttl 2s --faults kill,pause
-    holdfast verify --backend sqlite:///tmp/v.db --duration 10s --ttl 1s --faults kill,pause,slow --out ./v";
-
-const RUN_HELP: &str = "\
-CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.
-holdfast renews the lease while CMD runs and exits with CMD's status. SIGINT, SIGTERM and
-SIGHUP sent to holdfast are forwarded to CMD; the lock is released once CMD has exited.
-The lock still busy when --wait runs out: exit 75. The store failing: exit 69.
-
-A lease that runs out stops CMD before anyone else can get the lock: once renewal has failed
-and the lease has --kill-after plus a margin left, CMD gets SIGTERM; --kill-after later CMD
-and its process group get SIGKILL, the margin before the lease ends (margin: min(25ms, ttl/10)
-+ ttl/50). holdfast then exits 74. --kill-after defaults to min(5s, ttl/4) and, plus the
-margin, must be at most half of --ttl (renewal runs every ttl/3; more would stop CMD between
-renewals). If holdfast itself is killed, the kernel kills CMD (SIGKILL; Linux).
-
-CMD runs in a process group of its own; signals go to the whole group, so a script's children
-are stopped too. On a terminal CMD's group becomes the foreground group, as a shell runs a job:
-CMD can read the terminal and gets Ctrl-C and Ctrl-Z. Exception: when holdfast shares its
-process group with other processes (a pipeline such as `holdfast run ... | less`), CMD stays in
-that group and signals from holdfast go to CMD alone.
-
-ZooKeeper frees a dead holder's lock when its session expires: on zk:// URLs without a
-session_timeout option, holdfast asks for a session timeout of --ttl. The server clamps it to
-[2, 20] x its tickTime (4s to 40s by default): the lock of a killed holdfast is freed after
-2 x tickTime when --ttl is shorter than that, and after 20 x tickTime when it is longer.
-
-Examples:
-    holdfast run --key nightly-report --ttl 30s -- ./report.sh
-    holdfast run --key deploy --wait 0 -- make deploy      # skip if someone else deploys
-    holdfast run --backend redis://127.0.0.1:6379 --key k --wait 10s -- sh -c 'echo $HOLDFAST_FENCE'";
-
-const BENCH_HELP: &str = "\
-Scale workloads (instead of the default ones unless --workloads is given too):
-    --held N    one client holds N leases (--lease-ttl, default 6s) for --duration (default five
-                renewal periods) while a probe on the same client takes and frees another key every
-                20 ms; --churn adds 16 tasks acquiring and releasing other keys at full speed.
-                Reports acquisition cost at the first and last 1,000 leases, the probe's p50/p99/max
-                against an idle client, leases lost, renew calls and their size and length, store
-                commands per period, memory per held lease, and releasing them all.
-    --hot W     W tasks loop acquire, hold --hold-ms (default 0.2), release on one key for --duration
-                (default 20s), split over --procs P processes (this binary, re-executed); --fair for
-                FIFO locks. Reports acquisitions/s, library calls, store requests and server commands
-                per acquisition, tasks that never acquired, the longest wait, busiest/least busy task,
-                and how often the releasing task takes the key again.
-
-Examples:
-    holdfast bench --backend redis://127.0.0.1:6379 --held 100000 --churn
-    holdfast bench --backend sqlite:///tmp/bench.db --hot 1024 --procs 4 --json";
-
 /// Where the locks live.
 #[derive(Debug, Clone, Args)]
 pub struct BackendArg {
@@ -159,10 +80,77 @@ impl BackendArg {
         if let Some(url) = &self.backend {
             return Ok(url.clone());
         }
-        let path = default_db_path().ok_or_else(|| {
+        Ok(format!("sqlite://{}", self.default_path()?.display()))
+    }
+
+    /// Whether neither `--backend` nor `HOLDFAST_BACKEND` named a store, so the
+    /// local default file is used.
+    pub fn is_implicit(&self) -> bool {
+        self.backend.is_none()
+    }
+
+    /// The store URL for a command that takes locks: as [`url`](Self::url),
+    /// and the default file's own directory is created (only that one: a
+    /// directory in a URL the user gave is never created).
+    pub fn url_for_locking(&self) -> Result<String, Failure> {
+        if self.is_implicit() {
+            let path = self.default_path()?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Failure::new(
+                        crate::exit::UNAVAILABLE,
+                        format!("cannot create the default store's directory {}: {e}", dir.display()),
+                    )
+                })?;
+            }
+        }
+        self.url()
+    }
+
+    /// The store URL for a command that only reads or frees locks (`status`,
+    /// `list`, `release`): an `sqlite://` file must exist (`mode=rw`), so a
+    /// mistyped path is an error rather than a new, empty store.
+    pub fn url_read_only(&self) -> Result<String, Failure> {
+        let url = self.url()?;
+        Ok(must_exist(&url))
+    }
+
+    fn default_path(&self) -> Result<PathBuf, Failure> {
+        default_db_path().ok_or_else(|| {
             Failure::usage(format!("no state directory to keep locks in; pass --backend URL or set {ENV_BACKEND}"))
-        })?;
-        Ok(format!("sqlite://{}", path.display()))
+        })
+    }
+}
+
+/// `url` with `mode=rw` added if it is an `sqlite://` URL without a `mode`.
+fn must_exist(url: &str) -> String {
+    if !url.starts_with("sqlite://") {
+        return url.to_owned();
+    }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    if query.split('&').any(|pair| pair.split_once('=').map_or(pair, |(k, _)| k) == "mode") {
+        return url.to_owned();
+    }
+    let separator = match url.split_once('?') {
+        None => "?",
+        Some((_, "")) => "",
+        Some(_) if url.ends_with('&') => "",
+        Some(_) => "&",
+    };
+    format!("{url}{separator}mode=rw")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::must_exist;
+
+    #[test]
+    fn read_only_sqlite_urls_ask_for_an_existing_file() {
+        assert_eq!(must_exist("sqlite:///a/b.db"), "sqlite:///a/b.db?mode=rw");
+        assert_eq!(must_exist("sqlite:///a/b.db?timeout_ms=5"), "sqlite:///a/b.db?timeout_ms=5&mode=rw");
+        assert_eq!(must_exist("sqlite:///a/b.db?"), "sqlite:///a/b.db?mode=rw");
+        assert_eq!(must_exist("sqlite:///a/b.db?mode=rwc"), "sqlite:///a/b.db?mode=rwc");
+        assert_eq!(must_exist("redis://h:1"), "redis://h:1");
     }
 }
 
@@ -216,7 +204,7 @@ pub struct RunArgs {
     #[arg(long, short)]
     pub key: String,
     /// Lease TTL: a holdfast that dies frees the lock after this long.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = duration::parse_ttl, value_name = "DURATION")]
     pub ttl: Duration,
     /// How long to wait for a busy lock; 0 = one try [default: wait forever].
     #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
@@ -239,8 +227,22 @@ pub struct RunArgs {
     /// excluded by them (it does not hold back new readers while it waits).
     #[arg(long)]
     pub shared: bool,
-    /// The command and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    /// Take the lock in request order (FIFO): no later `run` overtakes a
+    /// waiting one. Needs a store that queues waiters (a usage error, 64, on one that cannot).
+    #[arg(long, conflicts_with_all = ["permits", "shared"])]
+    pub fair: bool,
+    /// Exit with CODE instead of 75 when the lock stays busy until --wait runs out (flock's -E).
+    #[arg(long, value_name = "CODE")]
+    pub busy_exit: Option<u8>,
+    /// Say nothing when the lock is busy (for cron: a skipped run mails nothing; the exit code
+    /// still tells), show no waiting line, and no note about the implicit local store.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command and its arguments (after `--`). Without one, holdfast holds the lock until
+    /// SIGINT, SIGTERM or SIGHUP (as `etcdctl lock`), then releases it and exits 0.
+    // No allow_hyphen_values: a mistyped flag (`--wiat 5s`) is an error with a
+    // suggestion, not a command named `--wiat`; after `--` anything goes.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -292,17 +294,6 @@ pub struct ReleaseArgs {
     #[arg(required = true, value_name = "KEY")]
     pub keys: Vec<String>,
 }
-
-const RELEASE_HELP: &str = "\
-Removes every lease of each KEY (a mutex's holder, a semaphore's permits, readers), whoever
-holds them, and prints the fences removed (or that the key was free). The key can be taken
-again at once, with a higher fence; waiters are woken. A holder that is still alive is not
-stopped: its next renewal fails and its lost() fires (`holdfast run` then stops its command),
-and a resource that checks fences refuses its writes. Without --force: exit 64.
-
-Examples:
-    holdfast list jobs/
-    holdfast release --force jobs/nightly-report";
 
 /// `holdfast __demo-worker` (the backend comes from HOLDFAST_BACKEND).
 #[derive(Debug, Args)]
@@ -374,7 +365,7 @@ pub struct VerifyArgs {
     #[arg(long, default_value = "10s", value_parser = duration::parse, value_name = "DURATION")]
     pub duration: Duration,
     /// Lease TTL of every grant.
-    #[arg(long, default_value = "1s", value_parser = duration::parse, value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_parser = duration::parse_ttl, value_name = "DURATION")]
     pub ttl: Duration,
     /// Faults to inject, comma-separated (none: `--faults` with no value).
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "kill,pause")]
@@ -431,4 +422,36 @@ pub struct BenchArgs {
     /// The workloads and their sizes.
     #[command(flatten)]
     pub bench: holdfast_bench::args::Args,
+}
+
+/// `holdfast elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub backend: BackendArg,
+    /// The election's name (its lock key).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The value published while this candidate leads [default: host:pid].
+    #[arg(long, conflicts_with = "observe")]
+    pub value: Option<String>,
+    /// Campaign for nothing: print each new leader as `term T: VALUE` until a signal (etcdctl elect -l).
+    #[arg(long, short = 'l')]
+    pub observe: bool,
+    /// Leadership lease TTL: a leader that dies is replaced within it.
+    #[arg(long, default_value = "30s", value_parser = duration::parse_ttl, value_name = "DURATION")]
+    pub ttl: Duration,
+    /// How long to wait to lead; 0 = one try (exit 75 if someone leads) [default: wait forever].
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION", conflicts_with = "observe")]
+    pub wait: Option<Duration>,
+    /// As for `run`: when leadership is being lost, time between SIGTERM and SIGKILL for CMD.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION", conflicts_with = "observe")]
+    pub kill_after: Option<Duration>,
+    /// No note about the implicit local store, no message when --wait runs out.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command to run while leading, after `--` [default: lead until a signal].
+    #[arg(trailing_var_arg = true, value_name = "CMD", conflicts_with = "observe")]
+    pub command: Vec<String>,
 }

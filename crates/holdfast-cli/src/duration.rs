@@ -8,6 +8,21 @@ pub fn parse(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; expected a duration with a unit, like 500ms, 30s or 5m"))
 }
 
+/// Parses a lease TTL: a duration within the library's
+/// [`MIN_TTL`](holdfast::MIN_TTL)..=[`MAX_TTL`](holdfast::MAX_TTL), refused in
+/// human units (`between 50ms and 1day`) at parse time.
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse(s)?;
+    if d < holdfast::MIN_TTL || d > holdfast::MAX_TTL {
+        return Err(format!(
+            "a lease TTL must be between {} and {}",
+            humantime::format_duration(holdfast::MIN_TTL),
+            humantime::format_duration(holdfast::MAX_TTL)
+        ));
+    }
+    Ok(d)
+}
+
 /// Checks that `d` is above zero, for options where zero makes no sense.
 pub fn non_zero(flag: &str, d: Duration) -> Result<Duration, crate::exit::Failure> {
     if d.is_zero() {
@@ -40,6 +55,10 @@ mod tests {
         assert!(parse("5").is_err());
         assert!(parse("soon").is_err());
         assert!(non_zero("--ttl", Duration::ZERO).is_err());
+        assert_eq!(parse_ttl("30s"), Ok(Duration::from_secs(30)));
+        for bad in ["0s", "10ms", "100y"] {
+            assert_eq!(parse_ttl(bad), Err("a lease TTL must be between 50ms and 1day".to_owned()), "{bad}");
+        }
     }
 
     #[test]

@@ -5,11 +5,11 @@
 //! | 0 | ok | the command did what was asked; `run`: CMD exited 0 |
 //! | *n* | CMD's status | `run`: CMD exited with *n*; killed by signal *s*: 128 + *s* (as shells report it) |
 //! | 1 | invariant broken | `demo`: oversold, two holders inside at once, or fences not increasing; `verify`: a guarantee the store states broke (double grant, fence repeated or backwards, stale write accepted, a killed holder's key free longer than TTL + 1 s) |
-//! | 64 | usage | bad flag, bad duration, empty or oversized key or prefix, TTL out of range, malformed or unknown backend URL, no command given, `release` without `--force` |
+//! | 64 | usage | bad flag, bad duration, empty or oversized key or prefix, TTL out of range, malformed or unknown backend URL, a `--kill-after` that does not fit the lease, a busy `--metrics-addr`, `release` without `--force` |
 //! | 69 | store unavailable | the lock store failed or could not be reached |
 //! | 70 | internal | a bug in holdfast; please report it |
 //! | 74 | lease lost | `run`: the lease ran out (or could no longer be renewed in time) while CMD ran; CMD was sent SIGTERM, then SIGKILL after `--kill-after`, before the store could grant the lock to anyone else |
-//! | 75 | lock busy | `run`: the lock was still held by someone else when `--wait` ran out (`--wait 0`: at the first try) |
+//! | 75 | lock busy | `run`: the lock was still held by someone else when `--wait` ran out (`--wait 0`: at the first try); `--busy-exit CODE` makes it CODE |
 //! | 126 | not executable | `run`: CMD was found but could not be executed (as in shells) |
 //! | 127 | not found | `run`: CMD was not found (as in shells) |
 //! | 128 + *s* | signal | `run`: holdfast got signal *s* (SIGINT, SIGTERM, SIGHUP) while waiting for the lock |
@@ -49,12 +49,12 @@ Exit codes:
     n      run: CMD's own exit status; 128+s if CMD was killed by signal s
     1      demo: an invariant broke (oversold, overlap, fences not increasing);
            verify: a guarantee the store states broke (see its report)
-    64     usage: bad flag, duration, key, TTL, backend URL, or no command;
-           release without --force
+    64     usage: bad flag, duration, key, TTL, backend URL, --kill-after that
+           does not fit the lease, busy --metrics-addr; release without --force
     69     the lock store failed or is unreachable
     70     internal error (a bug)
     74     run: the lease was lost while CMD ran (CMD got SIGTERM, then SIGKILL)
-    75     run: the lock was busy until --wait ran out
+    75     run: the lock was busy until --wait ran out (--busy-exit CODE: CODE)
     126    run: CMD is not executable
     127    run: CMD not found
     128+s  run: holdfast got signal s while waiting for the lock
@@ -62,7 +62,8 @@ Exit codes:
 Environment:
     HOLDFAST_BACKEND  store URL when --backend is not given
                       (default: sqlite://$XDG_STATE_HOME/holdfast/locks.db)
-    RUST_LOG          log filter for stderr (default: warn)";
+    RUST_LOG          log filter for stderr (default: error; RUST_LOG=warn adds the
+                      library's warnings, such as failed renewals)";
 
 /// A failure: the exit code and the one line printed as `holdfast: {message}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +103,49 @@ impl From<holdfast::Error> for Failure {
             _ => INTERNAL,
         };
         Failure::new(code, one_line(&error_chain(&e)))
+    }
+}
+
+/// A command-line error in holdfast's one style: `holdfast: WHAT` on one
+/// line, and where it helps a `hint: ...` line (clap's tip, or which
+/// `--help` to read), instead of clap's multi-line `error:` block.
+pub fn clap_error(e: &clap::Error) -> String {
+    use clap::error::ErrorKind as K;
+    let text = e.render().to_string();
+    let mut lines = text.lines();
+    let mut what = lines.next().unwrap_or_default().trim_start_matches("error: ").trim().to_owned();
+    if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
+        // clap would print the whole help; its first line is the about text.
+        what = "no subcommand given".to_owned();
+    }
+    let mut tip = None;
+    let mut usage = None;
+    let mut in_block = true;
+    for line in lines {
+        let line = line.trim();
+        if line.is_empty() {
+            in_block = false;
+        } else if in_block && !line.starts_with("tip:") {
+            // The first block's indented lines belong to the message
+            // (`the following required arguments were not provided:` and the list).
+            what.push(' ');
+            what.push_str(line);
+        }
+        if let Some(t) = line.strip_prefix("tip: ") {
+            tip.get_or_insert_with(|| t.to_owned());
+        } else if let Some(u) = line.strip_prefix("Usage: ") {
+            // `holdfast run [OPTIONS] --key <KEY>`: the command path is the plain words.
+            let path: Vec<&str> = u.split_whitespace().take_while(|w| !w.starts_with(['[', '<', '-'])).collect();
+            usage.get_or_insert_with(|| path.join(" "));
+        }
+    }
+    let help_hint = match e.kind() {
+        K::InvalidValue | K::ValueValidation | K::InvalidUtf8 => None,
+        _ => usage.filter(|p| !p.is_empty()).map(|p| format!("see '{p} --help'")),
+    };
+    match tip.or(help_hint) {
+        Some(hint) => format!("holdfast: {}\nhint: {hint}", one_line(&what)),
+        None => format!("holdfast: {}", one_line(&what)),
     }
 }
 

@@ -33,9 +33,14 @@ pub async fn run(cli: cli::Cli) -> Result<u8, Failure> {
 pub fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        // --help and --version print as clap lays them out, to stdout.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(exit::OK);
+        }
+        Err(e) => {
+            eprintln!("{}", exit::clap_error(&e));
+            return ExitCode::from(exit::USAGE);
         }
     };
     init_tracing();
@@ -50,7 +55,10 @@ pub fn main() -> ExitCode {
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("holdfast: {}", exit::one_line(&failure.message));
+            // An empty message is a failure asked to be quiet (`run --quiet` on a busy lock).
+            if !failure.message.is_empty() {
+                eprintln!("holdfast: {}", exit::one_line(&failure.message));
+            }
             failure.code
         }
     };
@@ -77,7 +85,10 @@ fn keep_writing_from_the_background() {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // Errors only by default: what went wrong is the one `holdfast: ...`
+        // line; the library's warnings (a lost lease, a failed renewal) would
+        // say it twice, timestamped. RUST_LOG=warn shows them.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     // Colour codes only for a person at a terminal, never into a log file or a pipe.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();

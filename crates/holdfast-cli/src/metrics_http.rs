@@ -31,9 +31,11 @@ const MAX_REQUEST: usize = 8192;
 /// with the dropped listener) and installed the recorder, which stays
 /// installed for the process: a second call then fails.
 pub async fn serve(addr: SocketAddr) -> Result<SocketAddr, Failure> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Failure::new(INTERNAL, format!("cannot serve metrics on {addr}: {e}")))?;
+    // The address is the caller's choice (in use, not ours to bind): a usage
+    // error saying so, not an internal one.
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        Failure::usage(format!("--metrics-addr {addr}: cannot listen there: {e}; pick a free port (or port 0)"))
+    })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let handle = PrometheusBuilder::new()
         .install_recorder()

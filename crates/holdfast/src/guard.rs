@@ -16,6 +16,46 @@ use crate::lease::LeaseState;
 use crate::metrics::LostCause;
 use crate::release::Release;
 
+/// Why a lease was lost ([`Guard::lost_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The store no longer had the grant when the client renewed or released
+    /// it, although the client's deadline had not passed: something removed
+    /// it, most often a forced release ([`Client::force_release`],
+    /// `holdfast release --force`).
+    Removed,
+    /// No renewal succeeded before the local lease deadline (the store was
+    /// unreachable or slow, or this process was stalled), or `max_hold` or
+    /// `no_renew` let the lease run out.
+    Expired,
+    /// The store's session that bound the lease ended (etcd, ZooKeeper).
+    SessionEnded,
+}
+
+impl From<LostCause> for LostReason {
+    fn from(cause: LostCause) -> Self {
+        match cause {
+            LostCause::Renewal | LostCause::Release => LostReason::Removed,
+            LostCause::Deadline => LostReason::Expired,
+            LostCause::Session => LostReason::SessionEnded,
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Removed => {
+                "the store no longer had the grant although its TTL was not over: it was removed, most often by a \
+                 forced release"
+            }
+            LostReason::Expired => "no renewal succeeded before the lease ran out",
+            LostReason::SessionEnded => "the store's session that held the lease ended",
+        })
+    }
+}
+
 /// What reentrant guards of one grant share.
 #[derive(Debug)]
 pub(crate) struct Held {
@@ -194,6 +234,15 @@ impl<K: GuardKind> Guard<K> {
     /// Whether the lease is known to be lost.
     pub fn is_lost(&self) -> bool {
         self.held.lease.is_lost()
+    }
+
+    /// Why the lease was lost, once it is ([`is_lost`](Self::is_lost));
+    /// `None` while it is held, and after a release that did not find it lost.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        if !self.held.lease.is_lost() {
+            return None;
+        }
+        self.held.lease.lost_cause().map(LostReason::from)
     }
 
     /// Resolves when the lease is lost: renewal found the grant gone, the

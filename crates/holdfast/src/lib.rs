@@ -106,7 +106,7 @@ pub use client::{Client, ClientOptions};
 pub use election::{Election, Leader, Leadership, MAX_VALUE_BYTES as MAX_ELECTION_VALUE_BYTES};
 pub use error::{BoxError, Error, Result};
 pub use guard::{
-    Guard, GuardKind, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,
+    Guard, GuardKind, LostReason, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,
 };
 pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;

@@ -218,3 +218,50 @@ fn test_name(name: &str) -> String {
         None => name.to_owned(),
     }
 }
+
+/// A mistyped path is an error naming what is missing, not a new store:
+/// the directory is never created, and under `mode=rw` neither is the file.
+#[tokio::test]
+async fn a_missing_directory_or_file_is_an_error_naming_it_and_nothing_is_created() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing_dir = dir.path().join("no-such-dir");
+    let url = format!("sqlite://{}/locks.db", missing_dir.display());
+    let err = SqliteBackend::open_url(&url).await.expect_err("a missing directory must fail");
+    let text = err.to_string();
+    assert!(matches!(err, Error::Backend { store: "sqlite", retryable: false, .. }), "{err:?}");
+    assert!(text.contains(&format!("directory {} does not exist", missing_dir.display())), "{text}");
+    assert!(!missing_dir.exists(), "the directory was created");
+
+    let file = dir.path().join("typo.db");
+    let err = SqliteBackend::open_url(&format!("sqlite://{}?mode=rw", file.display()))
+        .await
+        .expect_err("mode=rw on a missing file must fail");
+    assert!(err.to_string().contains("no such database file"), "{err}");
+    assert!(!file.exists(), "mode=rw created the file");
+
+    // The default mode creates the file; mode=rw then opens it.
+    open_and_use(&format!("sqlite://{}", file.display())).await.expect("default mode creates the file");
+    open_and_use(&format!("sqlite://{}?mode=rw", file.display())).await.expect("mode=rw opens an existing file");
+}
+
+/// The holder is told why its lease was lost: a forced release is
+/// `Removed` (found at the next renewal), a lease left to run out `Expired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_is_told_why_its_lease_was_lost() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    let (holder, admin) =
+        (Client::connect(&url).await.expect("connect"), Client::connect(&url).await.expect("connect"));
+
+    let guard = holder.mutex("forced").ttl(Duration::from_secs(3)).acquire().await.expect("acquire");
+    assert_eq!(guard.lost_reason(), None);
+    assert!(!admin.force_release("forced").await.expect("force release").was_free());
+    // Renewal runs every second: the loss is found well before the 3 s deadline.
+    tokio::time::timeout(Duration::from_secs(20), guard.lost()).await.expect("lost() after a forced release");
+    assert_eq!(guard.lost_reason(), Some(holdfast::LostReason::Removed));
+    assert!(guard.lost_reason().unwrap().to_string().contains("forced release"));
+
+    let guard = holder.mutex("expired").ttl(Duration::from_millis(300)).no_renew().acquire().await.expect("acquire");
+    tokio::time::timeout(Duration::from_secs(20), guard.lost()).await.expect("lost() at the deadline");
+    assert_eq!(guard.lost_reason(), Some(holdfast::LostReason::Expired));
+}

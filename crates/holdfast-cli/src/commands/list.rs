@@ -11,7 +11,7 @@ pub async fn list(args: ListArgs) -> Result<u8, Failure> {
     if let Some(prefix) = &args.prefix {
         holdfast::check_prefix(prefix)?;
     }
-    let client = super::connect(&args.backend.url()?, None).await?;
+    let client = super::connect_read_only(&args.backend).await?;
     let rows: Vec<Row> = client.list(args.prefix.as_deref()).await?.into_iter().map(Row::of).collect();
     if rows.is_empty() && !args.json {
         let under = args.prefix.as_deref().map(|p| format!(" under {p:?}")).unwrap_or_default();

@@ -5,13 +5,14 @@
 
 pub mod bench;
 pub mod demo;
+pub mod elect;
 pub mod list;
 pub mod release;
 pub mod run;
 pub mod status;
 pub mod verify;
 
-use crate::cli::Command;
+use crate::cli::{BackendArg, Command, ENV_BACKEND};
 use crate::exit::Failure;
 
 /// Runs one subcommand to its exit code.
@@ -19,6 +20,7 @@ pub async fn dispatch(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Demo(args) => demo::demo(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Elect(args) => elect::elect(args).await,
         Command::Status(args) => status::status(args).await,
         Command::List(args) => list::list(args).await,
         Command::Release(args) => release::release(args).await,
@@ -40,6 +42,22 @@ pub(crate) async fn connect(url: &str, label: Option<String>) -> Result<holdfast
         // Never echo a password from the URL, whatever the store's error says.
         let mut failure = Failure::from(e);
         failure.message = failure.message.replace(url, &holdfast::redact_url(url));
+        failure
+    })
+}
+
+/// Connects for a command that only reads or frees locks: an `sqlite://`
+/// file must already exist (see [`BackendArg::url_read_only`]); when it is
+/// the implicit default file, the error says so and how to name a store.
+pub(crate) async fn connect_read_only(backend: &BackendArg) -> Result<holdfast::Client, Failure> {
+    connect(&backend.url_read_only()?, None).await.map_err(|mut failure| {
+        let missing = failure.message.contains("no such database file") || failure.message.contains("does not exist");
+        if backend.is_implicit() && missing {
+            failure.message.push_str(&format!(
+                " (the default local store, used when neither --backend nor {ENV_BACKEND} names one; \
+                 no lock has been taken in it on this machine yet)"
+            ));
+        }
         failure
     })
 }

@@ -19,7 +19,7 @@ pub async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
     for key in &args.keys {
         holdfast::LockKey::new(key.as_str())?;
     }
-    let client = super::connect(&args.backend.url()?, None).await?;
+    let client = super::connect_read_only(&args.backend).await?;
     for key in &args.keys {
         let removed = client.force_release(key).await?;
         crate::say!("{}", describe(key, &removed));

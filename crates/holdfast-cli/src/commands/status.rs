@@ -79,7 +79,7 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     for key in &args.keys {
         holdfast::LockKey::new(key.as_str())?;
     }
-    let client = super::connect(&args.backend.url()?, None).await?;
+    let client = super::connect_read_only(&args.backend).await?;
     if args.watch {
         return watch::watch(&client, &args).await;
     }

@@ -142,3 +142,22 @@ fn release_force_and_list_on_redis() {
     let lost = guard.lost();
     rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), lost).await }).expect("lost() after --force");
 }
+
+/// A holder whose lock was force-released is told that, in one line, and its
+/// command is stopped (74): not that its lease "ran out", and no log lines.
+#[test]
+fn a_force_released_holder_is_told_the_cause() {
+    let env = Env::new();
+    let ready = env.path("ready");
+    let script = format!("touch {}; sleep 30", ready.display());
+    let mut child =
+        env.run_std("jobs/forced", &["--ttl", "3s"], &["sh", "-c", &script]).stderr(Stdio::piped()).spawn().unwrap();
+    crate::wait_for_file(&ready, Duration::from_secs(20));
+    env.cmd().args(["release", "--backend", &env.url, "--force", "jobs/forced"]).assert().code(0);
+    let status = crate::wait_timeout(&mut child, Duration::from_secs(30));
+    let mut stderr = Vec::new();
+    std::io::Read::read_to_end(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(i32::from(holdfast_cli::exit::LEASE_LOST)), "{}", String::from_utf8_lossy(&stderr));
+    crate::assert_one_line(&stderr, "forced release");
+    assert!(!String::from_utf8_lossy(&stderr).contains("ran out"));
+}

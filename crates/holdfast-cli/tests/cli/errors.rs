@@ -72,11 +72,10 @@ fn bad_command_lines_are_usage_errors() {
 #[test]
 fn bad_input_is_one_line_and_exit_64() {
     let env = Env::new();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["run", "--backend", &env.url, "--key", "", "--", "true"], "key"),
         (&["run", "--backend", &env.url, "--key", "k", "--ttl", "0s", "--", "true"], "ttl"),
         (&["run", "--backend", &env.url, "--key", "k", "--max-hold", "0s", "--", "true"], "--max-hold"),
-        (&["run", "--backend", &env.url, "--key", "k"], "no command"),
         (&["run", "--backend", "not-a-url", "--key", "k", "--", "true"], "url"),
         (&["run", "--backend", "gopher://x", "--key", "k", "--", "true"], "unknown scheme"),
         (&["status", "--backend", &env.url, ""], "key"),
@@ -222,4 +221,44 @@ fn log_lines_into_a_pipe_carry_no_colour_codes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("lock acquired"), "expected log lines: {stderr}");
     assert!(!out.stderr.contains(&0x1b), "ESC (colour codes) in log lines written to a pipe: {stderr:?}");
+}
+
+/// Command-line errors in the one documented style: `holdfast: ...` on one
+/// line, a `hint:` line where it helps, never clap's multi-line block; TTLs
+/// in human units.
+#[test]
+fn command_line_errors_are_one_line_with_a_hint_where_it_helps() {
+    let env = Env::new();
+    let out = env.cmd().args(["status", "--no-such-flag"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("holdfast: unexpected argument '--no-such-flag'"), "{stderr}");
+    assert!(lines[1].starts_with("hint: "), "{stderr}");
+    // A mistyped flag of run is not taken for CMD: the hint names the flag meant.
+    let out = env.cmd().args(["run", "--key", "k", "--wiat", "5s", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.lines().nth(1).is_some_and(|l| l.starts_with("hint: ") && l.contains("--wait")), "{stderr}");
+    let out = env.cmd().args(["run", "--ttl", "5s", "--", "true"]).output().unwrap();
+    assert_one_line(&out.stderr[..out.stderr.iter().position(|b| *b == b'\n').unwrap() + 1], "--key <KEY>");
+    let out = env.cmd().arg("stauts").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("holdfast: unrecognized subcommand 'stauts'\nhint: "), "{stderr}");
+    for (ttl, shown) in [("0s", "'0s'"), ("100y", "'100y'"), ("10ms", "'10ms'")] {
+        let out = env.cmd().args(["run", "--key", "k", "--ttl", ttl, "--", "true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)), "{ttl}");
+        assert_one_line(
+            &out.stderr,
+            &format!("{shown} for '--ttl <DURATION>': a lease TTL must be between 50ms and 1day"),
+        );
+    }
+    for args in [&["run"][..], &["status"], &[]] {
+        let out = env.cmd().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(i32::from(exit::USAGE)), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("holdfast: ") && stderr.lines().count() <= 2, "{args:?}: {stderr}");
+        assert!(!stderr.contains("error:") && !stderr.contains("Usage:"), "{args:?}: {stderr}");
+    }
 }

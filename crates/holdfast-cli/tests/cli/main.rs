@@ -4,9 +4,13 @@
 
 mod admin;
 mod bench;
+mod composite;
+mod cron;
 mod demo;
+mod elect;
 mod errors;
 mod metrics;
+mod paths;
 mod run;
 mod run_faults;
 mod shared;

@@ -261,3 +261,27 @@ fn runs_under_a_fallback_chain_url() {
     }
     assert!(fences[1] > fences[0], "fences must increase: {fences:?}");
 }
+
+/// Without CMD, `run` holds the lock until a signal, as `etcdctl lock` does,
+/// then releases it and exits 0.
+#[test]
+fn without_a_command_the_lock_is_held_until_a_signal() {
+    let env = Env::new();
+    let mut child = std::process::Command::new(crate::bin())
+        .env_remove("HOLDFAST_BACKEND")
+        .env_remove("RUST_LOG")
+        .args(["run", "--backend", &env.url, "--key", "held"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let lib = env.client();
+    let st = lib.rt.block_on(lib.client.status("held")).unwrap();
+    let fence = st.holder.map(|h| h.fence).expect("held while holdfast runs");
+    assert_eq!(line, format!("holding \"held\" with fence {fence}\n"));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+    assert!(lib.is_free("held"), "released on the signal");
+}

@@ -14,7 +14,7 @@ use crate::{Env, ends_within, read_pid, wait_for_file, wait_timeout};
 
 /// `script -qec "holdfast ARGS" /dev/null`: holdfast on a fresh pseudo-terminal
 /// (in its own session, as the terminal's foreground process group).
-fn on_a_terminal(env: &Env, holdfast_args: &str) -> std::process::Command {
+pub(crate) fn on_a_terminal(env: &Env, holdfast_args: &str) -> std::process::Command {
     let found = std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join("script").is_file()));
     assert!(found, "`script` is missing: apt-get install -y util-linux");

@@ -4,7 +4,7 @@
 //! a session-bound store, releases a lease whose deadline passed unrenewed,
 //! is in [`renewer`].
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,6 +44,8 @@ pub(crate) struct LeaseState {
     pub(crate) metrics: Arc<KeyMetrics>,
     /// Whether the lease's end was counted (lost once, or released).
     accounted: Accounted,
+    /// Why the lease was lost: the first cause seen.
+    cause: OnceLock<LostCause>,
 }
 
 impl LeaseState {
@@ -60,6 +62,7 @@ impl LeaseState {
             session_lost: grant.session_lost,
             metrics,
             accounted: Accounted::default(),
+            cause: OnceLock::new(),
         }
     }
 
@@ -90,6 +93,7 @@ impl LeaseState {
 
     /// Marks the lease lost, counting it once (unless it was released).
     pub(crate) fn mark_lost(&self, cause: LostCause) {
+        let _ = self.cause.set(cause);
         if self.accounted.first() {
             self.metrics.lost(cause);
         }
@@ -108,6 +112,11 @@ impl LeaseState {
     pub(crate) fn end(&self) {
         self.mark_ended();
         self.lost.cancel();
+    }
+
+    /// Why the lease was lost, if it was (the first cause seen).
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        self.cause.get().copied()
     }
 
     pub(crate) fn is_lost(&self) -> bool {

@@ -23,7 +23,9 @@
 //! job ([`terminal`] has the details and the one exception, pipelines). If
 //! holdfast itself is killed, the kernel kills CMD ([`child`]).
 
+mod busy;
 mod child;
+mod hold;
 mod procfs;
 mod terminal;
 pub(crate) mod timing;
@@ -37,23 +39,35 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
 use self::child::{Setup, Target};
+pub(crate) use self::hold::Role;
 use self::terminal::Placement;
 use self::timing::StopTiming;
-use crate::cli::{ENV_FENCE, ENV_KEY, RunArgs};
+use crate::cli::{ENV_BACKEND, ENV_FENCE, ENV_KEY, RunArgs};
 use crate::duration;
 use crate::exit::{BUSY, Failure, INTERNAL, LEASE_LOST, NOT_EXECUTABLE, NOT_FOUND};
 
-/// Runs `args.command` under the lock `args.key`; returns the exit code.
+/// Runs `args.command` under the lock `args.key` (without one, holds the
+/// lock until a signal); returns the exit code.
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
-    let Some((program, program_args)) = args.command.split_first() else {
-        return Err(Failure::usage("no command given; usage: holdfast run --key KEY [OPTIONS] -- CMD [ARGS]..."));
-    };
+    run_as(args, Role::Lock).await
+}
+
+/// [`run`] for a lock or for an election's campaign (`role`).
+pub(crate) async fn run_as(args: RunArgs, role: Role) -> Result<u8, Failure> {
+    let program = args.command.split_first();
     // Everything that can be checked without I/O, before any I/O.
     holdfast::LockKey::new(args.key.as_str())?;
     holdfast::check_ttl(args.ttl)?;
     let max_hold = args.max_hold.map(|d| duration::non_zero("--max-hold", d)).transpose()?;
-    let timing = StopTiming::new(args.ttl, args.kill_after)?;
-    let url = timing::zk_session_fitting(&args.backend.url()?, args.ttl);
+    // A --kill-after that cannot fit --ttl is refused before any I/O; the
+    // timing used is fitted to the lease the store gives, once granted.
+    StopTiming::new(args.ttl, args.kill_after)?;
+    let url = timing::zk_session_fitting(&args.backend.url_for_locking()?, args.ttl);
+    if args.backend.is_implicit() && !args.quiet {
+        // The same command on two machines would exclude nothing between
+        // them: say so, once, before anything runs.
+        eprintln!("{}", implicit_store_note(&url));
+    }
 
     if let Some(addr) = args.metrics_addr {
         crate::metrics_http::serve(addr).await?;
@@ -62,12 +76,14 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let client = super::connect(&url, args.label.clone()).await?;
     let signals = Signals::new()?;
     let job = JobSignals::new()?;
-    let under = Under { args: &args, timing, signals, job, program, program_args };
+    // A campaign asks for grants in campaign order where the store can queue.
+    let fair = args.fair || (matches!(role, Role::Leader { .. }) && client.capabilities().fair);
+    let under = Under { args: &args, client: &client, signals, job, program, role: &role };
     // The same supervision whatever the grant: a mutex, permits or a read lock.
     match (args.permits, args.shared) {
         (Some(permits), _) => under.run(limits(client.semaphore(args.key.as_str(), permits), &args, max_hold)).await,
         (None, true) => under.run(limits(client.rwlock(args.key.as_str()).read(), &args, max_hold)).await,
-        (None, false) => under.run(limits(client.mutex(args.key.as_str()), &args, max_hold)).await,
+        (None, false) => under.run(limits(client.mutex(args.key.as_str()).fair(fair), &args, max_hold)).await,
     }
 }
 
@@ -83,31 +99,47 @@ fn limits<K: GuardKind>(lock: Lock<K>, args: &RunArgs, max_hold: Option<Duration
 /// What running CMD under a grant needs.
 struct Under<'a> {
     args: &'a RunArgs,
-    timing: StopTiming,
+    client: &'a holdfast::Client,
     signals: Signals,
     job: JobSignals,
-    program: &'a String,
-    program_args: &'a [String],
+    /// CMD and its arguments; `None`: hold until a signal.
+    program: Option<(&'a String, &'a [String])>,
+    role: &'a Role,
 }
 
 impl Under<'_> {
     /// Waits for the grant of `mutex`, then runs CMD under it.
     async fn run<K: GuardKind>(self, mutex: Lock<K>) -> Result<u8, Failure> {
-        let Under { args, timing, mut signals, mut job, program, program_args } = self;
+        let Under { args, client, mut signals, mut job, program, role } = self;
         tracing::debug!(key = %args.key, "waiting for the lock");
         let acquire = async {
-            match args.wait {
-                Some(wait) if wait.is_zero() => mutex.try_acquire().await?.ok_or_else(|| busy(&args.key, None)),
-                Some(wait) => mutex.acquire_timeout(wait).await.map_err(|e| match e {
-                    holdfast::Error::Timeout { waited, .. } => busy(&args.key, Some(waited)),
-                    other => other.into(),
-                }),
-                None => Ok(mutex.acquire().await?),
-            }
+            Ok::<_, Failure>(match args.wait {
+                Some(wait) if wait.is_zero() => match mutex.try_acquire().await? {
+                    Some(guard) => Waited::Granted(guard),
+                    None => Waited::Busy(None),
+                },
+                Some(wait) => match mutex.acquire_timeout(wait).await {
+                    Ok(guard) => Waited::Granted(guard),
+                    Err(holdfast::Error::Timeout { waited, .. }) => Waited::Busy(Some(waited)),
+                    Err(other) => return Err(other.into()),
+                },
+                None => Waited::Granted(mutex.acquire().await?),
+            })
         };
-        let guard = tokio::select! {
-            guard = acquire => guard?,
-            signo = signals.recv() => {
+        let mut waiting = busy::Waiting::new(args.quiet);
+        let waited = tokio::select! {
+            waited = acquire => waited?,
+            () = waiting.show(client, &args.key) => unreachable!("the waiting line never ends"),
+            signo = signals.recv() => Waited::Signal(signo),
+        };
+        waiting.clear();
+        let guard = match waited {
+            Waited::Granted(guard) => guard,
+            Waited::Busy(waited) => {
+                let code = args.busy_exit.unwrap_or(BUSY);
+                return Err(busy::failure(client, &args.key, waited, code, args.quiet).await);
+            }
+            Waited::Signal(signo) => {
                 eprintln!("holdfast: got signal {signo} while waiting for lock {:?}; giving up", args.key);
                 // The dropped acquire releases an attempt that raced the signal in the
                 // background; give that a moment before the runtime stops (past it, such
@@ -123,6 +155,20 @@ impl Under<'_> {
             let _ = tokio::time::timeout(RELEASE_AFTER_LOSS, guard.release()).await;
             return Ok(LEASE_LOST);
         }
+        // The store may vouch for less than --ttl (a fallback chain, ZooKeeper):
+        // fit the stop timing to that lease, or refuse before CMD starts.
+        let left = guard.valid_until().saturating_duration_since(std::time::Instant::now());
+        let timing = match StopTiming::fit_lease(args.ttl, args.kill_after, left) {
+            Ok(fitted) => fitted,
+            Err(failure) => {
+                release(guard, &args.key).await;
+                return Err(failure);
+            }
+        };
+        tracing::debug!(?timing, ?left, "stop timing for the lease");
+        let Some((program, program_args)) = program else {
+            return hold::hold(guard, &mut signals, &args.key, role).await;
+        };
 
         let mut placement = Placement::choose();
         let setup = match &placement {
@@ -178,8 +224,10 @@ impl Under<'_> {
                 status = child.wait() => break status,
                 _ = &mut expiring => {
                     if guard.is_lost() {
+                        let why = guard.lost_reason().map(|r| format!(" ({r})")).unwrap_or_default();
                         eprintln!(
-                            "holdfast: lease on lock {:?} lost while the command ran; stopping it (SIGTERM, SIGKILL after {})",
+                            "holdfast: lease on lock {:?} lost while the command ran{why}; stopping it (SIGTERM, \
+                             SIGKILL after {})",
                             args.key,
                             duration::show(timing.kill_after)
                         );
@@ -224,10 +272,14 @@ impl Under<'_> {
         };
         drop(placement);
         let status = status.map_err(|e| Failure::new(INTERNAL, format!("waiting for the command: {e}")))?;
+        // A release that finds the grant gone, with no loss seen before, means
+        // the store dropped it (a forced release) before its deadline.
+        let lost_before = guard.lost_reason();
         match guard.release().await {
             Ok(()) => Ok(child::exit_code(status)),
             Err(holdfast::Error::Lost { .. }) => {
-                eprintln!("holdfast: lease on lock {:?} ran out before the command finished", args.key);
+                let why = lost_before.unwrap_or(holdfast::LostReason::Removed);
+                eprintln!("holdfast: lease on lock {:?} was lost before the command finished: {why}", args.key);
                 Ok(LEASE_LOST)
             }
             Err(e) => {
@@ -242,12 +294,23 @@ impl Under<'_> {
 /// How long to try releasing a lost lease before exiting anyway.
 const RELEASE_AFTER_LOSS: Duration = Duration::from_secs(1);
 
-fn busy(key: &str, waited: Option<Duration>) -> Failure {
-    let msg = match waited {
-        Some(w) => format!("lock {key:?} is busy (waited {})", duration::show(w)),
-        None => format!("lock {key:?} is busy"),
-    };
-    Failure::new(BUSY, msg)
+/// The note `run` prints when no store was named (see `run --help`).
+fn implicit_store_note(url: &str) -> String {
+    let path = url.strip_prefix("sqlite://").unwrap_or(url);
+    format!(
+        "holdfast: note: no --backend given, so the lock is kept in {path}, which excludes only processes on this \
+         machine; to lock across machines pass --backend URL or set {ENV_BACKEND} (an explicit --backend sqlite://PATH, \
+         or --quiet, silences this note)"
+    )
+}
+
+/// How waiting for the lock ended.
+enum Waited<G> {
+    Granted(G),
+    /// Still busy when `--wait` ran out, after this long (`None`: one try).
+    Busy(Option<Duration>),
+    /// holdfast got this signal.
+    Signal(u8),
 }
 
 async fn release<K: GuardKind>(guard: Guard<K>, key: &str) {
@@ -262,7 +325,7 @@ fn listen(kind: SignalKind) -> Result<tokio::signal::unix::Signal, Failure> {
 
 /// SIGINT, SIGTERM and SIGHUP: they end a wait for the lock, and are
 /// forwarded to CMD once it runs.
-struct Signals {
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
@@ -284,7 +347,7 @@ impl JobSignals {
 }
 
 impl Signals {
-    fn new() -> Result<Self, Failure> {
+    pub(crate) fn new() -> Result<Self, Failure> {
         Ok(Signals {
             int: listen(SignalKind::interrupt())?,
             term: listen(SignalKind::terminate())?,
@@ -293,7 +356,7 @@ impl Signals {
     }
 
     /// The next SIGINT, SIGTERM or SIGHUP, as its number.
-    async fn recv(&mut self) -> u8 {
+    pub(crate) async fn recv(&mut self) -> u8 {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT as u8,
             _ = self.term.recv() => Signal::SIGTERM as u8,

@@ -15,6 +15,14 @@
 //! has about 2/3 ttl left. `--kill-after + margin` must stay below that or
 //! every renewal would stop CMD: holdfast accepts up to ttl/2, which leaves
 //! ttl/6 for a renewal's round trip before CMD is stopped.
+//!
+//! A store may vouch for less than `--ttl` at a time: a fallback chain for
+//! at most half its mode TTL (5 s by default), ZooKeeper (alone or behind
+//! `layered://`) for 3/4 of its session timeout, etcd for its session. The
+//! library then renews every third of that shorter lease, and the rule above
+//! applies to it, not to `--ttl`: [`StopTiming::fit_lease`] looks at the
+//! lease right after the grant, derives the default `--kill-after` from it,
+//! and refuses a given `--kill-after` that does not fit it before CMD starts.
 
 use std::time::Duration;
 
@@ -52,6 +60,38 @@ impl StopTiming {
             )));
         }
         Ok(StopTiming { kill_after, margin })
+    }
+
+    /// The timing for the lease the store actually gave: `left` is the time
+    /// left on the guard's local deadline right after the grant. A store
+    /// that vouched for (nearly) the whole `ttl` keeps the timing from
+    /// [`new`](Self::new); a shorter lease is what renewal then keeps up, so
+    /// the default `--kill-after` and the margin follow it, and a given
+    /// `--kill-after` that does not fit it is a usage error naming the value
+    /// that would (CMD has not started yet).
+    pub(crate) fn fit_lease(ttl: Duration, kill_after: Option<Duration>, left: Duration) -> Result<Self, Failure> {
+        // The local deadline ends a drift margin (1%) and a round trip before
+        // the store's: within 5% of the TTL is the TTL.
+        if left >= ttl - ttl / 20 {
+            return Self::new(ttl, kill_after);
+        }
+        let margin = kill_margin(left);
+        let longest = longest_warning(left);
+        let Some(given) = kill_after else {
+            return Ok(StopTiming { kill_after: default_kill_after(left), margin });
+        };
+        if given + margin > longest {
+            return Err(Failure::usage(format!(
+                "--kill-after {} does not fit the lease the store gives: it vouches for {} at a time (less than \
+                 --ttl {}: a fallback chain gives at most half its mode TTL, ZooKeeper 3/4 of its session), and \
+                 CMD would be stopped between renewals; use --kill-after {} or less, or leave it out",
+                show(given),
+                show(left),
+                show(ttl),
+                show(longest.saturating_sub(margin)),
+            )));
+        }
+        Ok(StopTiming { kill_after: given, margin })
     }
 
     /// The time left on the lease at which SIGTERM is sent.
@@ -141,6 +181,22 @@ mod tests {
         assert!(StopTiming::new(MS(2000), Some(MS(2000))).is_err());
         // Zero: SIGKILL right after SIGTERM, margin still kept.
         assert_eq!(StopTiming::new(MS(300), Some(Duration::ZERO)).unwrap().warning(), kill_margin(MS(300)));
+    }
+
+    #[test]
+    fn a_shorter_lease_than_the_ttl_sets_the_timing() {
+        let ttl = MS(30_000);
+        // The whole TTL (less the drift margin and a round trip): as before.
+        assert_eq!(StopTiming::fit_lease(ttl, None, MS(29_600)).unwrap(), StopTiming::new(ttl, None).unwrap());
+        // A fallback chain's 5 s belief: the default follows it and fits it.
+        let fitted = StopTiming::fit_lease(ttl, None, MS(4_940)).unwrap();
+        assert_eq!(fitted.kill_after, MS(1_235));
+        assert!(fitted.warning() <= MS(4_940) / 2, "{fitted:?}");
+        // A given --kill-after that fits the TTL but not the lease is refused with what fits.
+        let e = StopTiming::fit_lease(ttl, Some(MS(5_000)), MS(4_940)).unwrap_err();
+        assert_eq!(e.code, crate::exit::USAGE);
+        assert!(e.message.contains("use --kill-after 2s 346ms or less"), "{}", e.message);
+        assert!(StopTiming::fit_lease(ttl, Some(MS(2_000)), MS(4_940)).is_ok());
     }
 
     #[test]

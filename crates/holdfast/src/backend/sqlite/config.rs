@@ -4,14 +4,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+
+use super::STORE;
 use crate::url_options::{Opt, UrlOptions};
 use crate::wait::PollBounds;
 
 /// Settings of the SQLite store, from its URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteConfig {
-    /// The database file; created with its directory if missing.
+    /// The database file; created if missing (not its directory), unless
+    /// [`must_exist`](Self::must_exist).
     pub path: PathBuf,
+    /// `mode=rw`: open an existing file only, never create one (for tools
+    /// that only read, so a mistyped path is an error rather than a new,
+    /// empty store). Default `mode=rwc`: create the file if missing.
+    pub must_exist: bool,
     /// `synchronous=full`: fsync every commit, so fences also survive an OS
     /// crash or power loss. Default `normal` (survives process crashes).
     pub synchronous_full: bool,
@@ -25,6 +32,7 @@ pub struct SqliteConfig {
 /// The options of `sqlite://` URLs (see the "URL options" table in the store's docs).
 pub(crate) const OPTIONS: &[Opt] = &[
     Opt::new("synchronous"),
+    Opt::new("mode"),
     Opt::new("timeout_ms").or(&["busy_timeout_ms"]),
     Opt::new("poll_min_ms"),
     Opt::new("poll_max_ms"),
@@ -53,10 +61,46 @@ impl SqliteConfig {
         }
         Ok(SqliteConfig {
             path: PathBuf::from(path),
+            must_exist: opts.choice("mode", &[("rw", true), ("rwc", false)])?.unwrap_or(false),
             synchronous_full: opts.choice("synchronous", &[("full", true), ("normal", false)])?.unwrap_or(false),
             busy_timeout: opts.duration_ms("timeout_ms", ANY_MS)?.unwrap_or(Duration::from_secs(5)),
             poll,
         })
+    }
+
+    /// Refuses a path whose directory, or under `mode=rw` whose file, does
+    /// not exist, naming what is missing (SQLite itself only says it cannot
+    /// open the file).
+    pub(super) fn check_path(&self) -> Result<()> {
+        // Say which part of the path is missing: SQLite only says it
+        // cannot open the file. A directory is never created (a mistyped
+        // path would quietly become a new, empty store).
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(Error::backend(
+                STORE,
+                false,
+                format!(
+                    "{}: directory {} does not exist (holdfast does not create directories); create it, \
+                     or fix the path",
+                    self.path.display(),
+                    dir.display()
+                ),
+            ));
+        }
+        if self.must_exist && !self.path.exists() {
+            return Err(Error::backend(
+                STORE,
+                false,
+                format!(
+                    "{}: no such database file (mode=rw opens an existing file only); fix the path, or \
+                     take a lock on it first",
+                    self.path.display()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -71,7 +115,15 @@ mod tests {
         assert!(c.synchronous_full);
         assert_eq!(c.poll.max, Duration::from_millis(20));
         assert_eq!(SqliteConfig::from_url("sqlite://rel.db").unwrap().path, PathBuf::from("rel.db"));
-        for bad in ["sqlite://", "sqlite:///x?nope=1", "sqlite:///x?synchronous=off", "sqlite:///x?poll_min_ms=0"] {
+        assert!(SqliteConfig::from_url("sqlite:///x.db?mode=rw").unwrap().must_exist);
+        assert!(!SqliteConfig::from_url("sqlite:///x.db?mode=rwc").unwrap().must_exist);
+        for bad in [
+            "sqlite://",
+            "sqlite:///x?nope=1",
+            "sqlite:///x?synchronous=off",
+            "sqlite:///x?poll_min_ms=0",
+            "sqlite:///x?mode=ro",
+        ] {
             assert!(matches!(SqliteConfig::from_url(bad), Err(Error::InvalidInput { .. })), "{bad}");
         }
     }
@@ -84,6 +136,7 @@ mod tests {
         for (old, common) in [
             ("busy_timeout_ms=700", "timeout_ms=700"),
             ("synchronous=full", "synchronous=FULL"),
+            ("mode=rw", "mode=RW"),
             ("poll_min_ms=2", "poll_min_ms=2"),
             ("poll_max_ms=30", "poll_max_ms=30"),
         ] {

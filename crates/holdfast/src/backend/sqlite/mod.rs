@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 pub use config::SqliteConfig;
 
@@ -151,7 +151,8 @@ fn map_err(e: rusqlite::Error) -> Error {
 }
 
 impl SqliteBackend {
-    /// Opens (creating if missing) the store a `sqlite://` URL names.
+    /// Opens the store a `sqlite://` URL names, creating the file if missing
+    /// (not its directory; with `mode=rw`, not the file either).
     ///
     /// # Cancel safety
     ///
@@ -161,7 +162,14 @@ impl SqliteBackend {
         Self::open(SqliteConfig::from_url(url)?).await
     }
 
-    /// Opens (creating if missing) the database file and its tables.
+    /// Opens the database file and creates its tables, creating the file if
+    /// missing (never its directory; with [`SqliteConfig::must_exist`], not
+    /// the file either).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Backend`] naming the path when its directory, or under
+    /// `mode=rw` the file, does not exist, or when SQLite cannot open it.
     ///
     /// # Cancel safety
     ///
@@ -170,14 +178,16 @@ impl SqliteBackend {
     pub async fn open(config: SqliteConfig) -> Result<Self> {
         let cfg = config.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
-            if let Some(dir) = cfg.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::backend(STORE, false, format!("cannot create directory {}: {e}", dir.display()))
-                })?;
-            }
+            cfg.check_path()?;
             // Everything below waits for other processes' locks up to the busy timeout.
             let deadline = Instant::now() + cfg.busy_timeout;
-            let conn = Connection::open(&cfg.path).map_err(map_err)?;
+            // Without CREATE under mode=rw, so a file removed since the check is not made again.
+            let flags = if cfg.must_exist {
+                OpenFlags::default() - OpenFlags::SQLITE_OPEN_CREATE
+            } else {
+                OpenFlags::default()
+            };
+            let conn = Connection::open_with_flags(&cfg.path, flags).map_err(map_err)?;
             conn.busy_timeout(cfg.busy_timeout).map_err(map_err)?;
             let mode = sql::switch_to_wal(&conn, deadline).map_err(map_err)?;
             if !mode.eq_ignore_ascii_case("wal") {
