@@ -72,9 +72,14 @@ pub(crate) fn parse(
 }
 
 impl CompositeUrl {
-    /// Connects every part, all at once.
+    /// Connects every part, all at once. A part that cannot be reached
+    /// (a retryable error) is not an error: it is deferred, connected in the
+    /// background and failing every call until then
+    /// ([`connect_or_defer`](crate::backend::connect_or_defer)), so that a
+    /// composite starts during the outage of a member it exists to ride out.
     pub(crate) async fn connect(&self) -> Result<Vec<Arc<dyn Backend>>> {
-        let opened = futures::future::join_all(self.parts.iter().map(|u| Box::pin(crate::url::connect(u)))).await;
+        let opened =
+            futures::future::join_all(self.parts.iter().map(|u| Box::pin(crate::backend::connect_or_defer(u)))).await;
         opened.into_iter().collect()
     }
 }

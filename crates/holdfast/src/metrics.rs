@@ -36,6 +36,8 @@
 //! | `holdfast_leases_held` | gauge | store, prefix | leases granted to this process whose guard is alive (a leaked guard stops counting) |
 //! | `holdfast_lost_total` | counter | store, prefix, cause | leases lost while their guard lived, once each: `renewal` (a renewal found the grant gone), `release` (the release found it gone), `deadline` (the local deadline passed unrenewed: renewals failed or came late, renewal off or capped), `session` (the store's session ended) |
 //! | `holdfast_store_errors_total` | counter | store, op, kind | failed store calls made by the client core: `op` is `acquire`, `release`, `renew` or `status`; `kind` is `transient` (retryable), `permanent`, or `timeout` (a renewal call that outlived the lease) |
+//! | `holdfast_store_connect_errors_total` | counter | store | failed connection attempts of a composite's member that was unreachable when the composite was built ([`connect_or_defer`](crate::backend::connect_or_defer)): the first, then one per background retry until it connects |
+//! | `holdfast_stores_unconnected` | gauge | store | such members not connected yet (each counts as a failing store meanwhile) |
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +73,11 @@ pub const LEASES_HELD: &str = "holdfast_leases_held";
 pub const LOST_TOTAL: &str = "holdfast_lost_total";
 /// Failed store calls by operation and kind (counter).
 pub const STORE_ERRORS_TOTAL: &str = "holdfast_store_errors_total";
+
+/// Failed connection attempts of deferred members (counter).
+pub const STORE_CONNECT_ERRORS_TOTAL: &str = "holdfast_store_connect_errors_total";
+/// Deferred members not connected yet (gauge).
+pub const STORES_UNCONNECTED: &str = "holdfast_stores_unconnected";
 
 /// The most distinct `prefix` label values one client emits; later new
 /// prefixes are `(other)`.

@@ -19,6 +19,8 @@ mod fallback;
 mod layered;
 #[path = "least_privilege.rs"]
 mod least_privilege;
+#[path = "members_down.rs"]
+mod members_down;
 #[path = "multi.rs"]
 mod multi;
 #[path = "mysql.rs"]

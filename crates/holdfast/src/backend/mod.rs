@@ -62,6 +62,7 @@
 //! - No method may block the async runtime; no method may panic on any input.
 
 pub mod admission;
+pub mod deferred;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "mysql")]
@@ -86,6 +87,7 @@ pub use crate::admin::ForceReleased;
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
+pub use deferred::connect_or_defer;
 
 /// Opens the store `url` names as a bare [`Backend`], for tools and
 /// composites that drive the store calls themselves. Applications use

@@ -39,6 +39,20 @@
 //! both grant twice; this one has no counterexample over a complete
 //! exploration).
 //!
+//! # Stores down at start
+//!
+//! [`open_url`](Fallback::open_url) (and `fallback://` in
+//! [`Client::connect`](crate::Client::connect)) builds the chain while any
+//! of its stores is down: a store that cannot be reached is a
+//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! with backoff, that fails every call retryably until it answers. An
+//! active store down at start is a failing store: the chain switches to
+//! the next after `switch_after` (plus a mode TTL), as for one that failed
+//! later, so a process restarted during the outage still gets its lock.
+//! With the arbiter down the chain builds too, and every call fails with a
+//! retryable store error naming the arbiter until it answers (nothing can be
+//! granted without a mode lease). A malformed URL fails at once.
+//!
 //! # What it costs, and where the guarantees end
 //!
 //! - **No more available than its arbiter.** Granting needs a mode lease,
@@ -205,7 +219,9 @@ impl Fallback {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] for a malformed URL; a store's connection error.
+    /// [`Error::InvalidInput`] for a malformed URL; a store's permanent
+    /// connection error (bad credentials). A store that cannot be reached is
+    /// no error (see [Stores down at start](self#stores-down-at-start)).
     ///
     /// # Cancel safety
     ///

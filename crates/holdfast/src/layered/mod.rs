@@ -42,6 +42,20 @@
 //!   queue order, kept by the authoritative store for those who reach it;
 //!   requests that bypassed a failing fast store are not in that order.
 //!
+//! # A store down at start
+//!
+//! [`open_url`](Layered::open_url) (and `layered://` in
+//! [`Client::connect`](crate::Client::connect)) builds the lock while
+//! either store is down: a store that cannot be reached is a
+//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! with backoff, that fails every call retryably until it answers. A fast
+//! store down at start is therefore a failing fast store as above
+//! (acquisitions go to the authoritative store alone, which is tried again
+//! every [`FAST_RETRY_AFTER`]); an authoritative store down at start fails
+//! every acquisition with a retryable store error naming it, and the
+//! client's waiting policy rides it out until it answers. A malformed URL
+//! fails at once.
+//!
 //! # How each call is layered
 //!
 //! - `acquire`: the fast store's `acquire` (waiting there, woken by its
@@ -131,8 +145,9 @@ impl Layered {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a malformed URL (not exactly two parts, a
-    /// part that is a composite URL itself, an unknown option); either
-    /// store's connection error.
+    /// part that is a composite URL itself, an unknown option); a store's
+    /// permanent connection error (bad credentials). A store that cannot be
+    /// reached is no error (see [A store down at start](self#a-store-down-at-start)).
     ///
     /// # Cancel safety
     ///

@@ -72,12 +72,10 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<crate::Secret>, Optio
 #[cfg(feature = "redlock")]
 pub(super) async fn open_url(url: &str) -> crate::Result<super::RedLock> {
     let (urls, call_timeout) = member_urls(url)?;
-    let opened =
-        futures::future::join_all(urls.iter().map(|u| crate::backend::redis::RedisBackend::open_url(u.expose()))).await;
-    let mut members: Vec<std::sync::Arc<dyn crate::backend::Backend>> = Vec::with_capacity(opened.len());
-    for m in opened {
-        members.push(std::sync::Arc::new(m?));
-    }
+    // A member that cannot be reached counts as a failed vote until its
+    // background connection succeeds: a majority grants meanwhile.
+    let opened = futures::future::join_all(urls.iter().map(|u| crate::backend::connect_or_defer(u.expose()))).await;
+    let members = opened.into_iter().collect::<crate::Result<Vec<_>>>()?;
     let lock = super::RedLock::new(members)?;
     Ok(match call_timeout {
         Some(t) => lock.with_call_timeout(t),

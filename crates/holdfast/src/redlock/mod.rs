@@ -31,6 +31,29 @@
 //! The lease counts as held while a majority holds it; renewals go to every
 //! member and succeed with a majority; a release goes to every member.
 //!
+//! # Members down at start
+//!
+//! [`open_url`](RedLock::open_url) (and `redlock://` in
+//! [`Client::connect`](crate::Client::connect)) builds the lock while
+//! members are down: a member that cannot be reached is a
+//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! with backoff, that counts as a failed vote until it answers (so a
+//! majority of the others grants meanwhile). With every member down the lock
+//! still builds, as a Redisson or Curator client does, and every call fails
+//! with a retryable store error naming the member until a majority answers.
+//! A malformed URL fails at once. For members built in code, connect them
+//! with [`connect_or_defer`](crate::backend::connect_or_defer).
+//!
+//! # `try_acquire` under contention
+//!
+//! A try asks every member at once. When rivals split the vote (each got
+//! some members, none a majority: likely with a member down, where two live
+//! members split two ways), each that got any lets go and tries once more
+//! in the members' order, like a waiter: the first member that answers
+//! must grant, the later ones are waited on briefly (at most four call
+//! timeouts each) while a rival's first round is released. So one of them
+//! wins; an uncontended try stays one round.
+//!
 //! # Guarantees and where they end
 //!
 //! - **Exclusion** holds while at most a minority of members is lost or
@@ -76,6 +99,11 @@ use rounds::Rounds;
 
 /// Delays between failed rounds of a waiting acquire: doubling, jittered.
 const ROUND_DELAYS: PollBounds = PollBounds { min: Duration::from_millis(5), max: Duration::from_millis(200) };
+
+/// How many call timeouts a `try_acquire` that split the vote waits, at
+/// most, on each member after the first of its second try: a rival's first
+/// round is released within about one call.
+const SPLIT_WAIT_CALLS: u32 = 4;
 
 /// A lock over a majority of independent stores. See the [module docs](self).
 #[derive(Debug)]
@@ -135,7 +163,10 @@ impl RedLock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidInput`] for a malformed URL; a member's connection error.
+    /// [`Error::InvalidInput`] for a malformed URL, or a member's permanent
+    /// connection error (bad credentials). A member that cannot be reached
+    /// is no error: it counts as a failed vote and is connected in the
+    /// background (see [Members down at start](self#members-down-at-start)).
     ///
     /// # Cancel safety
     ///
@@ -152,23 +183,25 @@ impl RedLock {
         r
     }
 
-    /// One round of tries on every member: the grant, `None` if busy, or
-    /// the error of a majority of members failing. A waiting acquire
+    /// One round of tries on every member: the grant, the number of
+    /// members that granted if it did not count (busy), or the error of a
+    /// majority of members failing. A waiting acquire
     /// (`queued`) counts a majority only if it includes the first member
     /// that answered, where waiters queue: taking the key on the other
     /// members past a waiter that holds the first one would let a process
     /// that just released keep a contended key to itself.
-    async fn try_round(&self, round: &AcquireRequest, queued: bool) -> Result<Option<Grant>> {
+    async fn try_round(&self, round: &AcquireRequest, queued: bool) -> Result<std::result::Result<Grant, usize>> {
         let tally = if queued { self.members.try_queued(round).await } else { self.members.try_all(round).await };
         let majority = self.majority();
-        if tally.votes.len() >= majority && (!queued || tally.has_first()) {
-            return Ok(self.members.complete(round, tally.votes).await);
+        let votes = tally.votes.len();
+        if votes >= majority && (!queued || tally.has_first()) {
+            return Ok(self.members.complete(round, tally.votes).await.ok_or(votes));
         }
         if self.members.stores.len() - tally.failed < majority {
             // Too many members failed for a majority: a store error, not "busy".
             return Err(tally.error.unwrap_or_else(|| Error::backend("redlock", true, "members failed")));
         }
-        Ok(None)
+        Ok(Err(votes))
     }
 
     /// Releases every round of `client`'s acquisition on every member; on
@@ -211,19 +244,34 @@ impl Backend for RedLock {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
-        match self.try_round(&round, false).await? {
-            Some(grant) => {
+        let votes = match self.try_round(&round, false).await? {
+            Ok(grant) => {
                 self.rounds.granted(&req.key, req.token, round.token);
-                Ok(Some(grant))
+                return Ok(Some(grant));
             }
-            None => {
-                // Busy: let go of what the round got. A release that fails
-                // here is retried by the client's cleanup only on errors, so
-                // report it as one.
-                self.release_rounds(&req.key, req.token).await?;
-                Ok(None)
+            Err(votes) => votes,
+        };
+        // Busy: let go of what the round got. A release that fails here is
+        // retried by the client's cleanup only on errors, so report it as one.
+        self.release_rounds(&req.key, req.token).await?;
+        if votes == 0 {
+            return Ok(None);
+        }
+        // A split vote: rivals asked every member at once and each got some
+        // (with a member down, two live members split two ways: nobody won
+        // in most contended tries). One more try, in the members' order,
+        // settles it, as waiting rounds do; the uncontended case keeps its
+        // single round.
+        let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
+        let held = self.members.try_in_order(&round, self.members.call_timeout * SPLIT_WAIT_CALLS).await;
+        if held.len() >= self.majority() {
+            if let Some(grant) = self.members.complete(&round, held).await {
+                self.rounds.granted(&req.key, req.token, round.token);
+                return Ok(Some(grant));
             }
         }
+        self.release_rounds(&req.key, req.token).await?;
+        Ok(None)
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
@@ -231,11 +279,11 @@ impl Backend for RedLock {
         loop {
             let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
             match self.try_round(&round, true).await {
-                Ok(Some(grant)) => {
+                Ok(Ok(grant)) => {
                     self.rounds.granted(&req.key, req.token, round.token);
                     return Ok(grant);
                 }
-                Ok(None) => {
+                Ok(Err(_)) => {
                     // Busy: let go of this round everywhere, then wait on the
                     // members in order under a fresh round token (a late
                     // release of this round cannot touch the next one).

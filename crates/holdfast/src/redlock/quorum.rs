@@ -67,6 +67,15 @@ impl Tally {
     }
 }
 
+/// How long the earliest of `held` stays usable (drift margin off), if at
+/// all: no member may be waited on past it.
+fn valid_left(held: &[Vote], ttl: Duration) -> Option<Duration> {
+    let ends = held.iter().map(Vote::ends).min()?;
+    let usable = Instant::from_std(ends.checked_sub(drift_margin(ttl))?);
+    let left = usable.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
+}
+
 fn timed_out(store: &'static str, what: &str, after: Duration) -> Error {
     Error::backend(store, true, format!("RedLock member: no reply to {what} within {after:?}"))
 }
@@ -142,19 +151,51 @@ impl Members {
             if held.len() >= majority || self.stores.len() - member < majority - held.len() {
                 break;
             }
-            let limit = match held.iter().map(|v| v.ends()).min() {
-                Some(ends) => {
-                    let usable = ends.checked_sub(drift_margin(req.ttl)).map(Instant::from_std);
-                    match usable.map(|u| u.saturating_duration_since(Instant::now())) {
-                        Some(left) if !left.is_zero() => left,
-                        _ => break,
-                    }
-                }
+            let limit = if held.is_empty() {
                 // Nothing held yet: wait as long as a lease lasts, then start over.
-                None => req.ttl,
+                req.ttl
+            } else {
+                match valid_left(&held, req.ttl) {
+                    Some(left) => left,
+                    None => break,
+                }
             };
             let store = &self.stores[member];
             if let Ok(grant) = self.call(member, "acquire", store.acquire(req), limit).await {
+                held.push(Vote { member, grant });
+            }
+        }
+        held
+    }
+
+    /// A try after a split vote (the members that answered each granted
+    /// someone, no one a majority): the members in their order, the same in
+    /// every client, like a waiter's. The first member that answers must
+    /// grant, or this try stops there (its holder is the one that can
+    /// win); each later member is waited on (woken by its notification, the
+    /// rival's first round being on its way out) for at most `limit` and
+    /// while the grants so far stay valid. Two clients never hold each
+    /// other's next member, so one of them gets a majority. Returns the
+    /// grants had.
+    pub(super) async fn try_in_order(&self, req: &AcquireRequest, limit: Duration) -> Vec<Vote> {
+        let majority = self.majority();
+        let mut held: Vec<Vote> = Vec::new();
+        for member in 0..self.stores.len() {
+            if held.len() >= majority || self.stores.len() - member < majority - held.len() {
+                break;
+            }
+            let store = &self.stores[member];
+            if held.is_empty() {
+                match self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await {
+                    Ok(Some(grant)) => held.push(Vote { member, grant }),
+                    Ok(None) => break,
+                    // Down: the next member is the first that answers.
+                    Err(_) => {}
+                }
+                continue;
+            }
+            let Some(left) = valid_left(&held, req.ttl) else { break };
+            if let Ok(grant) = self.call(member, "acquire", store.acquire(req), left.min(limit)).await {
                 held.push(Vote { member, grant });
             }
         }
