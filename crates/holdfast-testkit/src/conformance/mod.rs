@@ -16,6 +16,7 @@ mod clauses;
 mod election;
 mod faults;
 mod fence_floor;
+mod members;
 mod scale;
 mod shared;
 
@@ -38,6 +39,7 @@ pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
 };
 pub use fence_floor::c2_fence_floor;
+pub use members::{Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again};
 pub use scale::{queue_tasks_in_order, s1_hot_key_every_waiter_acquires};
 pub use shared::{
     c9_cancel_shared_waits, c10_bad_shared_input, c12_permit_bound, c12_permit_count_lives_with_the_key,

@@ -22,7 +22,13 @@ fn start() -> Store {
     Store {
         url: url(&server.url()),
         expiry_slack: Duration::from_millis(50),
-        unreachable_url: url(&format!("redis://127.0.0.1:{}?timeout_ms=1000", free_port())),
+        // The arbiter too: a chain whose first store alone is down builds
+        // and switches to the next (the member clauses below).
+        unreachable_url: format!(
+            "fallback://{OPTIONS}|redis://127.0.0.1:{}?timeout_ms=1000|redis://127.0.0.1:{}?timeout_ms=1000",
+            free_port(),
+            free_port()
+        ),
         via_proxy: Some(ProxyTarget::loopback(server.port(), url(&with_timeout), Duration::from_millis(1000))),
         in_process: None,
         server: Box::new((server, dir)),
@@ -30,3 +36,31 @@ fn start() -> Store {
 }
 
 holdfast_testkit::conformance_suite!(start);
+
+/// Redis first (the member the clauses take down), SQLite the arbiter;
+/// switches after 500 ms of failures and fails back after 1 s, so that
+/// `m3` sees the chain go back to Redis.
+fn composite() -> holdfast_testkit::conformance::Composite {
+    use std::sync::{Arc, Mutex};
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!(
+        "fallback://?mode_ttl_ms=2000&switch_after_ms=500&fail_back_after_ms=1000|redis://127.0.0.1:{}?timeout_ms=1000|sqlite://{}/arbiter.db",
+        server.port(),
+        dir.path().display()
+    );
+    let server = Arc::new(Mutex::new(server));
+    let (stop, start) = (Arc::clone(&server), Arc::clone(&server));
+    holdfast_testkit::conformance::Composite {
+        url,
+        member: 0,
+        then_stop: None,
+        stop: Box::new(move |_| stop.lock().expect("redis").kill()),
+        start: Box::new(move |_| start.lock().expect("redis").restart()),
+        servers: Box::new((server, dir)),
+    }
+}
+
+mod members {
+    holdfast_testkit::member_clauses!(super::composite);
+}

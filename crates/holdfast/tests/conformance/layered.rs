@@ -34,3 +34,25 @@ fn start() -> Store {
 }
 
 holdfast_testkit::conformance_suite!(start);
+
+/// A Redis fast store (the member the clauses take down) in front of
+/// PostgreSQL.
+fn composite() -> holdfast_testkit::conformance::Composite {
+    use std::sync::{Arc, Mutex};
+    let (fast, authoritative) = (RedisServer::start(), PostgresServer::start());
+    let url = format!("layered://{}?timeout_ms=1000|{}", fast.url(), authoritative.url());
+    let fast = Arc::new(Mutex::new(fast));
+    let (stop, start) = (Arc::clone(&fast), Arc::clone(&fast));
+    holdfast_testkit::conformance::Composite {
+        url,
+        member: 0,
+        then_stop: None,
+        stop: Box::new(move |_| stop.lock().expect("fast").kill()),
+        start: Box::new(move |_| start.lock().expect("fast").restart()),
+        servers: Box::new((fast, authoritative)),
+    }
+}
+
+mod members {
+    holdfast_testkit::member_clauses!(super::composite);
+}
