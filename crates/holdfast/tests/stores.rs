@@ -33,6 +33,8 @@ mod observability;
 mod postgres;
 #[path = "postgres_faults.rs"]
 mod postgres_faults;
+#[path = "postgres_history.rs"]
+mod postgres_history;
 #[path = "redis.rs"]
 mod redis;
 #[path = "redis_cluster.rs"]

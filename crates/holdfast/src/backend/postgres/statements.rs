@@ -156,21 +156,33 @@ impl Statements {
             ),
             // Shares renew like grants, and move their key's gate row up
             // (its `token` is the gate token only while shares hold the key).
+            //
+            // Every scan of a table is bounded by an index condition on the
+            // batch's keys (`key = ANY`), redundant with the join but what
+            // keeps the plan from reading the whole table: on statistics
+            // taken while the table was churned almost empty (autovacuum
+            // after other lock work: 1 live row in thousands of pages), the
+            // planner takes a 100k-row table for a one-row table, and a full
+            // index scan for the cheapest path (issue 34: every renewal read
+            // every row, and every lease was lost). `g` only looks at the
+            // keys of the shares `s` renewed, usually none.
             renew: format!(
                 "WITH r AS (
                      SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[]) WITH ORDINALITY AS r(key, token, ttl_ms, i)
                  ), l AS (
                      UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
-                     FROM r WHERE l.key = r.key AND l.token = r.token AND l.expires_at > clock_timestamp()
+                     FROM r WHERE l.key = ANY($1::text[]) AND l.key = r.key AND l.token = r.token
+                       AND l.expires_at > clock_timestamp()
                      RETURNING r.i
                  ), s AS (
                      UPDATE {sh} AS x SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
-                     FROM r WHERE x.key = r.key AND x.token = r.token AND x.held AND x.expires_at > clock_timestamp()
+                     FROM r WHERE x.key = ANY($1::text[]) AND x.key = r.key AND x.token = r.token AND x.held
+                       AND x.expires_at > clock_timestamp()
                      RETURNING r.i, x.key, x.expires_at
                  ), g AS (
                      UPDATE {t} AS gt SET expires_at = greatest(gt.expires_at, m.e)
                      FROM (SELECT key, max(expires_at) AS e FROM s GROUP BY key) m
-                     WHERE gt.key = m.key AND gt.token = $4
+                     WHERE gt.key = ANY(ARRAY(SELECT key FROM s)) AND gt.key = m.key AND gt.token = $4
                      RETURNING 1
                  )
                  SELECT i FROM l UNION ALL SELECT i FROM s"

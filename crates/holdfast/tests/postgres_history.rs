@@ -1,0 +1,116 @@
+//! PostgreSQL on a database with a history: what must stay true once the
+//! lease tables have served other lock work and autovacuum has analysed
+//! them (issue 34). The rest of the store's own tests are in `postgres.rs`.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use holdfast::{Client, ClientOptions, MutexGuard};
+use holdfast_testkit::servers::postgres::PostgresServer;
+use tokio::task::block_in_place;
+
+async fn connect(url: &str, label: &str) -> Client {
+    Client::connect_with(url, ClientOptions::default().with_label(label))
+        .await
+        .unwrap_or_else(|e| panic!("connect {label}: {e}"))
+}
+
+/// Mutex, semaphore and read-write lock cycles on one client, 8 tasks of
+/// each at once: every cycle inserts and deletes rows of the lease and shares
+/// tables, as a database serving other locks all day does. Leaves the tables
+/// many pages long with (almost) no live rows.
+async fn churn(client: &Client, cycles: usize) {
+    let limit = Duration::from_secs(30);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..cycles {
+                let g = c.mutex(format!("churn/mutex/{t}/{i}")).acquire_timeout(limit).await.expect("mutex");
+                g.release().await.expect("mutex release");
+            }
+        }));
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..cycles / 4 {
+                let p = c.semaphore("churn/semaphore", 3).acquire_timeout(limit).await.expect("permit");
+                p.release().await.expect("permit release");
+            }
+        }));
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..cycles / 4 {
+                let lock = c.rwlock("churn/rwlock");
+                if i % 5 == 0 {
+                    lock.write().acquire_timeout(limit).await.expect("write").release().await.expect("write release");
+                } else {
+                    lock.read().acquire_timeout(limit).await.expect("read").release().await.expect("read release");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("churn task");
+    }
+}
+
+/// Issue 34: on a database whose lease tables other lock work had churned
+/// and autovacuum had then analysed (1 live row in thousands of pages), the
+/// planner took the lease table for a one-row table. Each renew statement
+/// then read the whole table (a hash of every row, or, once the named
+/// statement went to its generic plan, every row against every key of the
+/// batch: 10 s per call at 100k rows), renewal fell behind its deadlines and
+/// every held lease was lost on a healthy, idle server. Renewal must find its
+/// rows by key whatever the statistics say: 10,000 leases with a 6 s TTL
+/// (renewed every 2 s) held for three renewal periods on such a database,
+/// none lost, every release finds its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewal_keeps_every_lease_after_mutex_semaphore_and_rwlock_churn() {
+    const LEASES: usize = 10_000;
+    let server = PostgresServer::start();
+    let url = server.url();
+    let started = Instant::now();
+    let churner = connect(&url, "churn").await;
+    churn(&churner, 400).await;
+    drop(churner);
+    // What the next minute does (done here at once): a client's sweep
+    // deletes the expired gate rows the shares left, and autovacuum analyses
+    // the churned tables, now empty in many pages.
+    block_in_place(|| {
+        server.psql(
+            "DELETE FROM holdfast_leases WHERE expires_at < clock_timestamp();
+             ANALYZE holdfast_leases; ANALYZE holdfast_leases_shares",
+        )
+    });
+    let stats = block_in_place(|| {
+        server.psql("SELECT reltuples::int8, relpages FROM pg_class WHERE relname = 'holdfast_leases'")
+    });
+    eprintln!("after {:?} of churn: holdfast_leases reltuples|relpages = {stats}", started.elapsed());
+
+    let ttl = Duration::from_secs(6);
+    let holder = connect(&url, "holder").await;
+    let acquired = Instant::now();
+    let guards: Vec<MutexGuard> = futures::stream::iter(0..LEASES)
+        .map(|i| {
+            let lock = holder.mutex(format!("held/{i}")).ttl(ttl);
+            async move { lock.acquire_timeout(Duration::from_secs(30)).await.expect("acquire a fresh key") }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    eprintln!("{LEASES} leases acquired in {:?}", acquired.elapsed());
+    // The hold itself: three renewal periods, every lease renewed three times.
+    tokio::time::sleep(ttl).await;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let released = Instant::now();
+    let failed: Vec<String> = futures::stream::iter(guards)
+        .map(|g| async move { g.release().await.err().map(|e| e.to_string()) })
+        .buffer_unordered(64)
+        .filter_map(|e| async move { e })
+        .collect()
+        .await;
+    eprintln!("released in {:?}; {lost} lost, {} releases failed", released.elapsed(), failed.len());
+    assert_eq!(lost, 0, "{lost} of {LEASES} held leases lost on a churned, analysed database");
+    assert!(failed.is_empty(), "{} of {LEASES} releases failed, e.g. {}", failed.len(), failed[0]);
+}
