@@ -68,6 +68,11 @@ pub struct Args {
     /// Skip the raw floor.
     #[arg(long)]
     pub no_floor: bool,
+    /// First run uncontended, contended, semaphore and rwlock for this long
+    /// each, unmeasured, so the measured workloads find a store that has
+    /// served other lock work (scale figures on a fresh store can flatter it).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub warm_up: Option<Duration>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -99,6 +104,7 @@ impl Args {
         }
         opts.rounds = self.rounds;
         opts.floor = !self.no_floor;
+        opts.warm_up = self.warm_up;
         opts.held = self.held.map(|n| {
             let mut held = HeldOptions::new(n);
             held.lease_ttl = self.lease_ttl.unwrap_or(HeldOptions::DEFAULT_TTL);

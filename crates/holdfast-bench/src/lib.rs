@@ -75,6 +75,7 @@ mod machine;
 mod report;
 mod scale_report;
 mod stats;
+mod warm_up;
 mod workload;
 
 use std::fmt;
@@ -221,6 +222,11 @@ pub struct BenchOptions {
     pub held: Option<HeldOptions>,
     /// Run the `--hot W` workload after [`workloads`](Self::workloads) (default: no).
     pub hot: Option<HotOptions>,
+    /// Before everything else, run uncontended, contended, semaphore and
+    /// rwlock on holdfast for this long each, unmeasured (default: no), so
+    /// that the measured workloads find a store that has served other lock
+    /// work, as a production store has (`--warm-up 3s`).
+    pub warm_up: Option<Duration>,
 }
 
 impl BenchOptions {
@@ -245,6 +251,7 @@ impl BenchOptions {
             rounds: 1,
             held: None,
             hot: None,
+            warm_up: None,
         }
     }
 
@@ -261,6 +268,9 @@ impl BenchOptions {
         positive("rounds", self.rounds as usize)?;
         if self.duration.is_zero() {
             return Err(Error::invalid("duration", "must be above zero"));
+        }
+        if self.warm_up.is_some_and(|d| d.is_zero()) {
+            return Err(Error::invalid("warm-up", "must be above zero"));
         }
         holdfast::check_ttl(self.ttl)?;
         holdfast::check_ttl(self.lease_ttl)?;
@@ -359,6 +369,11 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
     let mut results = Vec::new();
     let mut leases = Vec::new();
     let mut notes = Vec::new();
+    if let Some(each) = opts.warm_up {
+        let prefix = format!("holdfast-bench/{run_id}/warm-up");
+        let shared = client.capabilities().shared_leases;
+        notes.push(warm_up::warm_up(&holdfast, shared, opts, each, &prefix, &progress).await?);
+    }
     for &workload in dedup(&opts.workloads).iter() {
         if workload == Workload::ManyLeases {
             let mut rounds = Vec::new();
