@@ -280,7 +280,9 @@ pub struct LockStatus {
     pub limit: Option<u32>,
     /// How many waiters the store knows of, if it can count them (on etcd
     /// and ZooKeeper, waiting clients: a client's tasks take turns for one
-    /// place in the store's queue).
+    /// place in the store's queue; on Redis, fair waiters and waiting shared
+    /// or writer requests, not default-mode mutex waiters, which leave
+    /// nothing in the store).
     pub waiters: Option<u64>,
 }
 
