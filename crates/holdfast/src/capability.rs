@@ -30,7 +30,9 @@ pub struct Capabilities {
     /// Waiters are woken by the store's own notification (pub/sub, watch,
     /// LISTEN/NOTIFY) rather than by polling alone.
     pub store_notification: bool,
-    /// The store can count waiters for `status`.
+    /// The store can count waiters for `status` (on Redis, only those that
+    /// leave something in the store: fair waiters and waiting shared or
+    /// writer requests, not default-mode mutex waiters).
     pub counts_waiters: bool,
     /// Grants live on a client session (etcd lease, ZooKeeper session) rather
     /// than expiring by their TTL in the store: the store keeps them while the

@@ -97,7 +97,12 @@ impl<K: GuardKind> Lock<K> {
         self
     }
 
-    /// Turns automatic renewal off: the lease lasts one TTL.
+    /// Turns automatic renewal off: the lease lasts one TTL from the
+    /// request that got it (on etcd and ZooKeeper, where the session vouches
+    /// for less than the TTL at a time, the client still checks the session
+    /// until then; on Redis, a fair lock's lease handed off by a release
+    /// lasts only its claim window, see the store's docs).
+    /// [`Guard::valid_until`](crate::Guard::valid_until) says when it ends.
     pub fn no_renew(mut self) -> Self {
         self.opts.auto_renew = false;
         self
@@ -277,12 +282,25 @@ impl<K: GuardKind> Lock<K> {
         };
         cleanup.disarm();
         tracing::debug!(key = %key, fence = grant.fence, "granted");
-        let lease = Arc::new(LeaseState::new(key, req.token, ttl, grant, metrics.clone()));
+        let started = grant.attempt_started;
+        let mut lease = LeaseState::new(key, req.token, ttl, grant, metrics.clone());
         // Renew at least three times per validity period, which a session
         // may make shorter than the TTL.
         let interval = interval.min(lease.valid_for() / 3);
-        let renewal =
-            inner.renewer.register(lease.clone(), self.opts.auto_renew.then_some(interval), self.opts.max_hold);
+        // A lease without renewal lasts one TTL. Where a session vouches for
+        // less at a time (etcd, ZooKeeper), the client renews it up to that
+        // end and no further (the store would keep it while the session
+        // lives, so the client releases it at that end).
+        let (renew, max_hold) = match self.opts.auto_renew {
+            true => (Some(interval), self.opts.max_hold),
+            false if caps.session_bound && lease.valid_for() < ttl => {
+                lease.end_after_one_ttl(started);
+                (Some(interval), Some(ttl))
+            }
+            false => (None, self.opts.max_hold),
+        };
+        let lease = Arc::new(lease);
+        let renewal = inner.renewer.register(lease.clone(), renew, max_hold);
         metrics.leases_held.increment(1);
         let held = Arc::new(Held {
             client: self.client.clone(),

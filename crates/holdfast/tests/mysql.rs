@@ -375,6 +375,31 @@ fn tls_modes() {
     assert!(accepts >= 4, "TLS handshakes: {ssl}");
 }
 
+/// `sslmode=require` (or `required`) with a CA file checks the server's
+/// certificate against that CA, as libpq does for PostgreSQL's same URL: a
+/// CA that did not sign it is refused; the right one connects. (Was: any
+/// certificate was accepted.)
+#[test]
+fn require_with_a_ca_file_verifies_the_ca() {
+    let server = MysqlServer::start_tls();
+    let other = tempfile::tempdir().expect("temp dir");
+    holdfast_testkit::servers::tls::make_ca(other.path(), "other");
+    let wrong = other.path().join("other.pem");
+    rt().block_on(async {
+        for mode in ["require", "required"] {
+            let url = server.url_with(&format!("sslmode={mode}&ca_file={}", wrong.display()));
+            match Client::connect(&url).await {
+                Err(Error::Backend { store: "mysql", .. }) => {}
+                other => panic!("{mode} with a CA that did not sign the server's certificate: {other:?}"),
+            }
+            let url = server.url_with(&format!("sslmode={mode}&ca_file={}", server.ca_file().display()));
+            let c = Client::connect(&url).await.unwrap_or_else(|e| panic!("{mode} with the right CA: {e}"));
+            let g = c.mutex("tls/require").try_acquire().await.expect("acquire").expect("free");
+            g.release().await.expect("release");
+        }
+    });
+}
+
 /// Many tasks acquiring and releasing their own keys at once (grants,
 /// releases and renewals interleaving on neighbouring rows): no call fails
 /// (deadlocks between neighbouring keys are avoided or retried), fences are

@@ -12,6 +12,8 @@ use holdfast_testkit::servers::redis::RedisServer;
 mod fair;
 #[path = "redis/faults.rs"]
 mod faults;
+#[path = "redis/replicas.rs"]
+mod replicas;
 #[path = "redis/wakeups.rs"]
 mod wakeups;
 
@@ -399,5 +401,59 @@ fn acl_user_missing_a_permission_over_tls() {
             }
             other => panic!("a user without FCALL and EVALSHA: expected a Backend error, got {other:?}"),
         }
+    });
+}
+
+/// `status` counts the waiting shared-lease requests, by their reservations:
+/// a semaphore waiter, and writers queued behind readers. (Waiters of a
+/// default-mode mutex leave nothing in the store and are not counted; the
+/// docs say so.)
+#[test]
+fn status_counts_waiting_shared_and_writer_requests() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let a = client(&url, "a").await;
+        let wait_for = |want: u64, key: &'static str| {
+            let a = a.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let n = a.status(key).await.expect("status").waiters;
+                    if n == Some(want) {
+                        return;
+                    }
+                    assert!(Instant::now() < deadline, "{key}: waiters {n:?}, want {want}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let permit = a.semaphore("status/sem", 1).acquire().await.expect("permit");
+        let b = client(&url, "b").await;
+        let sem_waiter = tokio::spawn(async move { b.semaphore("status/sem", 1).acquire().await.map(|_| ()) });
+        wait_for(1, "status/sem").await;
+        permit.release().await.expect("release");
+        sem_waiter.await.expect("task").expect("granted after the release");
+
+        let mut readers = Vec::new();
+        for _ in 0..3 {
+            readers.push(a.rwlock("status/rw").read().acquire().await.expect("read"));
+        }
+        let mut writers = Vec::new();
+        for i in 0..4 {
+            let w = client(&url, &format!("w{i}")).await;
+            writers.push(tokio::spawn(async move {
+                let g = w.rwlock("status/rw").write().acquire_timeout(Duration::from_secs(30)).await.expect("write");
+                g.release().await.expect("release");
+            }));
+        }
+        wait_for(4, "status/rw").await;
+        for r in readers {
+            r.release().await.expect("release");
+        }
+        for w in writers {
+            w.await.expect("writer");
+        }
+        wait_for(0, "status/rw").await;
     });
 }

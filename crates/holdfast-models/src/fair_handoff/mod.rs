@@ -50,7 +50,9 @@ pub enum FairVariant {
     Shipped,
     /// (g) (e), and the message is taken only if its fence is above the lock's
     /// fence that the "queued" reply of `T_q` reported (so the hand-off ran
-    /// after that request).
+    /// after that request). What ships: the waiter's grant starts at `T_q`
+    /// and is valid for `min(ttl, queue_ttl)` (less the drift margin, as
+    /// here); a renewal, not modelled, is a regrant's request.
     FenceChecked,
 }
 

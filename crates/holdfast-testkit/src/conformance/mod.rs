@@ -17,6 +17,7 @@ mod election;
 mod faults;
 mod fence_floor;
 mod members;
+mod release;
 mod scale;
 mod shared;
 
@@ -40,6 +41,7 @@ pub use faults::{
 };
 pub use fence_floor::c2_fence_floor;
 pub use members::{Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again};
+pub use release::c4_release_repeated;
 pub use scale::{queue_tasks_in_order, s1_hot_key_every_waiter_acquires};
 pub use shared::{
     c9_cancel_shared_waits, c10_bad_shared_input, c12_permit_bound, c12_permit_count_lives_with_the_key,
@@ -164,7 +166,8 @@ macro_rules! conformance_suite {
     };
     (in_process $start:path) => {
         $crate::conformance_suite!(@clauses $start;
-            c1_exclusion, c2_fencing, c2_fence_floor, c3_expiry, c4_ownership, c5_renewal, c5_lost_before_regrant,
+            c1_exclusion, c2_fencing, c2_fence_floor, c3_expiry, c4_ownership, c4_release_repeated,
+            c5_renewal, c5_lost_before_regrant,
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,

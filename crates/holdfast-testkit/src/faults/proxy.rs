@@ -46,6 +46,12 @@ pub enum Fault {
     /// create), letting n replies through loses the reply of a later step:
     /// the one that applied the change.
     DropRepliesAfter(u64),
+    /// The next `n` reply chunks reach the client (counted as with
+    /// [`DropRepliesAfter`](Fault::DropRepliesAfter)); right after the
+    /// last of them, its connection is closed, both sides, and the proxy
+    /// forwards again: a connection lost just after a reply arrived, before
+    /// the client's next request.
+    CutAfterReplies(u64),
     /// Every reply byte reaches the client this much later than it left the
     /// server (order kept); requests flow unchanged.
     DelayReplies(Duration),
@@ -219,6 +225,13 @@ impl FaultProxy {
     pub fn drop_replies_after(&self, n: u64) {
         self.shared.replies_left.store(n, Ordering::SeqCst);
         self.set(Fault::DropRepliesAfter(n));
+    }
+
+    /// Lets `n` more reply chunks through, then closes the connection that
+    /// carried the last: see [`Fault::CutAfterReplies`].
+    pub fn cut_after_replies(&self, n: u64) {
+        self.shared.replies_left.store(n, Ordering::SeqCst);
+        self.set(Fault::CutAfterReplies(n));
     }
 
     /// Delays every reply by `delay`: see [`Fault::DelayReplies`].
@@ -439,12 +452,12 @@ async fn write_replies(
     let mut fault = shared.fault.subscribe();
     while let Some((due, bytes)) = queued.recv().await {
         tokio::time::sleep_until(due).await;
-        let drop = match unless_blackholed(&mut fault).await {
-            Fault::DropReplies => true,
-            Fault::DropRepliesAfter(_) => {
-                shared.replies_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_err()
-            }
-            _ => false,
+        let take_one = || shared.replies_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let (drop, cut) = match unless_blackholed(&mut fault).await {
+            Fault::DropReplies => (true, false),
+            Fault::DropRepliesAfter(_) => (take_one().is_err(), false),
+            Fault::CutAfterReplies(_) => (false, take_one() == Ok(1)),
+            _ => (false, false),
         };
         if drop {
             shared.bytes_dropped.fetch_add(bytes.len() as u64, Ordering::SeqCst);
@@ -452,6 +465,11 @@ async fn write_replies(
         }
         to.write_all(&bytes).await?;
         shared.bytes_to_client.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        if cut {
+            shared.fault.send_replace(Fault::Forward);
+            // The error ends the relay, which closes both sockets.
+            return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "cut after the last reply let through"));
+        }
     }
     to.shutdown().await
 }

@@ -32,9 +32,14 @@
 //!   that call must remove any grant **and any queue entry** the attempt left.
 //! - [`release`](Backend::release) deletes the grant only if `token` owns it
 //!   (and wakes one waiter); otherwise it returns `Ok(false)` and changes
-//!   nothing. It is idempotent: a repeated release of the same grant (a resend
-//!   whose first reply was lost) reports what the first did where the store
-//!   can tell. A store must not forget a grant before the store confirmed its
+//!   nothing. It is idempotent, and a repeat owns nothing: a release sent
+//!   again by the same token in a later call, after an earlier one removed
+//!   the grant, returns `Ok(false)` on every store and takes nothing from a
+//!   later holder (conformance `c4_release_repeated`). (One call that sends
+//!   its request again after its connection was lost, as Redis does, may
+//!   count what its own first copy removed as removed: `Ok(true)`.) So a
+//!   client that re-sends a release whose reply it lost cannot tell "I
+//!   released it" from "it was gone". A store must not forget a grant before the store confirmed its
 //!   deletion: a failed release is retried by the client (in the background,
 //!   while the error is retryable) until it succeeds or returns `Ok(false)`
 //!   because the grant can no longer exist (its session ended).
@@ -282,7 +287,9 @@ pub struct LockStatus {
     pub limit: Option<u32>,
     /// How many waiters the store knows of, if it can count them (on etcd
     /// and ZooKeeper, waiting clients: a client's tasks take turns for one
-    /// place in the store's queue).
+    /// place in the store's queue; on Redis, fair waiters and waiting shared
+    /// or writer requests, not default-mode mutex waiters, which leave
+    /// nothing in the store).
     pub waiters: Option<u64>,
 }
 
@@ -333,7 +340,8 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// entry the attempt left.
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant>;
 
-    /// Releases the grant (or queue entry) of `token`; `Ok(false)` if it owned none.
+    /// Releases the grant (or queue entry) of `token`; `Ok(false)` if it owned none,
+    /// as a repeat of a release that took effect does (see the module docs).
     ///
     /// # Cancel safety
     ///

@@ -38,6 +38,11 @@ pub(crate) struct LeaseState {
     /// it (the TTL, or less where a session bounds it).
     valid_for: Duration,
     valid_until: Mutex<Instant>,
+    /// A deadline no renewal moves the lease past: one TTL after the grant
+    /// for a lease not renewed on a session-bound store, whose renewals
+    /// then only keep the session's word for that TTL (see
+    /// [`end_after_one_ttl`](Self::end_after_one_ttl)).
+    ends_by: Option<Instant>,
     lost: CancellationToken,
     session_lost: Option<CancellationToken>,
     /// The client's metric handles for this key's prefix.
@@ -58,12 +63,23 @@ impl LeaseState {
             ttl,
             valid_for,
             valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
+            ends_by: None,
             lost: CancellationToken::new(),
             session_lost: grant.session_lost,
             metrics,
             accounted: Accounted::default(),
             cause: OnceLock::new(),
         }
+    }
+
+    /// Makes this lease end one TTL after `started` (its grant's
+    /// `attempt_started`), less the drift margin, as a lease without renewal
+    /// does on a store that keeps a grant for its TTL. For a lease whose
+    /// grant the store vouches for only `valid_for < ttl` at a time (a
+    /// session bounds it): the client then renews it to reach that end,
+    /// and no renewal extends it past.
+    pub(crate) fn end_after_one_ttl(&mut self, started: std::time::Instant) {
+        self.ends_by = Some(Instant::from_std(started) + self.ttl - drift_margin(self.ttl));
     }
 
     /// How long the store keeps this grant without renewal.
@@ -88,7 +104,8 @@ impl LeaseState {
     /// Extends the local deadline after a renewal whose request left at `sent`.
     fn extended(&self, sent: Instant) {
         let mut vu = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
-        *vu = (*vu).max(sent + self.valid_for - drift_margin(self.valid_for));
+        let vouched = sent + self.valid_for - drift_margin(self.valid_for);
+        *vu = (*vu).max(self.ends_by.map_or(vouched, |end| vouched.min(end)));
     }
 
     /// Marks the lease lost, counting it once (unless it was released).

@@ -350,3 +350,34 @@ fn key_watch_resumes_after_its_member_restarts() {
         g.release().await.expect("release");
     });
 }
+
+/// A permit without renewal lasts its TTL, though the session vouches for
+/// a little less at a time (the session lease, 2 s here, counts from the
+/// session's last confirmation, before the grant): held at 1.7 s, and
+/// another client gets the permit only once it ended. (Was: it ended at
+/// about 1.95 s, before its TTL.)
+#[test]
+fn a_permit_without_renewal_lasts_its_ttl() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let (a, b) = (client(&url, "a").await, client(&url, "b").await);
+        let ttl = Duration::from_secs(2);
+        // A session of this TTL class in use for a while: a grant on it is
+        // vouched for until the session lease's end, less than a TTL away.
+        let warm = a.mutex("no-renew/etcd-warm").ttl(ttl).acquire().await.expect("warm-up lock");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let called = Instant::now();
+        let p = a.semaphore("no-renew/etcd", 1).ttl(ttl).no_renew().acquire().await.expect("permit");
+        let ends = p.valid_until();
+        assert!(ends >= called + ttl - holdfast::lease_drift_margin(ttl), "ends {:?} after the call", ends - called);
+        tokio::time::sleep_until((called + Duration::from_millis(1700)).into()).await;
+        assert!(!p.is_lost(), "lost at 1.7 s");
+        let other = b.semaphore("no-renew/etcd", 1);
+        assert!(other.try_acquire().await.expect("try").is_none(), "a second permit at 1.7 s");
+        let q = other.acquire_timeout(Duration::from_secs(20)).await.expect("the permit after the TTL");
+        assert!(Instant::now() >= ends, "granted {:?} before the first permit's end", ends - Instant::now());
+        q.release().await.expect("release");
+        warm.release().await.expect("release");
+    });
+}

@@ -288,3 +288,50 @@ fn a_hand_off_message_carries_the_fence_only_to_clients_that_ask_for_it() {
         }
     });
 }
+
+/// A grant taken from a hand-off message keeps the `Backend` contract: its
+/// start is taken before the request that earned it (the waiter's queue
+/// request, so no earlier than the acquire call), and it is valid for what
+/// the store keeps without a renewal: the claim window, the shorter of the
+/// TTL and the queue entry's TTL. A composite that counts from the grant
+/// (a fallback chain) then finds it live when `acquire` returns.
+#[test]
+fn a_hand_off_grant_starts_before_its_request_and_is_valid_for_the_claim_window() {
+    use holdfast::backend::redis::RedisBackend;
+    use holdfast::backend::{AcquireRequest, Backend};
+    use holdfast::{LockKey, OwnerToken};
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let backend = Arc::new(RedisBackend::open_url(&server.url()).await.expect("open"));
+        let mut conn = raw(&server).await;
+        let key = LockKey::new("fair/honest").expect("key");
+        let ttl = Duration::from_secs(30);
+        let fair = |token| AcquireRequest::new(key.clone(), token, ttl).with_fair(true);
+        let holder = OwnerToken::random();
+        backend.acquire(&fair(holder)).await.expect("acquire");
+        let called = Instant::now();
+        let waiter = tokio::spawn({
+            let (backend, req) = (backend.clone(), fair(OwnerToken::random()));
+            async move { backend.acquire(&req).await.expect("wait") }
+        });
+        // Queued, and well inside its first refresh period (500 ms).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let before = command_calls(&mut conn, "fcall").await;
+        assert!(backend.release(&key, holder).await.expect("release"));
+        let grant = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("stuck").expect("task");
+        let returned = Instant::now();
+        let calls = command_calls(&mut conn, "fcall").await - before;
+        assert_eq!(calls, 1, "the waiter claimed ({calls} script calls), so this does not test a message grant");
+        assert!(
+            grant.attempt_started >= called,
+            "the grant starts {:?} before the acquire call",
+            called.saturating_duration_since(grant.attempt_started)
+        );
+        assert!(
+            grant.valid_for <= Duration::from_secs(2),
+            "valid for {:?}: longer than the claim window",
+            grant.valid_for
+        );
+        assert!(grant.attempt_started + grant.valid_for > returned, "the grant had ended when acquire returned");
+    });
+}

@@ -92,13 +92,15 @@ fn retried_acquire_extends_the_lease_to_its_ttl() {
     });
 }
 
-/// A release whose reply was lost is sent again: the second copy finds the
-/// lock already released by this very token and says "released" again,
-/// instead of the spurious "not held" that turns into `Error::Lost`. Also
-/// when the first copy handed the lock to a fair waiter. A token that never
-/// held the lock, or whose lease ran out unreleased, still gets false.
+/// A release sent again by the same token, as a separate call, owns nothing
+/// and says so (`Ok(false)`, the `Backend::release` contract; conformance
+/// `c4_release_repeated`), also when the first copy handed the lock to a
+/// fair waiter, and it takes nothing from the waiter. (A call that re-sends
+/// its own request after a lost connection counts its first copy's release:
+/// `a_release_resent_after_a_lost_connection_says_released`.) A token that
+/// never held the lock, or whose lease ran out unreleased, gets false too.
 #[test]
-fn released_twice_by_the_same_token_is_released_both_times() {
+fn a_release_repeated_by_the_same_token_says_not_held() {
     let server = RedisServer::start();
     rt().block_on(async {
         let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
@@ -107,7 +109,7 @@ fn released_twice_by_the_same_token_is_released_both_times() {
         let req = request("release/twice", OwnerToken::random(), ttl, false, false);
         attempt(&*backend, &req).await.expect("acquire").expect("granted");
         assert!(backend.release(&req.key, req.token).await.expect("release"));
-        assert!(backend.release(&req.key, req.token).await.expect("resent release"), "a resent release said not held");
+        assert!(!backend.release(&req.key, req.token).await.expect("repeat"), "a repeated release said released");
         assert!(!backend.release(&req.key, OwnerToken::random()).await.expect("forged"), "a stranger released");
 
         // Fair: the first copy hands the lock to the queued waiter.
@@ -122,8 +124,8 @@ fn released_twice_by_the_same_token_is_released_both_times() {
         assert!(backend.release(&holder.key, holder.token).await.expect("release"));
         let handed = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("waiter stuck");
         handed.expect("task").expect("acquire").expect("handed off");
-        assert!(backend.release(&holder.key, holder.token).await.expect("resent release"), "resent after a hand-off");
-        assert!(backend.release(&waiter.key, waiter.token).await.expect("release"));
+        assert!(!backend.release(&holder.key, holder.token).await.expect("repeat"), "repeat after a hand-off");
+        assert!(backend.release(&waiter.key, waiter.token).await.expect("release"), "the waiter lost the lock");
 
         // A lease that ran out unreleased, then someone else took the key.
         let stale = request("release/stale", OwnerToken::random(), Duration::from_millis(200), false, false);
@@ -273,5 +275,36 @@ fn uncontended_acquire_and_release_command_count() {
         let total: u64 = after.iter().map(|(k, v)| v - before.get(k).copied().unwrap_or(0)).sum();
         println!("renewing 100 leases in one batch: {total} server commands");
         assert!(total <= 2 * 100 + 2, "{total} server commands to renew 100 leases");
+    });
+}
+
+/// A release call whose connection is lost after its request ran (its reply
+/// dropped, then the connection cut) sends the request again on a new
+/// connection; the second copy finds the token's own release and the call
+/// answers released: no spurious `Error::Lost` for a lost reply.
+#[test]
+fn a_release_resent_after_a_lost_connection_says_released() {
+    use holdfast_testkit::faults::FaultProxy;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
+    rt().block_on(async {
+        let backend =
+            holdfast::backend::connect(&format!("redis://{}?timeout_ms=10000", proxy.addr())).await.expect("connect");
+        let req = request("release/resent", OwnerToken::random(), Duration::from_secs(30), false, false);
+        attempt(&*backend, &req).await.expect("acquire").expect("granted");
+        proxy.drop_replies();
+        let releasing = {
+            let (backend, key, token) = (backend.clone(), req.key.clone(), req.token);
+            tokio::spawn(async move { backend.release(&key, token).await })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while proxy.stats().bytes_dropped == 0 {
+            assert!(std::time::Instant::now() < deadline, "the release's reply never came");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.forward();
+        tokio::task::block_in_place(|| proxy.cut());
+        let released = tokio::time::timeout(Duration::from_secs(20), releasing).await.expect("stuck").expect("task");
+        assert!(released.expect("release"), "a release re-sent after a lost connection said not held");
     });
 }

@@ -99,3 +99,28 @@ fn acl_protects_lock_nodes_and_containers_are_cleaned() {
         g2.release().await.expect("release");
     });
 }
+
+/// A lease without renewal lasts its TTL, though the session vouches for
+/// less at a time: a 4 s read lease on a 4 s session (which vouches for 3 s
+/// after each reply) is still held at 3.5 s and ends at its TTL, when a
+/// writer gets in. (Was: the client deleted it at about 3 s.)
+#[test]
+fn a_lease_without_renewal_lasts_its_ttl() {
+    let server = ZkServer::start();
+    let url = format!("{}?session_timeout_ms=4000", server.url());
+    runtime().block_on(async {
+        let (a, b) = (client(&url, "reader").await, client(&url, "writer").await);
+        let ttl = Duration::from_secs(4);
+        let called = Instant::now();
+        let g = a.rwlock("no-renew/zk").read().ttl(ttl).no_renew().acquire().await.expect("read");
+        let ends = g.valid_until();
+        assert!(ends >= called + ttl - holdfast::lease_drift_margin(ttl), "ends {:?} after the call", ends - called);
+        tokio::time::sleep_until((called + Duration::from_millis(3500)).into()).await;
+        assert!(!g.is_lost(), "lost at 3.5 s");
+        let writer = b.rwlock("no-renew/zk").write();
+        assert!(writer.try_acquire().await.expect("try").is_none(), "a writer got in at 3.5 s");
+        let w = writer.acquire_timeout(Duration::from_secs(20)).await.expect("the writer after the TTL");
+        assert!(Instant::now() >= ends, "the writer got in {:?} before the lease's end", ends - Instant::now());
+        w.release().await.expect("release");
+    });
+}

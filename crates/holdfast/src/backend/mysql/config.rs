@@ -16,7 +16,9 @@ pub enum SslMode {
     /// Plain TCP (the default).
     Disabled,
     /// TLS, without checking the server's certificate (protects against
-    /// passive eavesdropping only).
+    /// passive eavesdropping only). With a CA file (`ca_file`) the URL's
+    /// `required` becomes [`VerifyCa`](Self::VerifyCa), as libpq's `require`
+    /// does with a root certificate.
     Required,
     /// TLS, the certificate must chain to `ssl-ca` (or the system roots);
     /// the host name is not checked.
@@ -170,9 +172,12 @@ impl MysqlConfig {
             password,
             database,
             namespace,
-            // A CA file with no mode (or `disabled`) means: check the certificate against it.
+            // A CA file with no mode (or `disabled`) means: check the
+            // certificate against it; so does `required` with a CA file, as
+            // libpq's `require` with a root certificate does (PostgreSQL's
+            // same URL verifies the CA).
             ssl_mode: match ssl_mode.unwrap_or(SslMode::Disabled) {
-                SslMode::Disabled if ssl_ca.is_some() => SslMode::VerifyCa,
+                SslMode::Disabled | SslMode::Required if ssl_ca.is_some() => SslMode::VerifyCa,
                 mode => mode,
             },
             ssl_ca,
@@ -221,6 +226,10 @@ mod tests {
         let c = MysqlConfig::from_url("mysql://[::1]/db?ssl-ca=/etc/ca.pem").unwrap();
         assert_eq!((c.host.as_str(), c.port, c.user.as_str()), ("::1", 3306, "root"));
         assert_eq!(c.ssl_mode, SslMode::VerifyCa);
+        for mode in ["require", "required", "REQUIRED"] {
+            let c = MysqlConfig::from_url(&format!("mysql://h/db?sslmode={mode}&ca_file=/etc/ca.pem")).unwrap();
+            assert_eq!(c.ssl_mode, SslMode::VerifyCa, "{mode} with a CA file checks the CA");
+        }
         assert!(!format!("{c:?}").contains("p@ss"));
         let c = MysqlConfig::from_url("mysql://u:secret@h/db").unwrap();
         assert!(!format!("{c:?}").contains("secret"), "{c:?}");

@@ -186,11 +186,17 @@ impl RedisConfig {
         opts: &UrlOptions,
     ) -> Result<Self> {
         let bad = |reason: String| Error::invalid("url", reason);
+        // A lock's keys are `{namespace:key}...` and its channels
+        // `namespace:w:{namespace:key}`: with no `:` or brace in the
+        // namespace, its end is the first `:`, so two (namespace, key) pairs
+        // never name one lock (`a` + `w:K` against `a:w` + `K`).
         let prefix = match opts.str("namespace") {
             None => "holdfast".to_owned(),
-            Some(v) if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control() || "{}".contains(c)) => {
+            Some(v) if v.is_empty() || v.len() > 64 || v.chars().any(|c| c.is_control() || "{}:".contains(c)) => {
                 let given = opts.given_as("namespace").unwrap_or("namespace");
-                return Err(bad(format!("{given} must be 1..64 chars without braces, got {v:?}")));
+                return Err(bad(format!(
+                    "{given} must be 1..64 chars without braces or ':' (they would make lock names ambiguous), got {v:?}"
+                )));
             }
             Some(v) => v.to_owned(),
         };
@@ -265,6 +271,8 @@ mod tests {
             "redis://h?timeout_ms=0",
             "redis://h?fair=maybe",
             "redis://h?prefix=a{b",
+            "redis://h?namespace=a:w",
+            "redis://h?prefix=:",
             "redis://h?ca_file=/x",
             "redis://h?poll_min_ms=20&poll_max_ms=10",
             "http://h",
@@ -273,6 +281,19 @@ mod tests {
         }
         let err = RedisConfig::from_url("redis://u:topsecret@h/x").unwrap_err().to_string();
         assert!(!err.contains("topsecret"), "{err}");
+    }
+
+    /// A namespace with `:` is refused, naming the option: namespace `a`
+    /// with key `w:K` and namespace `a:w` with key `K` would be one lock.
+    #[test]
+    fn a_namespace_with_a_colon_is_refused() {
+        for (url, given) in [("redis://h?namespace=a:w", "namespace"), ("redis+cluster://h?prefix=a:w", "prefix")] {
+            let err = RedisConfig::from_url(url).unwrap_err();
+            assert!(matches!(err, Error::InvalidInput { what: "url", .. }), "{url}: {err:?}");
+            let text = err.to_string();
+            assert!(text.contains(given) && text.contains("':'"), "{text}");
+        }
+        assert_eq!(RedisConfig::from_url("redis://h?namespace=app.v2-x_y").unwrap().prefix, "app.v2-x_y");
     }
 
     /// Every option under its common name and under each older name: both

@@ -17,8 +17,8 @@
 //! meanwhile), while another client holds the lock now.
 //!
 //! How long such a grant is valid, by the waiter's clock: until that request
-//! was sent, plus the shorter of the TTL and the queue entry's TTL, less the
-//! drift margin. The hand-off read the entry that request (or a later one)
+//! was sent, plus the shorter of the TTL and the queue entry's TTL (the
+//! grant's `attempt_started` and `valid_for`), less the drift margin. The hand-off read the entry that request (or a later one)
 //! wrote, so the entry lived at least that long, and the lease the hand-off
 //! wrote ends no earlier than the entry (the claim window is the entry's
 //! remaining life, at least 100 ms, or the whole TTL).
@@ -113,11 +113,11 @@ impl RedisBackend {
         inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
         inv.arg(ms(config.queue_ttl)).arg(&self.inner.client_id).arg(ms(config.fence_keep));
         let started = Instant::now();
-        let generation = self.inner.conn.generation();
+        let generation = self.track(&self.inner.conn, &mut inv);
         let reply: Vec<i64> = self.invoke(&inv).await?;
         match reply[..] {
             [1, fence, ..] => {
-                self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+                self.confirm_grant(&req.key, req.token, generation, inv.client_id()).await?; // replicas=N (replicas.rs)
                 Ok(FairReply::Granted(Grant::new(fence.max(0) as u64, started, req.ttl)))
             }
             [_, left, last, ..] => Ok(FairReply::Queued { expires_in: busy_for(left), last_fence: last.max(0) as u64 }),
@@ -135,9 +135,13 @@ impl RedisBackend {
 /// the request found), or less than half of the grant's validity is left at
 /// `now`. The waiter then claims.
 ///
-/// The grant's lease is the TTL counted from a start moved back so that it
-/// ends at `queued.sent + min(ttl, queue_ttl)`: renewals then extend it by
-/// the full TTL, as any other grant's.
+/// The grant starts when that request was sent (the request that earned
+/// it, as the `Backend` contract asks) and is valid for the claim window the
+/// store guarantees from then, the shorter of the TTL and the queue entry's
+/// TTL: the lease the hand-off wrote lasts no longer without a renewal. (A
+/// renewal extends the lease on the server by the whole TTL; the client,
+/// which keeps one validity per lease, counts each renewal as this window,
+/// so it renews a hand-off grant every third of the window.)
 pub(super) fn grant_from_hand_off(
     fence: u64,
     queued: Queued,
@@ -149,9 +153,8 @@ pub(super) fn grant_from_hand_off(
         return None;
     }
     let window = ttl.min(queue_ttl);
-    let started = queued.sent.checked_add(window)?.checked_sub(ttl)?;
-    let valid_until = started.checked_add(ttl)?.checked_sub(crate::lease::drift_margin(ttl))?;
-    (valid_until.checked_duration_since(now)? >= window / 2).then(|| Grant::new(fence, started, ttl))
+    let valid_until = queued.sent.checked_add(window)?.checked_sub(crate::lease::drift_margin(window))?;
+    (valid_until.checked_duration_since(now)? >= window / 2).then(|| Grant::new(fence, queued.sent, window))
 }
 
 #[cfg(test)]
@@ -164,20 +167,19 @@ mod tests {
         Queued { sent, last_fence: 6 }
     }
 
-    /// The lease ends where the queue entry vouches for it: the shorter of
-    /// the TTL and the entry's TTL after the queued request, less the drift
-    /// margin, never later.
+    /// The grant starts when the queued request was sent (not before) and
+    /// is valid for what the queue entry vouches for: the shorter of the TTL
+    /// and the entry's TTL, never longer.
     #[test]
-    fn the_lease_ends_where_the_queued_request_vouches() {
+    fn the_grant_starts_at_the_queued_request_and_lasts_its_window() {
         let queued = Instant::now();
         for (ttl, queue_ttl) in [(30_000, 2_000), (1_000, 2_000), (2_000, 2_000)] {
             let (ttl, queue_ttl) = (ttl * MS, queue_ttl * MS);
             let grant =
                 grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 10 * MS).expect("fresh enough");
             assert_eq!(grant.fence, 7);
-            assert_eq!(grant.valid_for, ttl, "renewals extend by the whole TTL");
-            let ends = grant.attempt_started + grant.valid_for - crate::lease::drift_margin(ttl);
-            assert_eq!(ends, queued + ttl.min(queue_ttl) - crate::lease::drift_margin(ttl));
+            assert_eq!(grant.attempt_started, queued, "the start of the request that earned it");
+            assert_eq!(grant.valid_for, ttl.min(queue_ttl), "the claim window");
         }
     }
 
@@ -187,8 +189,9 @@ mod tests {
     fn a_late_message_is_claimed_instead() {
         let queued = Instant::now();
         let (ttl, queue_ttl) = (30_000 * MS, 2_000 * MS);
-        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 600 * MS).is_some());
-        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 800 * MS).is_none());
+        // Valid until 2 s less the drift margin (21 ms) after the request.
+        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 900 * MS).is_some());
+        assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 1_000 * MS).is_none());
         assert!(grant_from_hand_off(7, queued_at(queued), ttl, queue_ttl, queued + 5_000 * MS).is_none());
     }
 

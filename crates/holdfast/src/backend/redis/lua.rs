@@ -17,6 +17,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
@@ -108,7 +109,14 @@ impl LuaScript {
             cmd.arg("EVALSHA").arg(self.script.get_hash());
         }
         cmd.arg(keys);
-        ScriptCall { script: self, cmd, keys_left: keys }
+        ScriptCall {
+            script: self,
+            cmd,
+            keys_left: keys,
+            track_client: false,
+            client_id: AtomicI64::new(0),
+            resent: AtomicBool::new(false),
+        }
     }
 
     /// Whether an error says the server lacks this script or its library.
@@ -208,6 +216,14 @@ pub(super) struct ScriptCall<'a> {
     cmd: Cmd,
     /// Keys still to add (the count was sent ahead of them).
     keys_left: usize,
+    /// Whether the call is sent in one pipeline after `CLIENT ID`, so that
+    /// `WAIT` can tell that it runs on the connection that wrote (replicas.rs).
+    track_client: bool,
+    /// The server's id of the connection the call last ran on (0: unknown).
+    client_id: AtomicI64,
+    /// Whether the call was sent again after its connection was lost (its
+    /// first copy may have run).
+    resent: AtomicBool,
 }
 
 impl ScriptCall<'_> {
@@ -251,6 +267,42 @@ impl ScriptCall<'_> {
         self
     }
 
+    /// Sends the call after `CLIENT ID`, in one pipeline (so on one
+    /// connection), and keeps the id: see [`client_id`](Self::client_id).
+    pub(super) fn track_client(&mut self) -> &mut Self {
+        self.track_client = true;
+        self
+    }
+
+    /// The server's id of the connection the call last ran on, if it was
+    /// tracked ([`track_client`](Self::track_client)) and has run.
+    pub(super) fn client_id(&self) -> Option<i64> {
+        Some(self.client_id.load(Ordering::SeqCst)).filter(|&id| id > 0)
+    }
+
+    /// Notes that the call is sent again after its connection was lost.
+    pub(super) fn mark_resent(&self) {
+        self.resent.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the call was sent again after its connection was lost, so
+    /// that its first copy may have run.
+    pub(super) fn was_resent(&self) -> bool {
+        self.resent.load(Ordering::SeqCst)
+    }
+
+    /// One send of the call (with `CLIENT ID` ahead of it if tracked).
+    async fn send<T: FromRedisValue>(&self, conn: &mut Link) -> RedisResult<T> {
+        if !self.track_client {
+            return self.cmd.query_async(conn).await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLIENT").arg("ID").add_command(self.cmd.clone());
+        let (id, reply): (i64, T) = pipe.query_async(conn).await?;
+        self.client_id.store(id, Ordering::SeqCst);
+        Ok(reply)
+    }
+
     /// Whether an error says the server lacks this call's script or library.
     pub(super) fn is_missing(&self, e: &redis::RedisError) -> bool {
         self.script.is_missing(e)
@@ -264,14 +316,14 @@ impl ScriptCall<'_> {
     ///
     /// As a redis command: a dropped call may or may not have run.
     pub(super) async fn invoke<T: FromRedisValue>(&self, conn: &mut Link) -> RedisResult<T> {
-        match self.cmd.query_async(conn).await {
+        match self.send(conn).await {
             Err(e) if self.script.is_missing(&e) => {
                 if self.script.functions {
                     load_library(conn, &self.script.library).await?;
                 } else {
                     self.script.script.load_async(conn).await?;
                 }
-                self.cmd.query_async(conn).await
+                self.send(conn).await
             }
             other => other,
         }

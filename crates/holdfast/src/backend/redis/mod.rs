@@ -166,6 +166,7 @@ impl RedisBackend {
             let r = match inv.invoke(&mut conn).await {
                 Err(e) if e.is_io_error() || e.is_connection_dropped() => {
                     tracing::debug!(error = %e, "redis connection lost; sending again on a new connection");
+                    inv.mark_resent();
                     inv.invoke(&mut conn).await
                 }
                 other => other,
@@ -200,10 +201,10 @@ impl RedisBackend {
         inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
         inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 });
         let started = Instant::now();
-        let generation = self.inner.conn.generation();
+        let generation = self.track(&self.inner.conn, &mut inv);
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;
         if granted == 1 {
-            self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+            self.confirm_grant(&req.key, req.token, generation, inv.client_id()).await?; // replicas=N (replicas.rs)
             return Ok(Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl)));
         }
         Ok(Attempt::Busy { expires_in: busy_for(value) })
@@ -224,10 +225,10 @@ impl RedisBackend {
         inv.arg(mode).arg(weight).arg(limit).arg(u8::from(reserve));
         inv.arg(if reserve { waiter_horizon(&self.inner.config) } else { 0 });
         let started = Instant::now();
-        let generation = self.inner.conn.generation();
+        let generation = self.track(&self.inner.conn, &mut inv);
         let (outcome, value): (i64, i64) = self.invoke(&inv).await?;
         if outcome == 1 {
-            self.confirm_grant(&req.key, req.token, generation).await?; // replicas=N (replicas.rs)
+            self.confirm_grant(&req.key, req.token, generation, inv.client_id()).await?; // replicas=N (replicas.rs)
         }
         match outcome {
             1 => Ok(Attempt::Granted(Grant::new(value.max(0) as u64, started, req.ttl))),
@@ -340,8 +341,11 @@ impl Backend for RedisBackend {
             .arg(ms(config.fence_keep))
             .arg_parts(&naming.lock_channel_parts(key.as_str()))
             .arg_parts(&naming.client_prefix_parts(key.as_str()));
+        // 2: the token released the lock before. Per the contract that is
+        // "owned none", unless this call re-sent its request after a lost
+        // connection: then the release was most likely its own first copy.
         let held: i64 = self.invoke(&inv).await?;
-        Ok(held == 1)
+        Ok(held == 1 || (held == 2 && inv.was_resent()))
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
@@ -365,9 +369,9 @@ impl Backend for RedisBackend {
                 for &i in chunk {
                     inv.arg(&leases[i].token.hex_digits()[..]).arg(ms(leases[i].ttl));
                 }
-                let generation = self.inner.renew_conn.generation();
+                let generation = self.track(&self.inner.renew_conn, &mut inv);
                 let held: Vec<i64> = self.invoke_on(&self.inner.renew_conn, &inv).await?;
-                self.confirm_writes(&self.inner.renew_conn, generation).await?; // replicas=N (replicas.rs)
+                self.confirm_writes(&self.inner.renew_conn, generation, inv.client_id()).await?; // replicas=N (replicas.rs)
                 if held.len() != chunk.len() {
                     return Err(Error::backend(STORE, false, "renew script returned the wrong number of results"));
                 }

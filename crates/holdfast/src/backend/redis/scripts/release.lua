@@ -1,7 +1,9 @@
 -- Release by token, and removal of the token's queue entry (a cancelled waiter).
 -- KEYS: H, Q, E, S. ARGV: token, fence_keep_ms, lock channel, client channel prefix.
--- Returns 1 if the token held the lock, or had released it already (a
--- re-sent release whose first reply was lost), else 0.
+-- Returns 1 if the token held the lock (or a shared lease or reservation of
+-- it), 2 if the token is the lock's last releaser (this is a repeat: the
+-- client counts it as released only if the call itself re-sent its request,
+-- whose first copy may have been that release), else 0.
 -- When fair waiters are queued, the lock goes straight to the live head waiter
 -- (hand_to_head) and only that waiter's client is told; otherwise the lock channel is told, once, if
 -- a non-fair waiter marked the lock (see mark_waiter).
@@ -49,7 +51,7 @@ if o ~= token then
       end
     end
   end
-  if s.r == token then return 1 end
+  if s.r == token then return 2 end
   return 0
 end
 -- The holder's release with fair waiters maybe queued (q).

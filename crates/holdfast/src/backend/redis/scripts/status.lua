@@ -1,6 +1,9 @@
 -- Status of a lock. KEYS: H, Q, E, S.
--- Returns {label or false, fence, ms_left, live queued waiters, shares}, shares
--- a list of {label, fence, ms_left, weight, limit}, one per held shared lease.
+-- Returns {label or false, fence, ms_left, waiters, shares}, shares a list of
+-- {label, fence, ms_left, weight, limit}, one per held shared lease. Waiters
+-- are the live fair-queue entries and the live reservations of waiting shared
+-- and writer requests; a waiting default-mode exclusive request leaves
+-- nothing here to count.
 local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now_ms = math.floor(now_us() / 1000)
 local waiters = 0
@@ -14,6 +17,8 @@ for i = 1, #kv, 2 do
   local r = parse_share(kv[i], kv[i + 1])
   if r and r.held and r.x > now_ms then
     shares[#shares + 1] = { r.label, r.ord, r.x - now_ms, r.w, r.l }
+  elseif r and r.x > now_ms then
+    waiters = waiters + 1
   end
 end
 local s = read_lock(h)
