@@ -301,6 +301,16 @@ impl Backend for Counted {
         self.gauge.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.raise_fence(key, token, floor).await
     }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.gauge.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.read_record(key).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        self.gauge.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.write_record(key, token, value).await
+    }
 }
 
 /// What connecting and closing `opts.tasks` clients costs the server,

@@ -1,5 +1,6 @@
-//! Checks the fallback-chain model: the naive chain and an epoch switch
-//! without a wait grant twice; the shipped construction never does, over a
+//! Checks the fallback-chain model: the naive chain, an epoch switch
+//! without a wait, and a mode read from a counter other tenants of the
+//! arbiter share grant twice; the shipped construction never does, over a
 //! complete exploration.
 //!
 //! Run with `--nocapture` to see the counterexamples, state counts and times;
@@ -39,6 +40,11 @@ fn naive_chain_grants_twice() {
 #[test]
 fn epoch_switch_without_a_wait_grants_twice() {
     assert_counterexample(FallbackVariant::EpochWithoutWait, MUTUAL_EXCLUSION);
+}
+
+#[test]
+fn a_mode_read_from_a_counter_other_tenants_share_grants_twice() {
+    assert_counterexample(FallbackVariant::SharedCounter, MUTUAL_EXCLUSION);
 }
 
 #[test]

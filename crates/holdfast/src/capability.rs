@@ -60,6 +60,11 @@ pub struct Capabilities {
     /// move up, not from a log position (etcd revisions, ZooKeeper zxids).
     /// RedLock needs it of every member, to keep its fences increasing.
     pub fence_floor: bool,
+    /// Records kept with a key work:
+    /// [`Backend::read_record`](crate::backend::Backend::read_record) and
+    /// [`Backend::write_record`](crate::backend::Backend::write_record). A
+    /// fallback chain's arbiter needs them for its mode record.
+    pub records: bool,
     /// The admin calls work: [`Backend::list`](crate::backend::Backend::list)
     /// and [`Backend::force_release`](crate::backend::Backend::force_release).
     pub admin: bool,
@@ -91,6 +96,7 @@ impl Capabilities {
             renew_slice: Some(256),
             shared_leases: false,
             fence_floor: false,
+            records: false,
             admin: false,
         }
     }

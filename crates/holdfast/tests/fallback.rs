@@ -270,3 +270,6 @@ async fn bad_chains_are_typed_errors() {
         }
     }
 }
+
+#[path = "fallback/tenants.rs"]
+mod tenants;

@@ -20,6 +20,19 @@
 //! along with asymmetric partitions and replies lost after a request applied.
 //! A client's "this store is down" is a timeout, which the checker may fire at
 //! any moment: clients may disagree about which store is down in every way.
+//!
+//! Tenants: the arbiter may serve other chains and plain locks. holdfast keeps
+//! the mode in a record of the mode key that only this chain's switches write
+//! (under the key's writer lease, owner-checked), so other tenants change
+//! nothing the model holds and `Shipped` leaves them out. `SharedCounter`
+//! models the old layout, where the mode was read from a fence counter every
+//! key of a SQL arbiter shares, and another tenant could move it.
+//!
+//! A read here is the mode lease and the record's value at one instant. In
+//! holdfast the record is read just after the shared lease is granted, and
+//! used only if the read's reply arrives within the lease: no switch can
+//! write while the lease is held (the switch's writer lease waits for every
+//! mode lease to expire), so the value read is the one at the grant.
 
 mod state;
 mod steps;
@@ -45,6 +58,13 @@ pub enum FallbackVariant {
     /// The shipped construction: the new epoch is ready only after
     /// `mode_lease + drift` ticks of the arbiter's clock.
     Shipped,
+    /// The shipped protocol over the old layout, where the mode was read
+    /// from the record key's fence, which on the SQL stores is one counter
+    /// shared by every key of the arbiter: another tenant (another chain's
+    /// switch, a fence floor raised on another key) moves this chain's mode
+    /// once, with no wait for this chain's mode leases (it waited, if at
+    /// all, for its own).
+    SharedCounter,
 }
 
 /// Name of the mutual-exclusion property.
@@ -85,7 +105,7 @@ impl FallbackModel {
     /// Ticks of the arbiter's clock a new epoch stays unready.
     pub fn switch_wait(&self) -> u8 {
         match self.variant {
-            FallbackVariant::Shipped => self.mode_lease + self.drift,
+            FallbackVariant::Shipped | FallbackVariant::SharedCounter => self.mode_lease + self.drift,
             FallbackVariant::NaiveChain | FallbackVariant::EpochWithoutWait => 0,
         }
     }
@@ -110,6 +130,9 @@ pub enum FallbackAction {
     SendRead(u8),
     /// A client asks the arbiter to switch to the next store.
     SendSwitch(u8),
+    /// Another tenant of the arbiter moves the shared counter the old
+    /// layout read the mode from (`SharedCounter` only).
+    TenantMovesCounter,
     /// A client's request times out (it stops waiting; naive: it moves on to
     /// the next store in the chain).
     TimeOut(u8),
@@ -127,6 +150,7 @@ impl fmt::Display for FallbackAction {
             Self::SendAcquire(client) => write!(f, "{} sends acquire", client_name(client)),
             Self::SendRead(client) => write!(f, "{} reads the mode record", client_name(client)),
             Self::SendSwitch(client) => write!(f, "{} asks for a switch", client_name(client)),
+            Self::TenantMovesCounter => write!(f, "another tenant moves the arbiter's shared counter"),
             Self::TimeOut(client) => write!(f, "{}'s request times out", client_name(client)),
             Self::Deliver(message) => write!(f, "deliver: {message}"),
         }

@@ -161,6 +161,8 @@ pub struct FallbackState {
     pub network: Network<Message>,
     /// Grants in the order clients counted themselves granted.
     pub grants: GrantLog<Fence>,
+    /// Whether another tenant moved the shared counter (`SharedCounter`).
+    pub tenant_moved: bool,
 }
 
 impl FallbackState {
@@ -172,6 +174,7 @@ impl FallbackState {
             clients: [Client::default(); CLIENTS],
             network: Network::default(),
             grants: GrantLog::default(),
+            tenant_moved: false,
         }
     }
 

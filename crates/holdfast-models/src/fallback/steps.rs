@@ -35,6 +35,9 @@ pub fn actions(model: &FallbackModel, state: &FallbackState, actions: &mut Vec<F
             }
         }
     }
+    if model.variant == FallbackVariant::SharedCounter && !state.tenant_moved && state.record.epoch < model.max_epoch {
+        actions.push(FallbackAction::TenantMovesCounter);
+    }
     for message in state.network.distinct() {
         actions.push(FallbackAction::Deliver(*message));
     }
@@ -99,6 +102,15 @@ pub fn next_state(model: &FallbackModel, state: &FallbackState, action: Fallback
                 from_epoch: mode.epoch,
                 to_store: (mode.active + 1) % STORES as u8,
             });
+        }
+        FallbackAction::TenantMovesCounter => {
+            // The counter now reads as a later epoch naming the other store,
+            // at once: no wait for this chain's mode leases.
+            next.tenant_moved = true;
+            let record = &mut next.record;
+            record.epoch += 1;
+            record.active = (record.active + 1) % STORES as u8;
+            record.ready_in = 0;
         }
         FallbackAction::TimeOut(client) => {
             let entry = &mut next.clients[usize::from(client)];

@@ -143,6 +143,7 @@ impl Backend for SimBackend {
         caps.renew_slice = Some(self.store.config.renew_slice);
         caps.shared_leases = true;
         caps.fence_floor = true;
+        caps.records = true;
         caps
     }
 
@@ -220,6 +221,20 @@ impl Backend for SimBackend {
         let key = key.clone();
         self.call("raise_fence", move |_, data, now| {
             Ok(state(data).raise_fence(key.as_str(), token.to_bytes(), floor, now))
+        })
+        .await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        let key = key.clone();
+        self.call("read_record", move |_, data, _| Ok(state(data).read_record(key.as_str()))).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        // Nothing for the history: a record grants, extends and releases nothing.
+        let key = key.clone();
+        self.call("write_record", move |_, data, now| {
+            Ok(state(data).write_record(key.as_str(), token.to_bytes(), value, now))
         })
         .await
     }

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 pub use backend::SimBackend;
 pub use link::{Link, LinkFaults, LinkState};
+pub use state::CounterScope;
 use state::StoreState;
 
 use crate::history::{Event, GrantId, Recorder};
@@ -57,6 +58,9 @@ pub struct SimConfig {
     pub poll: holdfast::wait::PollBounds,
     /// The most leases per renew call.
     pub renew_slice: usize,
+    /// How far one fence counter reaches: per key, or the whole store (as
+    /// a SQLite file or a PostgreSQL or MySQL namespace keeps it).
+    pub counter_scope: CounterScope,
 }
 
 impl Default for SimConfig {
@@ -67,6 +71,7 @@ impl Default for SimConfig {
             op_timeout: Duration::from_millis(500),
             poll: holdfast::wait::PollBounds { min: Duration::from_millis(50), max: Duration::from_millis(250) },
             renew_slice: 64,
+            counter_scope: CounterScope::PerKey,
         }
     }
 }
@@ -143,7 +148,7 @@ pub struct SimStore {
 impl SimStore {
     /// A store whose clock starts now, recording into `recorder` if given.
     pub fn new(config: SimConfig, recorder: Option<Recorder>) -> Self {
-        let data = Data { state: StoreState::default(), up: true, subscribers: Vec::new() };
+        let data = Data { state: StoreState::new(config.counter_scope), up: true, subscribers: Vec::new() };
         SimStore { inner: Arc::new(StoreInner { config, origin: Instant::now(), data: Mutex::new(data), recorder }) }
     }
 
@@ -156,14 +161,14 @@ impl SimStore {
     }
 
     /// Stops the store for `down_for`, then starts it again, with its data
-    /// or without (every lease, reservation and fence counter gone).
+    /// or without (every lease, reservation, record and fence counter gone).
     /// Requests that arrive while it is down are refused.
     pub fn restart(&self, keep_state: bool, down_for: Duration) {
         {
             let mut d = self.inner.data();
             d.up = false;
             if !keep_state {
-                d.state = StoreState::default();
+                d.state = StoreState::new(self.inner.config.counter_scope);
             }
         }
         let store = self.inner.config.store;

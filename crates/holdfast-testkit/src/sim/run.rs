@@ -12,7 +12,7 @@ use holdfast::{Client, ClientOptions, Guard, GuardKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Link, LinkFaults, LinkState, SimConfig, SimStore};
+use super::{CounterScope, Link, LinkFaults, LinkState, SimConfig, SimStore};
 use crate::history::{EndCause, Event, GrantId, Recorder, Verdict, check};
 
 /// The shape of a seeded run.
@@ -61,6 +61,17 @@ pub struct RunConfig {
     /// `stores`), with a mode lease of two TTLs, so that partitions make
     /// clients disagree about which store is down and switch.
     pub fallback: bool,
+    /// With [`fallback`](Self::fallback): tenants share the arbiter (the
+    /// last store) instead. Each client has two chains with other record
+    /// names, chain `a` over the first and the last store and chain `b`
+    /// over the second and the last (grants recorded under store ids
+    /// `stores` and `stores + 1`), and locks plainly on the arbiter too.
+    pub tenants: bool,
+    /// The fence counter scope of store `s` is `counter_scopes[s % len]`:
+    /// by default the first store keeps a counter per key (as Redis) and
+    /// the others one for the store (as a SQLite file, a PostgreSQL or
+    /// MySQL namespace).
+    pub counter_scopes: Vec<CounterScope>,
 }
 
 impl Default for RunConfig {
@@ -81,6 +92,8 @@ impl Default for RunConfig {
             cleanup_within: None,
             redlock: false,
             fallback: false,
+            tenants: false,
+            counter_scopes: vec![CounterScope::PerKey, CounterScope::PerStore],
         }
     }
 }
@@ -160,7 +173,10 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
     let stores: Vec<SimStore> = (0..config.stores)
         .map(|s| {
             let rate = 1.0 + rng.random_range(-config.clock_drift..=config.clock_drift);
-            SimStore::new(SimConfig { store: s, clock_rate: rate, ..SimConfig::default() }, Some(recorder.clone()))
+            let scopes = &config.counter_scopes;
+            let counter_scope = scopes.get(s as usize % scopes.len().max(1)).copied().unwrap_or_default();
+            let sim = SimConfig { store: s, clock_rate: rate, counter_scope, ..SimConfig::default() };
+            SimStore::new(sim, Some(recorder.clone()))
         })
         .collect();
     let mut links: Vec<Link> = Vec::new();
@@ -182,13 +198,15 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
         if config.redlock {
             let redlock = holdfast::redlock::RedLock::new(members).expect("simulated stores raise fences");
             clients.push((config.stores, Client::with_backend(Arc::new(redlock), opts)));
+        } else if config.fallback && config.tenants {
+            let arbiter = members.len() - 1;
+            for (id, (name, first)) in [("a", 0), ("b", 1)].into_iter().enumerate() {
+                let chain = chain(vec![members[first].clone(), members[arbiter].clone()], name, &config);
+                clients.push((config.stores + id as u32, Client::with_backend(Arc::new(chain), opts.clone())));
+            }
+            clients.push((arbiter as u32, Client::with_backend(members[arbiter].clone(), opts)));
         } else if config.fallback {
-            let chain = holdfast::fallback::Fallback::new(members)
-                .and_then(|c| c.with_mode_ttl(config.ttl * 2))
-                .expect("simulated stores can arbitrate")
-                .with_switch_after(config.ttl / 4)
-                .with_fail_back_after(Some(config.ttl * 4));
-            clients.push((config.stores, Client::with_backend(Arc::new(chain), opts)));
+            clients.push((config.stores, Client::with_backend(Arc::new(chain(members, "default", &config)), opts)));
         }
         let worker = Worker {
             id: c,
@@ -223,6 +241,21 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
     let events = recorder.events();
     let verdict = check(&events, end);
     RunOutcome { seed, verdict, events, left_behind, held_after_cleanup }
+}
+
+/// A fallback chain over `stores` named `name`, with a mode lease of two
+/// TTLs.
+fn chain(
+    stores: Vec<Arc<dyn holdfast::backend::Backend>>,
+    name: &str,
+    config: &RunConfig,
+) -> holdfast::fallback::Fallback {
+    holdfast::fallback::Fallback::new(stores)
+        .and_then(|c| c.with_name(name))
+        .and_then(|c| c.with_mode_ttl(config.ttl * 2))
+        .expect("simulated stores can arbitrate")
+        .with_switch_after(config.ttl / 4)
+        .with_fail_back_after(Some(config.ttl * 4))
 }
 
 /// Cuts links and restarts stores at random moments.

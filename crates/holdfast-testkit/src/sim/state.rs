@@ -1,6 +1,9 @@
 //! What a simulated store keeps: per key, its leases and reservations with
-//! expiries on the store's own clock, and the fence counter. Every method is
-//! one atomic store operation, applied when a request arrives over its link.
+//! expiries on the store's own clock and the record kept with it, and the
+//! fence counter: one per key, or one for the whole store as SQLite keeps
+//! per file and PostgreSQL and MySQL per namespace ([`CounterScope`]).
+//! Every method is one atomic store operation, applied when a request
+//! arrives over its link.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -45,13 +48,35 @@ pub(crate) enum Acquired {
     Conflict(String),
 }
 
+/// How far one fence counter of a store reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CounterScope {
+    /// One counter per key (Redis: a lock hash's last fence).
+    #[default]
+    PerKey,
+    /// One counter for every key of the store: SQLite's per file,
+    /// PostgreSQL's and MySQL's per namespace. A grant or a raised floor on
+    /// one key moves every key's later fences.
+    PerStore,
+}
+
 /// The data of one simulated store.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct StoreState {
     keys: BTreeMap<String, KeyState>,
+    scope: CounterScope,
+    /// The store's one counter, under [`CounterScope::PerStore`].
+    counter: u64,
+    /// The records kept with keys (never expire).
+    records: BTreeMap<String, u64>,
 }
 
 impl StoreState {
+    /// An empty store whose fence counters reach as far as `scope`.
+    pub(crate) fn new(scope: CounterScope) -> Self {
+        StoreState { scope, ..StoreState::default() }
+    }
+
     /// The live rows of `key` at store time `now` (expired ones dropped).
     fn key(&mut self, key: &str, now: Duration) -> &mut KeyState {
         let k = self.keys.entry(key.to_owned()).or_default();
@@ -59,11 +84,30 @@ impl StoreState {
         k
     }
 
+    /// Runs `f` on `key`'s live rows with the key's counter; under
+    /// [`CounterScope::PerStore`] that counter is the store's one counter.
+    fn with_key<R>(&mut self, key: &str, now: Duration, f: impl FnOnce(&mut KeyState) -> R) -> R {
+        let (shared, per_store) = (self.counter, self.scope == CounterScope::PerStore);
+        let k = self.key(key, now);
+        if per_store {
+            k.counter = shared;
+        }
+        let out = f(k);
+        let after = k.counter;
+        if per_store {
+            self.counter = after;
+        }
+        out
+    }
+
     /// One attempt. A waiting request (`reserve`) that is refused leaves or
     /// refreshes a reservation when its mode reserves or it asks to be fair.
     pub(crate) fn acquire(&mut self, req: &AcquireRequest, now: Duration, reserve: bool) -> Acquired {
+        self.with_key(req.key.as_str(), now, |k| Self::acquire_in(k, req, now, reserve))
+    }
+
+    fn acquire_in(k: &mut KeyState, req: &AcquireRequest, now: Duration, reserve: bool) -> Acquired {
         let token = req.token.to_bytes();
-        let k = self.key(req.key.as_str(), now);
         let rows: Vec<Row> =
             k.entries.iter().map(|e| Row { token: e.token, mode: e.mode, held: e.held, order: e.order }).collect();
         let decision = admission::decide(token, req.mode, &rows);
@@ -172,10 +216,27 @@ impl StoreState {
     /// fence or place is above `floor`; whether it held. The caller keeps
     /// `floor` at most [`MAX_FENCE_FLOOR`], so the counter never overflows.
     pub(crate) fn raise_fence(&mut self, key: &str, token: [u8; 16], floor: u64, now: Duration) -> bool {
+        self.with_key(key, now, |k| {
+            let held = k.entries.iter().any(|e| e.token == token && e.held);
+            if held {
+                k.counter = k.counter.max(floor);
+            }
+            held
+        })
+    }
+
+    /// The record kept with `key`, if one was written.
+    pub(crate) fn read_record(&self, key: &str) -> Option<u64> {
+        self.records.get(key).copied()
+    }
+
+    /// If `token` holds an exclusive lease of `key` (exclusive or writer),
+    /// sets the record kept with `key` to `value`; whether it held.
+    pub(crate) fn write_record(&mut self, key: &str, token: [u8; 16], value: u64, now: Duration) -> bool {
         let k = self.key(key, now);
-        let held = k.entries.iter().any(|e| e.token == token && e.held);
+        let held = k.entries.iter().any(|e| e.token == token && e.held && e.mode.is_exclusive());
         if held {
-            k.counter = k.counter.max(floor);
+            self.records.insert(key.to_owned(), value);
         }
         held
     }

@@ -397,15 +397,15 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// `floor`; never lowers it. Returns whether `token` held; a token that
     /// holds nothing raises nothing. On SQLite, PostgreSQL and MySQL the
     /// floor is the store's (or namespace's) one counter, shared by every
-    /// key. Declared by [`Capabilities::fence_floor`].
+    /// key, so a raise moves every key's later fences. Declared by
+    /// [`Capabilities::fence_floor`].
     ///
     /// RedLock writes the fence it chose back to its majority with it, so
     /// that fences stay increasing across majorities (raising with max
     /// makes a late write-back harmless; the owner check adds nothing
-    /// there). The fallback chain moves its mode record to a new epoch with
-    /// it, and there the owner check is what matters: a switch whose lease
-    /// on the record lapsed while its raise was in flight must not move the
-    /// epoch under mode leases granted after the lapse.
+    /// there). A fallback chain keeps its mode in a record
+    /// ([`write_record`](Self::write_record)), not in a fence floor, since a
+    /// counter shared by every key is shared by every tenant of the store.
     ///
     /// # Cancel safety
     ///
@@ -414,6 +414,43 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         let _ = (key, token, floor);
         Err(crate::Error::Unsupported { store: self.name(), what: "raising a fence floor" })
+    }
+
+    /// The record kept with `key` ([`write_record`](Self::write_record)),
+    /// or `None` if none was ever written. Declared by
+    /// [`Capabilities::records`].
+    ///
+    /// A record is a register of one `u64` per key, apart from the key's
+    /// leases and its fence counter: only a writer holding the key
+    /// exclusively changes it, and it stays after every lease of the key is
+    /// gone (it never expires). The fallback chain keeps its mode in the
+    /// record of its mode key, so no other tenant of the arbiter store
+    /// (another chain, plain locks, a fence floor raised on another key)
+    /// can move it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        let _ = key;
+        Err(crate::Error::Unsupported { store: self.name(), what: "records kept with a key" })
+    }
+
+    /// If `token` holds an unexpired exclusive lease of `key` (an
+    /// [`Exclusive`](LeaseMode::Exclusive) or [`Writer`](LeaseMode::Writer)
+    /// grant, not a share or a reservation), sets the record kept with
+    /// `key` to `value`, in one atomic store call; returns whether `token`
+    /// held (a token that holds nothing writes nothing). See
+    /// [`read_record`](Self::read_record). Declared by
+    /// [`Capabilities::records`].
+    ///
+    /// # Cancel safety
+    ///
+    /// One store call: dropped, the record is either written or not, and
+    /// writing the same value again changes nothing more.
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        let _ = (key, token, value);
+        Err(crate::Error::Unsupported { store: self.name(), what: "records kept with a key" })
     }
 
     /// Every key whose name starts with `prefix` (checked by

@@ -14,7 +14,8 @@
 //!
 //! The last store of the chain is also its **arbiter**: it keeps a mode
 //! record, one key saying which store is active in which epoch (see
-//! [`mode`](self) for how the record is kept with the lease model alone).
+//! [`mode`](self) for how the record is kept with the lease model and a
+//! record written only under the key's exclusive lease).
 //!
 //! - A client grants from a store only under a **mode lease** naming that
 //!   store: a shared lease on the record key, taken fresh (never renewed)
@@ -71,9 +72,18 @@
 //!   without persistence that restarts while active can grant twice, as it
 //!   would alone). Fences need each store's fences below 2^52 (all of
 //!   holdfast's do) and at most 4,095 switches per record name.
-//! - The arbiter must keep shared leases and fence floors: SQLite,
-//!   PostgreSQL, MySQL or Redis (with persistence, or the record's epoch
-//!   can go back). etcd and ZooKeeper can be any other link.
+//! - The arbiter must keep shared leases and records kept with a key
+//!   ([`Backend::write_record`]): SQLite, PostgreSQL, MySQL or Redis (with
+//!   persistence, or the record's epoch can go back). etcd and ZooKeeper
+//!   can be any other link.
+//! - **Chains are independent**: chains with different record names
+//!   (`name`) may share one arbiter, and the arbiter may serve plain locks,
+//!   RedLock members and fence floors raised on other keys. A chain's mode
+//!   lives in its record key's record, which only that chain's switches
+//!   write, so no other tenant moves it (the SQL stores' fence counter is
+//!   shared by every key of a file or namespace; the mode is not kept
+//!   there). Two chain layouts must not share one name: a record naming a
+//!   store the chain lacks is an error.
 //! - Failing back to the first store happens after `fail_back_after`
 //!   (default 60 s) on another store, when the first store answers a probe;
 //!   each fail-back is a switch, with its cost.
@@ -138,7 +148,7 @@ impl Fallback {
     ///
     /// [`Error::InvalidInput`] for fewer than two or more than
     /// [`MAX_STORES`] stores; [`Error::Unsupported`] for an arbiter without
-    /// shared leases and fence floors (etcd, ZooKeeper).
+    /// shared leases and [records](Backend::write_record) (etcd, ZooKeeper).
     pub fn new(stores: Vec<Arc<dyn Backend>>) -> Result<Self> {
         if !(2..=MAX_STORES).contains(&stores.len()) {
             return Err(Error::invalid(
@@ -148,14 +158,15 @@ impl Fallback {
         }
         let arbiter = Arc::clone(stores.last().expect("checked: at least two"));
         let caps = arbiter.capabilities();
-        if !caps.fence_floor || !caps.shared_leases || caps.session_bound {
+        if !caps.records || !caps.shared_leases || caps.session_bound {
             return Err(Error::Unsupported {
                 store: arbiter.name(),
-                what: "being a fallback chain's arbiter (the last store; it needs shared leases and fence floors: \
+                what: "being a fallback chain's arbiter (the last store; it needs shared leases and records: \
                        SQLite, PostgreSQL, MySQL or Redis)",
             });
         }
-        let record = ModeRecord::new(arbiter, record_key(DEFAULT_RECORD_NAME)?, DEFAULT_MODE_TTL, label());
+        let n = stores.len();
+        let record = ModeRecord::new(arbiter, n, record_key(DEFAULT_RECORD_NAME)?, DEFAULT_MODE_TTL, label());
         Ok(Fallback {
             stores,
             record: Arc::new(record),
@@ -175,7 +186,8 @@ impl Fallback {
     ///
     /// [`Error::InvalidInput`] for a name that makes no valid key.
     pub fn with_name(self, name: &str) -> Result<Self> {
-        let record = ModeRecord::new(self.arbiter(), record_key(name)?, self.record.ttl(), label());
+        let record =
+            ModeRecord::new(self.arbiter(), self.record.stores(), record_key(name)?, self.record.ttl(), label());
         Ok(Fallback { record: Arc::new(record), ..self })
     }
 
@@ -193,7 +205,7 @@ impl Fallback {
         if ttl < Duration::from_millis(200) {
             return Err(Error::invalid("fallback chain", format!("mode TTL {ttl:?} is below 200 ms")));
         }
-        let record = ModeRecord::new(self.arbiter(), self.record.key().clone(), ttl, label());
+        let record = ModeRecord::new(self.arbiter(), self.record.stores(), self.record.key().clone(), ttl, label());
         Ok(Fallback { record: Arc::new(record), ..self })
     }
 

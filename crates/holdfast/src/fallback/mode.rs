@@ -1,24 +1,36 @@
 //! The chain's mode record on the arbiter: which store is active, in which
 //! epoch, and the mode leases that let a client grant from it.
 //!
-//! The record is one key on the arbiter, written with the lease model alone:
+//! The record is one key on the arbiter, written with the lease model and
+//! the record the arbiter keeps with that key ([`Backend::write_record`]),
+//! which only this chain writes:
 //!
 //! - a **mode lease** is a shared lease on the record key (no limit), never
 //!   renewed: a client takes a fresh one every half mode TTL while it
-//!   grants, and its fence says the mode, because
+//!   grants, and reads the mode from the key's record once the lease is
+//!   granted. No switch can write while the lease is held, so the mode read
+//!   is the lease's for as long as the lease lasts (a read that comes back
+//!   after the lease's end is not used);
 //! - a **switch** takes the record key exclusively, as a writer (so no new
 //!   mode lease is granted while it waits, and it is granted only once every
-//!   mode lease has expired on the arbiter's clock), checks that the epoch
-//!   is still the one it meant to leave, and raises the key's fence floor to
-//!   the new mode's floor ([`floor`]) before releasing. Every later mode
-//!   lease's fence is then above that floor: it names the new epoch and
-//!   active store. `raise_fence` raises only for a holder, so a switch whose
-//!   writer lease lapsed while its raise was in flight changes nothing.
+//!   mode lease has expired on the arbiter's clock), reads the record,
+//!   checks that the epoch is still the one it meant to leave, and writes
+//!   the new mode before releasing. The write is owner-checked in the same
+//!   store call: a switch whose writer lease lapsed while its write was in
+//!   flight changes nothing, so it cannot move the epoch under mode leases
+//!   granted after the lapse.
 //!
-//! A mode lease's fence `F` reads as: epoch `F >> 52`; active store
-//! `(F >> 44) & 0xFF` (store 0 in epoch 0, whatever the arbiter's own
-//! fences look like before the first switch). 2^44 mode leases fit in one
-//! epoch; 4,095 switches fit in the record's life.
+//! Why not the key's fences: on SQLite one counter serves the whole file,
+//! and on PostgreSQL and MySQL the whole namespace, so a mode kept in the
+//! record key's fence floor moved with every other tenant's grants and
+//! raises (another chain's switch, a RedLock member's write-back), and a
+//! Redis arbiter refuses floors above 2^52. The record is the key's alone.
+//!
+//! The record holds `epoch << 8 | active`; a key without one is in
+//! [`Mode::START`]. A record naming a store the chain lacks belongs to
+//! another chain's layout under the same name: a typed error, never a
+//! grant. 4,095 switches ([`MAX_EPOCH`]) fit in a record's life, since a
+//! chain fence keeps the epoch in its top 12 bits.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +44,6 @@ use crate::lease::drift_margin;
 
 /// Bits of a chain fence below the epoch: the active store's own fence.
 pub(super) const EPOCH_SHIFT: u32 = 52;
-const ACTIVE_SHIFT: u32 = 44;
 /// The last epoch a record can switch to.
 pub const MAX_EPOCH: u64 = (1 << (64 - EPOCH_SHIFT)) - 1;
 /// The most stores a chain may have (the active index takes 8 bits).
@@ -51,19 +62,16 @@ impl Mode {
     /// The mode a record starts in: epoch 0, the first store.
     pub const START: Mode = Mode { epoch: 0, active: 0 };
 
-    /// The mode a fence of the record key names.
-    pub(super) fn of_fence(fence: u64) -> Mode {
-        let epoch = fence >> EPOCH_SHIFT;
-        if epoch == 0 {
-            return Mode::START;
-        }
-        Mode { epoch, active: ((fence >> ACTIVE_SHIFT) & 0xFF) as usize }
+    /// The mode a record value names, if it is one a chain of `stores`
+    /// stores can be in.
+    pub(super) fn of_record(value: u64, stores: usize) -> Option<Mode> {
+        let mode = Mode { epoch: value >> 8, active: (value & 0xFF) as usize };
+        (mode.epoch <= MAX_EPOCH && mode.active < stores).then_some(mode)
     }
 
-    /// The fence floor that makes every later fence of the record key name
-    /// this mode.
-    pub(super) fn floor(self) -> u64 {
-        (self.epoch << EPOCH_SHIFT) | ((self.active as u64) << ACTIVE_SHIFT)
+    /// The record value that names this mode.
+    pub(super) fn record(self) -> u64 {
+        (self.epoch << 8) | self.active as u64
     }
 }
 
@@ -82,6 +90,8 @@ pub(super) struct ModeLease {
 pub(super) struct ModeRecord {
     arbiter: Arc<dyn Backend>,
     key: LockKey,
+    /// How many stores the chain has: a record naming another is refused.
+    stores: usize,
     /// The mode lease TTL.
     ttl: Duration,
     label: String,
@@ -91,8 +101,35 @@ pub(super) struct ModeRecord {
 }
 
 impl ModeRecord {
-    pub(super) fn new(arbiter: Arc<dyn Backend>, key: LockKey, ttl: Duration, label: String) -> Self {
-        ModeRecord { arbiter, key, ttl, label, current: Mutex::new(None), refreshing: tokio::sync::Mutex::new(()) }
+    pub(super) fn new(arbiter: Arc<dyn Backend>, stores: usize, key: LockKey, ttl: Duration, label: String) -> Self {
+        let (current, refreshing) = (Mutex::new(None), tokio::sync::Mutex::new(()));
+        ModeRecord { arbiter, key, stores, ttl, label, current, refreshing }
+    }
+
+    pub(super) fn stores(&self) -> usize {
+        self.stores
+    }
+
+    /// The mode the record holds now. Read under a lease of the record key
+    /// (a mode lease or a switch's writer lease), so that no switch writes
+    /// it meanwhile.
+    async fn read(&self) -> Result<Mode> {
+        let Some(value) = self.arbiter.read_record(&self.key).await? else { return Ok(Mode::START) };
+        Mode::of_record(value, self.stores).ok_or_else(|| {
+            Error::invalid(
+                "fallback chain",
+                format!(
+                    "the mode record {} on the {} arbiter holds {value:#x}, which names store {} in epoch {} of a \
+                     chain of {} stores: another chain layout uses this record name (give each chain its own \
+                     `name`)",
+                    self.key,
+                    self.arbiter.name(),
+                    value & 0xFF,
+                    value >> 8,
+                    self.stores
+                ),
+            )
+        })
     }
 
     pub(super) fn ttl(&self) -> Duration {
@@ -177,7 +214,20 @@ impl ModeRecord {
         };
         let valid_for = grant.valid_for.min(self.ttl);
         let until = Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for);
-        let lease = ModeLease { token: req.token, mode: Mode::of_fence(grant.fence), until };
+        // The mode is read once the lease is granted; a switch cannot
+        // write it before the lease has expired on the arbiter.
+        let mode = match self.read().await {
+            // A read answered after the lease's end may have seen a later
+            // switch: the lease is used only if the read came back within it.
+            Ok(mode) if Instant::now() < until => mode,
+            other => {
+                let _ = self.arbiter.release(&self.key, req.token).await;
+                return Err(other.err().unwrap_or_else(|| {
+                    Error::backend("fallback", true, "the mode lease ran out before the mode record was read")
+                }));
+            }
+        };
+        let lease = ModeLease { token: req.token, mode, until };
         let old = self.current.lock().unwrap_or_else(|p| p.into_inner()).replace(lease);
         if let Some(old) = old {
             let (arbiter, key) = (Arc::clone(&self.arbiter), self.key.clone());
@@ -209,13 +259,13 @@ impl ModeRecord {
                 what: "more than 4,095 switches of one mode record (start a new record name)",
             });
         }
-        // A writer lease needs to outlive only the check and the raise.
+        // A writer lease needs to outlive only the read and the write.
         let req = AcquireRequest::new(self.key.clone(), OwnerToken::random(), self.ttl.max(Duration::from_secs(1)))
             .with_mode(LeaseMode::Writer)
             .with_label(self.label.clone());
         let bound = 2 * self.ttl + Duration::from_secs(5);
-        let grant = match tokio::time::timeout(bound, self.arbiter.acquire(&req)).await {
-            Ok(Ok(g)) => g,
+        match tokio::time::timeout(bound, self.arbiter.acquire(&req)).await {
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 let _ = self.arbiter.release(&self.key, req.token).await;
                 return Err(e);
@@ -225,17 +275,18 @@ impl ModeRecord {
                 return Err(Error::backend("fallback", true, format!("a switch waited {bound:?} for the mode record")));
             }
         };
-        let now = Mode::of_fence(grant.fence);
-        let outcome = if now.epoch != from.epoch {
+        let outcome = match self.read().await {
             // Someone else switched first.
-            Ok(now)
-        } else {
-            let next = Mode { epoch: from.epoch + 1, active: to };
-            match self.arbiter.raise_fence(&self.key, req.token, next.floor()).await {
-                Ok(true) => Ok(next),
-                Ok(false) => Err(Error::backend("fallback", true, "the switch's hold on the mode record lapsed")),
-                Err(e) => Err(e),
+            Ok(now) if now.epoch != from.epoch => Ok(now),
+            Ok(_) => {
+                let next = Mode { epoch: from.epoch + 1, active: to };
+                match self.arbiter.write_record(&self.key, req.token, next.record()).await {
+                    Ok(true) => Ok(next),
+                    Ok(false) => Err(Error::backend("fallback", true, "the switch's hold on the mode record lapsed")),
+                    Err(e) => Err(e),
+                }
             }
+            Err(e) => Err(e),
         };
         let _ = self.arbiter.release(&self.key, req.token).await;
         outcome
@@ -247,17 +298,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn modes_round_trip_through_fences() {
-        for mode in [Mode { epoch: 1, active: 0 }, Mode { epoch: 7, active: 3 }, Mode { epoch: MAX_EPOCH, active: 254 }]
-        {
-            for above in [1u64, 2, (1 << ACTIVE_SHIFT) - 1] {
-                assert_eq!(Mode::of_fence(mode.floor() + above), mode, "{mode:?} + {above}");
-            }
+    fn modes_round_trip_through_records() {
+        for mode in [
+            Mode::START,
+            Mode { epoch: 1, active: 0 },
+            Mode { epoch: 7, active: 3 },
+            Mode { epoch: MAX_EPOCH, active: 254 },
+        ] {
+            assert_eq!(Mode::of_record(mode.record(), MAX_STORES), Some(mode), "{mode:?}");
         }
-        // Before the first switch the arbiter's own fences (a Redis fence is
-        // microseconds since 1970, about 2^51) all read as the start.
-        for fence in [1u64, 1_764_000_000_000_000, (1 << EPOCH_SHIFT) - 1] {
-            assert_eq!(Mode::of_fence(fence), Mode::START);
-        }
+        // A store the chain lacks, or an epoch beyond the last, names no mode.
+        assert_eq!(Mode::of_record(Mode { epoch: 1, active: 2 }.record(), 2), None);
+        assert_eq!(Mode::of_record((MAX_EPOCH + 1) << 8, 2), None);
     }
 }

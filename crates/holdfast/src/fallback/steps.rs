@@ -34,8 +34,10 @@ impl Fallback {
     /// The chain fence of a grant by store `store` with fence `fence` in `mode`.
     pub(super) fn fence(&self, mode: Mode, store: usize, fence: u64) -> Result<u64> {
         let low = if store == self.stores.len() - 1 {
-            // The arbiter's own counter may carry the record's floors
-            // (SQL stores keep one counter for every key).
+            // The arbiter's counter is shared with its other tenants on the
+            // SQL stores (one per file or namespace), and before the mode
+            // moved into a record it carried the chain's epoch floors: its
+            // low 52 bits still increase within an epoch.
             fence & STORE_FENCE_MASK
         } else if fence > STORE_FENCE_MASK {
             return Err(Error::backend(

@@ -196,7 +196,7 @@ impl Backend for Layered {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
         };
-        // fence_durability and fence_floor: the authoritative store's.
+        // fence_durability, fence_floor and records: the authoritative store's.
         // The admin calls are not implemented over two stores.
         caps.admin = false;
         caps
@@ -257,6 +257,15 @@ impl Backend for Layered {
 
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         self.authoritative.raise_fence(key, token, floor).await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.authoritative.read_record(key).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        // A grant holds on the authoritative store under the client's token.
+        self.authoritative.write_record(key, token, value).await
     }
 }
 

@@ -458,17 +458,19 @@ fn unmutated_copy_is_clean() {
 }
 
 /// The fallback chain with a new epoch usable at once (the model's
-/// `EpochWithoutWait`): the switch takes the mode record as one more shared
-/// lease instead of as a writer, so it raises the epoch while clients still
-/// hold mode leases of the old one, and a client of the new epoch grants
-/// from the new store while a holder of the old epoch still believes.
+/// `EpochWithoutWait`): a client lets its mode lease go on the arbiter as
+/// soon as it has read the mode, while it goes on granting under it, so a
+/// switch's writer lease does not wait for it: the switch writes the new
+/// epoch while clients still believe in the old one, and a client of the
+/// new epoch grants from the new store while a holder of the old epoch
+/// still believes.
 #[test]
 fn fallback_epoch_usable_at_once() {
     catch(&Mutation {
         name: "fallback chain: new epoch usable at once",
         file: "crates/holdfast/src/fallback/mode.rs",
-        original: "            .with_mode(LeaseMode::Writer)",
-        mutated: "            .with_mode(LeaseMode::Shared { weight: 1, limit: UNLIMITED }) // MUTANT: no wait",
+        original: "        let lease = ModeLease { token: req.token, mode, until };",
+        mutated: "        let _ = self.arbiter.release(&self.key, req.token).await; // MUTANT: no wait\n        let lease = ModeLease { token: req.token, mode, until };",
         config: "fallback",
         expect: SAFETY,
     });

@@ -145,10 +145,36 @@ fn fallback_seeds() {
     assert!(by_epoch.keys().any(|e| *e >= 2), "no run switched twice: {by_epoch:?}");
 }
 
+/// Tenants of one arbiter: two chains with other record names and plain
+/// locks on the arbiter, whose fence counter (one for the store, as a SQL
+/// arbiter keeps it) every grant and fence floor moves. Each chain switches
+/// on its own; none may grant twice.
+#[test]
+fn fallback_tenant_seeds() {
+    let config = RunConfig { fallback: true, tenants: true, ..RunConfig::default() };
+    let s = sweep(&config, 4_000_000..4_000_000 + seeds(2000) / 16);
+    assert_clean("fallback_tenant_seeds", &s);
+    // Not vacuous: both chains switch, and the plain locks grant.
+    let mut by_chain = std::collections::BTreeMap::<(u32, u64), u64>::new();
+    for seed in 4_000_000..4_000_020 {
+        for e in run_seed(seed, &config).events {
+            if let Event::Granted { id, fence, .. } = e {
+                *by_chain.entry((id.store, if id.store >= 3 { fence >> 52 } else { 0 })).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("fallback_tenant_seeds: grants by (store id, epoch) over 20 seeds: {by_chain:?}");
+    for chain in [3, 4] {
+        assert!(by_chain.keys().any(|&(s, e)| s == chain && e >= 1), "chain {chain} never switched: {by_chain:?}");
+    }
+    assert!(by_chain.keys().any(|&(s, _)| s == 2), "no plain lock on the arbiter: {by_chain:?}");
+}
+
 /// Replays one seed and prints its history and verdict:
 /// `SEED=17 cargo test -p holdfast-lock --test sim replay -- --ignored --nocapture`
 /// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's,
-/// `FALLBACK=1` for the fallback chain's).
+/// `FALLBACK=1` for the fallback chain's, with `TENANTS=1` for two chains
+/// and plain locks on one arbiter).
 #[test]
 #[ignore = "a tool: replays the seed in SEED"]
 fn replay() {
@@ -156,6 +182,7 @@ fn replay() {
     let mut config = if std::env::var_os("LONG").is_some() { RunConfig::long_leases() } else { RunConfig::default() };
     config.redlock = std::env::var_os("REDLOCK").is_some();
     config.fallback = std::env::var_os("FALLBACK").is_some();
+    config.tenants = std::env::var_os("TENANTS").is_some();
     let out = run_seed(seed, &config);
     for e in &out.events {
         println!("{e:?}");

@@ -164,6 +164,8 @@ impl Backend for EtcdBackend {
             fence_durability: FenceDurability::Durable,
             // Fences are log positions (revisions, zxids): no floor can move them.
             fence_floor: false,
+            // Grants live on sessions: not an arbiter, so no records.
+            records: false,
             admin: true,
         }
     }

@@ -203,6 +203,11 @@ impl MysqlConfig {
         format!("{}_shares", self.namespace)
     }
 
+    /// The table of records kept with keys.
+    pub(super) fn records_table(&self) -> String {
+        format!("{}_records", self.namespace)
+    }
+
     /// The password, for tools that open their own connection with the same
     /// settings (the raw-floor benchmark). Never shown by `Debug`.
     pub fn password(&self) -> Option<&str> {

@@ -163,7 +163,12 @@ impl MysqlBackend {
                 .with_inactive_connection_ttl(Duration::from_secs(60))
                 .with_reset_connection(false),
         );
-        let statements = sql::Statements::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
+        let statements = sql::Statements::new(
+            &config.leases_table(),
+            &config.fence_table(),
+            &config.shares_table(),
+            &config.records_table(),
+        );
         let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
         let wakeups =
             shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
@@ -343,6 +348,7 @@ impl Backend for MysqlBackend {
             fence_durability: self.fence_durability,
             shared_leases: true,
             fence_floor: true,
+            records: true,
             admin: true,
             ..Capabilities::minimal()
         }
@@ -477,6 +483,20 @@ impl Backend for MysqlBackend {
             self.timed(async {
                 let mut conn = self.conn().await?;
                 sql::raise_fence(&mut conn, &self.sql, key.as_str(), token, floor).await
+            })
+        })
+        .await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.timed(async { sql::read_record(&mut self.conn().await?, &self.sql, key.as_str()).await }).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        // Writing one value twice is writing it once, so a deadlock victim retries.
+        self.retry_contention(|| {
+            self.timed(async {
+                sql::write_record(&mut self.conn().await?, &self.sql, key.as_str(), token, value).await
             })
         })
         .await

@@ -36,16 +36,20 @@ pub(super) struct Statements {
     lock_fence: String,
     raise_fence: String,
     holds: String,
+    holds_exclusive: String,
+    read_record: String,
+    write_record: String,
     leases: String,
 }
 
 impl Statements {
-    /// Statements over `<leases>`, `<fence>` and `<shares>`, all already
-    /// validated names.
-    pub(super) fn new(leases: &str, fence: &str, shares: &str) -> Self {
+    /// Statements over `<leases>`, `<fence>`, `<shares>` and `<records>`,
+    /// all already validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str, records: &str) -> Self {
         let l = format!("`{leases}`");
         let f = format!("`{fence}`");
         let s = format!("`{shares}`");
+        let r = format!("`{records}`");
         Statements {
             schema: vec![
                 // lock_key is VARBINARY: keys compare as exact bytes, so 'A',
@@ -69,6 +73,12 @@ impl Statements {
                     ) ENGINE=InnoDB"
                 ),
                 format!("INSERT IGNORE INTO {f} (id, value) VALUES (0, 0)"),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {r} (
+                        lock_key VARBINARY(256) NOT NULL PRIMARY KEY,
+                        value    BIGINT UNSIGNED NOT NULL
+                    ) ENGINE=InnoDB"
+                ),
             ],
             // The OK packet of this UPDATE carries the new value as its
             // insert id; LAST_INSERT_ID() is the same value for the next
@@ -133,6 +143,17 @@ impl Statements {
                 "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
                                 AND expires_at > UTC_TIMESTAMP(6))"
+            ),
+            // An unexpired exclusive lease (not the gate) or a held writer.
+            holds_exclusive: format!(
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                     OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND mode <> {shared}
+                                AND expires_at > UTC_TIMESTAMP(6))",
+                shared = crate::backend::admission::MODE_SHARED
+            ),
+            read_record: format!("SELECT value FROM {r} WHERE lock_key = ?"),
+            write_record: format!(
+                "INSERT INTO {r} (lock_key, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)"
             ),
             leases: l,
         }
@@ -244,6 +265,33 @@ pub(super) async fn raise_fence(
     let held = tx.exec_first::<i64, _, _>(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
     if held {
         tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
+    }
+    tx.commit().await?;
+    Ok(held)
+}
+
+/// The record kept with `key`, if one was written.
+pub(super) async fn read_record(conn: &mut Conn, s: &Statements, key: &str) -> mysql_async::Result<Option<u64>> {
+    conn.exec_first(s.read_record.as_str(), (key.as_bytes(),)).await
+}
+
+/// One short transaction: if `token` holds an unexpired exclusive lease of
+/// `key` (exclusive or a writer; read under the counter's lock, as in
+/// [`raise_fence`], so no grant commits between the check and the write),
+/// the record kept with `key` set to `value`; whether it held.
+pub(super) async fn write_record(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+    value: u64,
+) -> mysql_async::Result<bool> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    let held = tx.exec_first::<i64, _, _>(s.holds_exclusive.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
+    if held {
+        tx.exec_drop(s.write_record.as_str(), (k, value)).await?;
     }
     tx.commit().await?;
     Ok(held)

@@ -141,6 +141,7 @@ impl Backend for PostgresBackend {
             fence_durability: self.inner.durability.get().copied().unwrap_or(FenceDurability::Volatile),
             shared_leases: true,
             fence_floor: true,
+            records: true,
             admin: true,
             ..Capabilities::minimal()
         }
@@ -291,5 +292,13 @@ impl Backend for PostgresBackend {
 
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         self.raise_fence_to(key.as_str(), token, floor).await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.read_record_of(key.as_str()).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        self.write_record_of(key.as_str(), token, value).await
     }
 }

@@ -68,11 +68,13 @@ impl PostgresBackend {
                 .query_typed_one(
                     "SELECT to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND EXISTS (
                                 SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
-                            current_setting('fsync'), current_setting('synchronous_commit')",
+                            current_setting('fsync'), current_setting('synchronous_commit'),
+                            to_regclass($4) IS NOT NULL",
                     &[
                         (&i.sql.lease_regclass, Type::TEXT),
                         (&i.sql.fence_regclass, Type::TEXT),
                         (&i.sql.shares_regclass, Type::TEXT),
+                        (&i.sql.records_regclass, Type::TEXT),
                     ],
                 )
                 .await
@@ -89,6 +91,11 @@ impl PostgresBackend {
                         ),
                     ));
                 }
+                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+            } else if i.config.create && !row.try_get::<_, bool>(3).map_err(map_err)? {
+                // A namespace made before records existed: only record
+                // calls need the table, so without `create` it stays as it
+                // is and they fail naming it.
                 c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
             }
             let fsync: String = row.try_get(1).map_err(map_err)?;
@@ -250,6 +257,29 @@ impl PostgresBackend {
             )
             .await?;
         let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "raise fence returned no row"))?;
+        row.try_get(0).map_err(map_err)
+    }
+
+    /// The record kept with `key`, if one was written (the `u64` is
+    /// stored in the signed `bigint` bit for bit).
+    pub(super) async fn read_record_of(&self, key: &str) -> Result<Option<u64>> {
+        let rows = self.query("read record", Some(key), Stmt::ReadRecord, &[(&key, Type::TEXT)]).await?;
+        rows.first().map(|row| row.try_get::<_, i64>(0).map(|v| v as u64).map_err(map_err)).transpose()
+    }
+
+    /// One statement: the record kept with `key` set to `value` if `token`
+    /// holds an unexpired exclusive lease of `key`; whether it held.
+    pub(super) async fn write_record_of(&self, key: &str, token: OwnerToken, value: u64) -> Result<bool> {
+        let (token, value) = (token.to_bytes().to_vec(), value as i64);
+        let rows = self
+            .query(
+                "write record",
+                Some(key),
+                Stmt::WriteRecord,
+                &[(&key, Type::TEXT), (&token, Type::BYTEA), (&value, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "write record returned no row"))?;
         row.try_get(0).map_err(map_err)
     }
 

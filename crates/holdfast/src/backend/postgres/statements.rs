@@ -18,6 +18,8 @@ pub(super) struct Statements {
     pub fence_regclass: String,
     /// `"schema"."table_shares"` as text, for `to_regclass`.
     pub shares_regclass: String,
+    /// `"schema"."table_records"` as text, for `to_regclass`.
+    pub records_regclass: String,
     /// Creates the schema, the tables and the counter row; run in one
     /// transaction under a transaction-scoped advisory lock.
     pub create: String,
@@ -45,6 +47,11 @@ pub(super) struct Statements {
     /// `$1 key, $2 token, $3 floor` -> `(held)`: the counter raised to the
     /// floor if lower; whether the token holds an unexpired lease of the key.
     pub raise_fence: String,
+    /// `$1 key` -> `(value)` of the record kept with the key, if any.
+    pub read_record: String,
+    /// `$1 key, $2 token, $3 value` -> `(held)`: the record set to the value
+    /// if the token holds an unexpired exclusive lease of the key.
+    pub write_record: String,
 }
 
 impl Statements {
@@ -58,6 +65,8 @@ impl Statements {
             Stmt::Status => &self.status,
             Stmt::Sweep => &self.sweep,
             Stmt::RaiseFence => &self.raise_fence,
+            Stmt::ReadRecord => &self.read_record,
+            Stmt::WriteRecord => &self.write_record,
         }
     }
 
@@ -67,12 +76,14 @@ impl Statements {
         let t = format!("{schema}.\"{}\"", config.table);
         let f = format!("{schema}.\"{}_fence\"", config.table);
         let sh = format!("{schema}.\"{}_shares\"", config.table);
+        let r = format!("{schema}.\"{}_records\"", config.table);
         // The advisory lock only serialises concurrent first-use DDL of this namespace.
         let lock_id = config.namespace_hash() as i64;
         Statements {
             lease_regclass: t.clone(),
             fence_regclass: f.clone(),
             shares_regclass: sh.clone(),
+            records_regclass: r.clone(),
             create: format!(
                 "BEGIN;
                  SELECT pg_advisory_xact_lock({lock_id});
@@ -104,6 +115,10 @@ impl Statements {
                      acquired_at timestamptz NOT NULL,
                      expires_at  timestamptz NOT NULL,
                      PRIMARY KEY (key, token)
+                 );
+                 CREATE TABLE IF NOT EXISTS {r} (
+                     key   text   PRIMARY KEY,
+                     value bigint NOT NULL
                  );
                  COMMIT;"
             ),
@@ -217,6 +232,33 @@ impl Statements {
                  )
                  SELECT held FROM h"
             ),
+            read_record: format!("SELECT value FROM {r} WHERE key = $1"),
+            // h: first the lock of the key's lease row (the exclusive
+            //    lease, or the gate every shared transaction locks first),
+            //    so no grant commits between the check and the write; then
+            //    the check (the exclusive lease, not the gate token, or a
+            //    held writer) at the clock after the lock was taken: a
+            //    grant that committed meanwhile found the lease expired
+            //    earlier still. CASE evaluates the lock before the check.
+            //    w: only if it held, the upsert.
+            write_record: format!(
+                "WITH h AS (
+                     SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE) g) >= 0
+                            THEN EXISTS (SELECT 1 FROM {t}
+                                         WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
+                              OR EXISTS (SELECT 1 FROM {sh}
+                                         WHERE key = $1 AND token = $2 AND held AND mode <> {shared}
+                                           AND expires_at > clock_timestamp())
+                            END AS held
+                 ),
+                 w AS (
+                     INSERT INTO {r} (key, value) SELECT $1, $3 WHERE (SELECT held FROM h)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                     RETURNING 1
+                 )
+                 SELECT held FROM h",
+                shared = crate::backend::admission::MODE_SHARED
+            ),
         }
     }
 }
@@ -231,11 +273,13 @@ pub(super) enum Stmt {
     Sweep = 4,
     RaiseFence = 5,
     AcquireFree = 6,
+    ReadRecord = 7,
+    WriteRecord = 8,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 7;
+    pub(super) const COUNT: usize = 9;
 }
 
 /// The columns both acquire statements return: the granted fence, the

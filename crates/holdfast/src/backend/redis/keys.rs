@@ -32,6 +32,13 @@ pub(super) fn lock_keys(prefix: &str, key: &LockKey) -> [String; 4] {
     [H, Q, E, S].map(|which| key_parts(prefix, key, which).concat())
 }
 
+/// The key of the record kept with a lock (`R` in the scripts): in the
+/// lock's hash tag, so one script reaches it with the lock's keys. It ends
+/// in `}:r`, which no other key of any lock ends in.
+pub(super) fn record_key(prefix: &str, key: &LockKey) -> String {
+    ["{", prefix, ":", key.as_str(), "}:r"].concat()
+}
+
 /// How long a waiter's mark on a lock (`mark_waiter` in the scripts) asks
 /// releases to publish: twice the longest fallback poll, plus a second. A
 /// waiting client attempts again at least once per longest poll, and each

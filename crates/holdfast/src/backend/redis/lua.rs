@@ -26,7 +26,7 @@ use super::link::Link;
 const COMMON: &str = include_str!("scripts/common.lua");
 
 /// Every script: its name and body.
-const BODIES: [(&str, &str); 9] = [
+const BODIES: [(&str, &str); 11] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("fair_acquire", include_str!("scripts/fair_acquire.lua")),
     ("shared_acquire", include_str!("scripts/shared_acquire.lua")),
@@ -36,6 +36,8 @@ const BODIES: [(&str, &str); 9] = [
     ("renew", include_str!("scripts/renew.lua")),
     ("status", include_str!("scripts/status.lua")),
     ("raise_fence", include_str!("scripts/raise_fence.lua")),
+    ("read_record", include_str!("scripts/read_record.lua")),
+    ("write_record", include_str!("scripts/write_record.lua")),
 ];
 
 fn source(body: &str) -> String {
@@ -136,6 +138,8 @@ pub(super) struct Scripts {
     pub(super) renew: LuaScript,
     pub(super) status: LuaScript,
     pub(super) raise_fence: LuaScript,
+    pub(super) read_record: LuaScript,
+    pub(super) write_record: LuaScript,
     /// The function library's source.
     library: Arc<str>,
     /// `FCALL` (the library loaded at connect) rather than `EVALSHA`.
@@ -184,6 +188,8 @@ impl Scripts {
             renew: script("renew"),
             status: script("status"),
             raise_fence: script("raise_fence"),
+            read_record: script("read_record"),
+            write_record: script("write_record"),
             library,
             functions,
         }

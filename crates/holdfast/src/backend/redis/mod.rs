@@ -302,6 +302,7 @@ impl Backend for RedisBackend {
             renew_slice: Some(64),
             shared_leases: true,
             fence_floor: true,
+            records: true,
             admin: true,
         }
     }
@@ -452,6 +453,25 @@ impl Backend for RedisBackend {
         let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
         let mut inv = self.inner.scripts.raise_fence.call(2);
         inv.key(h).key(s).arg(token.to_hex()).arg(floor).arg(ms(self.inner.config.fence_keep));
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held == 1)
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        let mut inv = self.inner.scripts.read_record.call(1);
+        inv.key(keys::record_key(&self.inner.config.prefix, key));
+        let value: Option<String> = self.invoke(&inv).await?;
+        value
+            .map(|v| {
+                v.parse().map_err(|_| Error::backend(STORE, false, format!("record of {key} is not a number: {v:?}")))
+            })
+            .transpose()
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        let [h, _, _, s] = lock_keys(&self.inner.config.prefix, key);
+        let mut inv = self.inner.scripts.write_record.call(3);
+        inv.key(h).key(s).key(keys::record_key(&self.inner.config.prefix, key)).arg(token.to_hex()).arg(value);
         let held: i64 = self.invoke(&inv).await?;
         Ok(held == 1)
     }

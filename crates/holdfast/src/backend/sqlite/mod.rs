@@ -269,6 +269,7 @@ impl Backend for SqliteBackend {
             renew_slice: None,
             shared_leases: true,
             fence_floor: true,
+            records: true,
             admin: true,
             ..Capabilities::minimal()
         }
@@ -390,6 +391,16 @@ impl Backend for SqliteBackend {
         let floor = floor as i64;
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::raise_fence(conn, &k, token, floor)).await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        let k = key.as_str().to_owned();
+        self.with_conn(move |conn| sql::read_record(conn, &k)).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        let k = key.as_str().to_owned();
+        self.with_conn(move |conn| sql::write_record(conn, &k, token, value)).await
     }
 }
 

@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS holdfast_grants (
     PRIMARY KEY (key, token)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS holdfast_grants_expiry ON holdfast_grants (expires_at_ms);
+CREATE TABLE IF NOT EXISTS holdfast_records (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// Switches the file to WAL mode (a no-op if it is already), retrying until
@@ -302,6 +306,35 @@ pub(super) fn raise_fence(conn: &mut Connection, key: &str, token: OwnerToken, f
         // value = max(value, floor), without writing the page when it is a no-op.
         tx.prepare_cached("UPDATE holdfast_fence SET value = ?1 WHERE id = 0 AND value < ?1")?
             .execute(params![floor])?;
+    }
+    tx.commit()?;
+    Ok(held)
+}
+
+/// The record kept with `key`, if one was written (the `u64` is stored in
+/// the signed column bit for bit).
+pub(super) fn read_record(conn: &Connection, key: &str) -> rusqlite::Result<Option<u64>> {
+    let value: Option<i64> = conn
+        .prepare_cached("SELECT value FROM holdfast_records WHERE key = ?1")?
+        .query_row(params![key], |r| r.get(0))
+        .optional()?;
+    Ok(value.map(|v| v as u64))
+}
+
+/// One `BEGIN IMMEDIATE` transaction: if `token` holds an unexpired
+/// exclusive lease of `key` (exclusive or writer, not a share or a
+/// reservation), the record kept with `key` set to `value`; whether it held.
+pub(super) fn write_record(conn: &mut Connection, key: &str, token: OwnerToken, value: u64) -> rusqlite::Result<bool> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let held: bool = tx
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM holdfast_grants
+                             WHERE key = ?1 AND token = ?2 AND held = 1 AND mode <> ?3 AND expires_at_ms > ?4)",
+        )?
+        .query_row(params![key, token.to_bytes(), admission::MODE_SHARED, now_ms()], |r| r.get(0))?;
+    if held {
+        tx.prepare_cached("INSERT INTO holdfast_records (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")?
+            .execute(params![key, value as i64])?;
     }
     tx.commit()?;
     Ok(held)
