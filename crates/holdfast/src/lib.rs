@@ -151,6 +151,9 @@ mod doc_pages {
     /// docs/guarantees.md.
     #[doc = include_str!("../../../docs/guarantees.md")]
     pub struct Guarantees;
+    /// docs/simulation.md.
+    #[doc = include_str!("../../../docs/simulation.md")]
+    pub struct Simulation;
     /// docs/verify.md.
     #[doc = include_str!("../../../docs/verify.md")]
     pub struct Verify;
