@@ -211,6 +211,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         shared_leases: true,
         fence_floor: true,
         admin: true,
+        records: true,
         fence_durability: FenceDurability::Volatile,
         ..Capabilities::minimal()
     };
@@ -225,6 +226,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         fence_durability: FenceDurability::Durable,
         fence_floor: false,
         admin: true,
+        records: false,
     };
     match scheme.as_str() {
         "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => {
@@ -316,6 +318,19 @@ impl Backend for Deferred {
 
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         self.store()?.raise_fence(key, token, floor).await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.store()?.read_record(key).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        // Nothing was ever granted through an unconnected store, so its
+        // token holds nothing there: nothing is written.
+        match self.shared.connected.get() {
+            Some(store) => store.write_record(key, token, value).await,
+            None => Ok(false),
+        }
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
