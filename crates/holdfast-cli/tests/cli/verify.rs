@@ -239,7 +239,7 @@ fn verify_usage_errors_are_typed() {
 /// stores). Prints each report (`--nocapture`):
 /// `cargo test -p holdfast-cli --all-features --test cli verify_long -- --ignored --nocapture`.
 #[test]
-#[ignore = "a minute per store; run by hand for the README's results"]
+#[ignore = "a minute per store; run by hand for docs/verify.md's results"]
 fn verify_long_on_every_store() {
     let env = Env::new();
     let secs = std::env::var("HOLDFAST_VERIFY_LONG").unwrap_or_else(|_| "60s".to_owned());

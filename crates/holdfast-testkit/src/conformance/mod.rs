@@ -1,5 +1,5 @@
 //! The conformance suite: one function per clause of the contract (C1..C19
-//! in `shared/DESIGN.md`; C12..C15 are the shared leases, C16 elections, C17 the admin calls, C18 records kept
+//! in `docs/design.md`; C12..C15 are the shared leases, C16 elections, C17 the admin calls, C18 records kept
 //! with a key, C19 tenants sharing one store), run against a real store, plus the fault clauses
 //! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].

@@ -1,4 +1,4 @@
-//! The clauses of shared leases (DESIGN.md C12..C15, and C9/C10 for the new
+//! The clauses of shared leases (docs/design.md C12..C15, and C9/C10 for the new
 //! acquires): semaphores and read-write locks. A store that does not declare
 //! [`shared_leases`](holdfast::Capabilities::shared_leases) must refuse them
 //! with `Unsupported` before any I/O, and each clause checks that instead.

@@ -1,4 +1,4 @@
-//! Bad input, at volume (DESIGN.md clause C10 beyond its fixed cases):
+//! Bad input, at volume (docs/design.md clause C10 beyond its fixed cases):
 //! property tests of every builder a user can feed, on SQLite with many
 //! cases and on every store with a real server with a few (`inputs`), and of
 //! every store's client against a hostile peer that answers with garbage
