@@ -3,6 +3,7 @@
 
 mod admin;
 mod config;
+mod error;
 mod shares;
 mod sql;
 
@@ -23,36 +24,12 @@ use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt, LocalWakeups};
+use error::{is_contention, map_err};
 
 const STORE: &str = "mysql";
 
 /// Least time between two sweeps of long-expired rows by one client.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
-/// Server error codes after which the same call may succeed: lock wait
-/// timeout, deadlock, too many connections, shutdown in progress, aborted or
-/// killed connections, server gone, read-only (a failover in progress).
-const RETRYABLE_CODES: &[u16] = &[1205, 1213, 1040, 1053, 1077, 1152, 1158, 1159, 1160, 1161, 1290, 1927, 2006, 2013];
-
-fn map_err(e: mysql_async::Error) -> Error {
-    let retryable = match &e {
-        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
-        mysql_async::Error::Server(s) => RETRYABLE_CODES.contains(&s.code),
-        mysql_async::Error::Other(_) | mysql_async::Error::Url(_) => false,
-    };
-    Error::backend(STORE, retryable, e)
-}
-
-/// Deadlocks and lock wait timeouts: contention, not failure.
-fn is_contention(e: &Error) -> bool {
-    match e {
-        Error::Backend { source, .. } => matches!(
-            source.downcast_ref::<mysql_async::Error>(),
-            Some(mysql_async::Error::Server(s)) if s.code == 1205 || s.code == 1213
-        ),
-        _ => false,
-    }
-}
 
 /// Wake-ups shared by every backend of the same server, database and
 /// namespace in this process, so a release through one client wakes a
