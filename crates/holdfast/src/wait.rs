@@ -21,8 +21,10 @@
 //!   [`ClientOptions::store_retry`](crate::ClientOptions::store_retry)
 //!   (default 10 s) in a row; then the acquire fails with the store's error
 //!   ([`Error::Backend`]). When the deadline passes
-//!   while the store is failing, the acquire also fails with the store's
-//!   error, not `Timeout`: "busy" and "store down" stay apart.
+//!   while the store is failing, or before the store has answered at all (a
+//!   status read then tells a queued waiter from a silent store), the
+//!   acquire also fails with the store's error, not `Timeout`: "busy" and
+//!   "store down" stay apart.
 //! - A permanent store error (bad credentials, a refused request) ends the
 //!   wait at once.
 
@@ -289,7 +291,12 @@ async fn wait_counting(
         let call = tracing::debug_span!("store", store = backend.name(), op = "acquire");
         let outcome = match tokio::time::timeout_at(deadline_at, backend.acquire(this).instrument(call)).await {
             Ok(outcome) => outcome,
-            Err(_) => return Err(failing.map_or(WaitFailure::Deadline, |(_, e)| WaitFailure::Store(e))),
+            Err(_) => {
+                return Err(match failing {
+                    Some((_, e)) => WaitFailure::Store(e),
+                    None => busy_or_silent(backend, req).await,
+                });
+            }
         };
         let e = match outcome {
             Ok(grant) => return Ok(grant),
@@ -319,6 +326,32 @@ async fn wait_counting(
         failing = Some((since, e));
         retry_req.get_or_insert_with(|| AcquireRequest { retry: true, ..req.clone() });
         tokio::time::sleep(pause).await;
+    }
+}
+
+/// How long the store may take, once the deadline has passed, to show it is
+/// answering (see [`busy_or_silent`]).
+const DEADLINE_PROBE: Duration = Duration::from_secs(2);
+
+/// The deadline passed while an attempt was still waiting for the store. On
+/// a store that queues waiters that is the normal way to be busy; on a store
+/// that stopped answering before its first reply (a hung server, an
+/// unreachable endpoint dialled lazily) it is not, and "busy" would send the
+/// caller to try later instead of to the store. One status read tells them
+/// apart: answered, the key is busy; failed or silent, the store's error.
+async fn busy_or_silent(backend: &dyn Backend, req: &AcquireRequest) -> WaitFailure {
+    let call = tracing::debug_span!("store", store = backend.name(), op = "status");
+    match tokio::time::timeout(DEADLINE_PROBE, backend.status(&req.key).instrument(call)).await {
+        Ok(Ok(_)) => WaitFailure::Deadline,
+        Ok(Err(e)) => WaitFailure::Store(e),
+        Err(_) => WaitFailure::Store(Error::backend(
+            backend.name(),
+            true,
+            format!(
+                "the store did not answer: no reply to the acquire before the deadline, nor to a status read \
+                 within {DEADLINE_PROBE:?} after it"
+            ),
+        )),
     }
 }
 

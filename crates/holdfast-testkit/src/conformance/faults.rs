@@ -1,4 +1,4 @@
-//! The fault clauses F1..F4: a client reaches the store through a
+//! The fault clauses F1..F5: a client reaches the store through a
 //! [`FaultProxy`], which loses replies, withholds traffic or refuses
 //! connections while the client calls; another client, connected directly,
 //! then checks what the store was left with.
@@ -347,4 +347,56 @@ pub async fn f4_hung_store_while_waiting(store: &Store) {
     assert!(took <= limit, "the waiter failed after {took:?}: beyond deadline + operation timeout + slack ({limit:?})");
     b.heal();
     held.release().await.expect("A releases");
+}
+
+/// F5 (C6, C10): a store that is silent before it answers a waiter's first
+/// attempt, with a deadline shorter than the store's operation timeout (the
+/// CLI's `--wait 5s` against a 5 s timeout), fails with the store's error,
+/// not [`Error::Timeout`]: nobody was seen holding the key, so "busy" would
+/// be a guess that sends cron to "try later" instead of to the store. Two
+/// ways in: silent from before the client connects (a client that dials
+/// lazily, as etcd's does, builds fine and meets it on its first call), and
+/// silent after the client has worked.
+pub async fn f5_silent_store_at_the_deadline(store: &Store) {
+    let Some(target) = target(store, "f5_silent_store_at_the_deadline") else { return };
+    let key = fresh_key("f5");
+
+    // Silent from the start.
+    let proxy = FaultProxy::start(target.upstream);
+    proxy.blackhole();
+    let url = (target.url)(proxy.addr());
+    let deadline = target.op_timeout / 2;
+    let started = Instant::now();
+    let attempt = async {
+        let client = Client::connect_with(&url, ClientOptions::default().with_label("f5-a")).await?;
+        client.mutex(&key).ttl(TTL).acquire_timeout(deadline).await.map(|guard| guard.fence())
+    };
+    let limit = target.op_timeout * 3 + HANG_SLACK;
+    let outcome = tokio::time::timeout(limit, attempt).await.unwrap_or_else(|_| {
+        panic!("connect and acquire_timeout({deadline:?}) on a silent store: still running after {limit:?}")
+    });
+    silent_store_outcome("silent before the client connected", outcome, started.elapsed());
+    drop(proxy);
+
+    // Silent after the client has worked.
+    let b = Proxied::start(target, "f5-b").await;
+    b.proxy.blackhole();
+    let started = Instant::now();
+    let mutex = b.client.mutex(&key).ttl(TTL);
+    let waited = mutex.acquire_timeout(deadline);
+    let outcome = b.bounded("acquire_timeout on a silent store", deadline + b.op_timeout * 2, waited).await;
+    silent_store_outcome("silent after the client worked", outcome.map(|guard| guard.fence()), started.elapsed());
+    b.heal();
+    b.warm_up(Some(&key)).await;
+}
+
+fn silent_store_outcome(case: &str, outcome: holdfast::Result<u64>, took: Duration) {
+    match outcome {
+        Err(Error::Backend { .. }) => {}
+        Err(e @ Error::Timeout { .. }) => {
+            panic!("{case}: a waiter whose store never answered got `{e}` after {took:?}: it must be Error::Backend")
+        }
+        Ok(fence) => panic!("{case}: granted (fence {fence}) by a store that cannot be reached"),
+        Err(e) => panic!("{case}: a waiter whose store never answered: unexpected error {e:?}"),
+    }
 }

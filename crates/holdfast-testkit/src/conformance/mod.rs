@@ -40,6 +40,7 @@ pub use clauses::*;
 pub use election::c16_election_safety;
 pub use faults::{
     f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
+    f5_silent_store_at_the_deadline,
 };
 pub use fence_floor::c2_fence_floor;
 pub use members::{Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again};
@@ -174,7 +175,7 @@ macro_rules! conformance_suite {
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
-            s1_hot_key_every_waiter_acquires,
+            f5_silent_store_at_the_deadline, s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
             c16_election_safety, c17_admin, c18_records, c19_tenants);
