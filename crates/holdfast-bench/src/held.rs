@@ -14,8 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::counter::{CommandCounter, CountingBackend, snapshot};
 use crate::locker::ACQUIRE_LIMIT;
 use crate::machine::cpu_time;
-use crate::scale_report::{ProbeStats, RateWindow};
-use crate::stats::{histogram, quantile_us, record, rss_bytes};
+use crate::stats::{ProbeStats, RateWindow, histogram, quantile_us, record, rss_bytes};
 use crate::{ProgressEvent, Workload};
 
 /// Acquisitions and releases in flight at once while filling and emptying the client.

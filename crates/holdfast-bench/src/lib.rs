@@ -93,7 +93,7 @@ pub use layered::{LayeredOptions, LayeredResult, LayeredSubject, run_layered};
 pub use locker::{ACQUIRE_LIMIT, FloorGuard, FloorLocker, HoldfastGuard, HoldfastLocker, Locker, Role};
 pub use machine::Machine;
 pub use report::{BenchReport, LeaseResult, Ratio, WorkloadResult};
-pub use scale_report::{ProbeStats, RateWindow};
+pub use stats::{ProbeStats, RateWindow};
 pub use workload::{CycleSpec, Mix, run_cycles, run_many_leases};
 
 use holdfast::{Client, ClientOptions, Error, Result};

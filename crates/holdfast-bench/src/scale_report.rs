@@ -6,34 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::held::HeldResult;
 use crate::hot::HotResult;
-
-/// Latencies of the probe: one try_acquire + release of another key, timed together.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProbeStats {
-    /// Probes run.
-    pub samples: u64,
-    /// Median, µs.
-    pub p50_us: Option<u64>,
-    /// 99th percentile, µs.
-    pub p99_us: Option<u64>,
-    /// Longest, µs.
-    pub max_us: Option<u64>,
-    /// Probes that found the key busy or failed (must be 0).
-    pub errors: u64,
-}
-
-/// A run of operations: how many, how fast, and the client CPU each took.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct RateWindow {
-    /// Operations.
-    pub ops: u64,
-    /// Wall time, seconds.
-    pub secs: f64,
-    /// Operations per second.
-    pub per_sec: f64,
-    /// Process CPU time (user + system, all threads) per operation, µs.
-    pub cpu_us_per_op: f64,
-}
+use crate::stats::{ProbeStats, RateWindow};
 
 pub(crate) fn ms(us: Option<u64>) -> String {
     us.map_or("-".to_owned(), |us| format!("{:.1} ms", us as f64 / 1e3))

@@ -1,8 +1,10 @@
-//! Small measuring helpers: latency histograms, the median round, resident memory.
+//! Small measuring helpers and the figures they make: latency histograms, the
+//! median round, resident memory, probe latencies and operation rates.
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 
 /// A histogram of microseconds from 1 µs to 10 minutes, 3 significant digits.
 pub(crate) fn histogram() -> holdfast::Result<Histogram<u64>> {
@@ -33,4 +35,32 @@ pub(crate) fn rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.trim_start_matches("VmRSS:").trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Latencies of the probe: one try_acquire + release of another key, timed together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeStats {
+    /// Probes run.
+    pub samples: u64,
+    /// Median, µs.
+    pub p50_us: Option<u64>,
+    /// 99th percentile, µs.
+    pub p99_us: Option<u64>,
+    /// Longest, µs.
+    pub max_us: Option<u64>,
+    /// Probes that found the key busy or failed (must be 0).
+    pub errors: u64,
+}
+
+/// A run of operations: how many, how fast, and the client CPU each took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateWindow {
+    /// Operations.
+    pub ops: u64,
+    /// Wall time, seconds.
+    pub secs: f64,
+    /// Operations per second.
+    pub per_sec: f64,
+    /// Process CPU time (user + system, all threads) per operation, µs.
+    pub cpu_us_per_op: f64,
 }
