@@ -101,6 +101,18 @@ local function parse_share(t, v)
            ord = tonumber(ord), x = tonumber(x), label = label }
 end
 
+-- Whether token holds a live lease of the lock at server time now_ms: the
+-- exclusive grant in H (state s), or a held entry in S (sk); with
+-- exclusive_only, a writer's entry only (mode 2 is a shared lease). The one
+-- holder check of the scripts that act only for a holder.
+local function holds(s, sk, token, now_ms, exclusive_only)
+  if holder(s, now_ms) == token then return true end
+  local v = redis.call('HGET', sk, token)
+  local r = v and parse_share(token, v)
+  if not (r and r.held and r.x > now_ms) then return false end
+  return not exclusive_only or r.m ~= 2
+end
+
 local function share_entry(r)
   return (r.held and '1' or '0') .. ' ' .. int(r.m) .. ' ' .. int(r.w) .. ' ' .. int(r.l) .. ' ' ..
          int(r.ord) .. ' ' .. int(r.x) .. ' ' .. r.label

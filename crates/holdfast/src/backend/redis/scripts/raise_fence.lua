@@ -11,15 +11,8 @@ local h, sk = KEYS[1], KEYS[2]
 local token, floor, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local s = read_lock(h)
 local now = math.floor(now_us() / 1000)
-local held = 0
-if holder(s, now) == token then
-  held = 1
-else
-  local v = redis.call('HGET', sk, token)
-  local r = v and parse_share(token, v)
-  if r and r.held and r.x > now then held = 1 end
-end
-if held == 1 and floor > s.f then
+local held = holds(s, sk, token, now, false)
+if held and floor > s.f then
   write(h, s, now, keep, 'f', int(floor))
 end
-return held
+return held and 1 or 0

@@ -7,13 +7,6 @@ local h, sk, rk = KEYS[1], KEYS[2], KEYS[3]
 local token, value = ARGV[1], ARGV[2]
 local s = read_lock(h)
 local now = math.floor(now_us() / 1000)
-local held = 0
-if holder(s, now) == token then
-  held = 1
-else
-  local v = redis.call('HGET', sk, token)
-  local r = v and parse_share(token, v)
-  if r and r.held and r.m ~= 2 and r.x > now then held = 1 end
-end
-if held == 1 then redis.call('SET', rk, value) end
-return held
+local held = holds(s, sk, token, now, true)
+if held then redis.call('SET', rk, value) end
+return held and 1 or 0
