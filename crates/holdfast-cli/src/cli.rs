@@ -7,8 +7,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration;
 
+mod credentials;
 mod help;
 use crate::exit::{Failure, HELP_TABLE};
+pub use credentials::{ENV_PASSWORD, ENV_PASSWORD_FILE};
 use help::{BENCH_HELP, ELECT_HELP, RELEASE_HELP, RUN_HELP, VERIFY_HELP};
 
 /// The environment variable that names the store when `--backend` is not given.
@@ -72,15 +74,45 @@ pub struct BackendArg {
     /// [default: sqlite:// file in the user's state directory]
     #[arg(long, env = ENV_BACKEND, value_name = "URL", hide_env_values = true)]
     pub backend: Option<String>,
+    /// Read the store's password from the first line of FILE, kept out of the URL (and so out of
+    /// `ps` and shell history); HOLDFAST_PASSWORD gives it from the environment instead
+    #[arg(long, env = ENV_PASSWORD_FILE, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
 }
 
 impl BackendArg {
-    /// The store URL: the flag, the environment, or the default SQLite file.
+    /// The store URL: the flag, the environment, or the default SQLite file;
+    /// with the password of `--password-file` or `HOLDFAST_PASSWORD` put in it.
     pub fn url(&self) -> Result<String, Failure> {
-        if let Some(url) = &self.backend {
-            return Ok(url.clone());
+        let password = self.password()?;
+        let Some(url) = &self.backend else {
+            if password.is_some() {
+                return Err(Failure::usage(format!(
+                    "a password (--password-file or {ENV_PASSWORD}) needs a store: pass --backend URL or set \
+                     {ENV_BACKEND}"
+                )));
+            }
+            return Ok(format!("sqlite://{}", self.default_path()?.display()));
+        };
+        match password {
+            Some(password) => credentials::with_password(url, &password),
+            None => Ok(url.clone()),
         }
-        Ok(format!("sqlite://{}", self.default_path()?.display()))
+    }
+
+    /// The password from `--password-file` or `HOLDFAST_PASSWORD`, if one is given; both is an error.
+    fn password(&self) -> Result<Option<String>, Failure> {
+        let from_env = std::env::var_os(ENV_PASSWORD).filter(|v| !v.is_empty());
+        match (&self.password_file, from_env) {
+            (Some(_), Some(_)) => {
+                Err(Failure::usage(format!("both --password-file and {ENV_PASSWORD} give a password: unset one")))
+            }
+            (Some(path), None) => credentials::read_password_file(path).map(Some),
+            (None, Some(value)) => {
+                value.into_string().map(Some).map_err(|_| Failure::usage(format!("{ENV_PASSWORD} is not valid UTF-8")))
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     /// Whether neither `--backend` nor `HOLDFAST_BACKEND` named a store, so the
@@ -93,6 +125,8 @@ impl BackendArg {
     /// and the default file's own directory is created (only that one: a
     /// directory in a URL the user gave is never created).
     pub fn url_for_locking(&self) -> Result<String, Failure> {
+        // First the checks (a password for no store is refused), then the directory.
+        let url = self.url()?;
         if self.is_implicit() {
             let path = self.default_path()?;
             if let Some(dir) = path.parent() {
@@ -104,7 +138,7 @@ impl BackendArg {
                 })?;
             }
         }
-        self.url()
+        Ok(url)
     }
 
     /// The store URL for a command that only reads or frees locks (`status`,

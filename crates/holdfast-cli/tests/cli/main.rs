@@ -5,6 +5,7 @@
 mod admin;
 mod bench;
 mod composite;
+mod credentials;
 mod cron;
 mod demo;
 mod elect;
@@ -75,7 +76,8 @@ impl Env {
     pub fn run_on(&self, url: &str, key: &str, extra: &[&str], command: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(bin());
         cmd.env_remove("HOLDFAST_BACKEND").env_remove("HOLDFAST_KEY").env_remove("HOLDFAST_FENCE");
-        cmd.env_remove("RUST_LOG").env("XDG_STATE_HOME", self.path("state"));
+        cmd.env_remove("RUST_LOG").env_remove("HOLDFAST_PASSWORD").env_remove("HOLDFAST_PASSWORD_FILE");
+        cmd.env("XDG_STATE_HOME", self.path("state"));
         cmd.args(["run", "--backend", url, "--key", key]).args(extra).arg("--").args(command);
         cmd
     }
@@ -153,7 +155,8 @@ pub fn stores(env: &Env) -> Vec<Store> {
 }
 
 fn scrub(cmd: &mut assert_cmd::Command) -> &mut assert_cmd::Command {
-    cmd.env_remove("HOLDFAST_KEY").env_remove("HOLDFAST_FENCE").env_remove("RUST_LOG")
+    cmd.env_remove("HOLDFAST_KEY").env_remove("HOLDFAST_FENCE").env_remove("RUST_LOG");
+    cmd.env_remove("HOLDFAST_PASSWORD").env_remove("HOLDFAST_PASSWORD_FILE")
 }
 
 /// The `holdfast` binary under test.
