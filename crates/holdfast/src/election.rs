@@ -105,6 +105,79 @@ impl Election {
         Ok(Leadership { guard, value })
     }
 
+    /// Leads whenever it can, in the manner of Curator's `LeaderSelector`
+    /// with auto-requeue: campaigns with `value`; once leading, runs
+    /// `take_leadership(term)`; when that returns `Ok`, resigns and
+    /// campaigns again; when leadership is lost, **drops** the
+    /// `take_leadership` future (it runs no further: loss is seen before the
+    /// store can elect anyone else, so no two candidates' work overlaps as
+    /// long as the work is awaited inside that future) and campaigns again.
+    ///
+    /// It returns only an error: the one `take_leadership` returned (after
+    /// resigning), an invalid `value`, or a permanent store error (bad
+    /// credentials, say). A store that is down is campaigned through: the
+    /// campaign is tried again every second, with a warning logged. End it
+    /// by dropping the future, for instance in a `select!` with your
+    /// shutdown signal.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> holdfast::Result<()> {
+    /// let client = holdfast::Client::connect("sqlite:///tmp/holdfast-doc.db").await?;
+    /// let election = client.election("scheduler");
+    /// let leading = election.lead("worker-7", |term| async move {
+    ///     println!("leading in term {term}");
+    ///     tokio::time::sleep(std::time::Duration::from_secs(10)).await; // one round of leader work
+    ///     Ok(()) // resign; campaign again
+    /// });
+    /// let shutdown = tokio::time::sleep(std::time::Duration::from_secs(3600)); // your shutdown signal
+    /// tokio::select! {
+    ///     result = leading => result?,
+    ///     _ = shutdown => {} // dropping `leading` resigns
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped while campaigning, as [`campaign`](Self::campaign);
+    /// dropped while leading, the work future is dropped and leadership is
+    /// resigned in the background, as when a [`Leadership`] is dropped.
+    pub async fn lead<F, Fut>(&self, value: impl Into<String>, mut take_leadership: F) -> Result<()>
+    where
+        F: FnMut(u64) -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let value = check_value(value.into())?;
+        loop {
+            let leadership = match self.campaign(value.clone()).await {
+                Ok(leadership) => leadership,
+                Err(e) if crate::release::is_transient(&e) => {
+                    tracing::warn!(election = %self.name(), error = %e, "campaign failed; trying again in 1s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let outcome = tokio::select! {
+                // Loss first: work that would go on past it is not polled again.
+                biased;
+                () = leadership.lost() => None,
+                done = take_leadership(leadership.term()) => Some(done),
+            };
+            match outcome {
+                None => tracing::warn!(election = %self.name(), "leadership lost; campaigning again"),
+                Some(Ok(())) => {
+                    // Lost meanwhile is no error here: the next campaign starts anyway.
+                    let _ = leadership.resign().await;
+                }
+                Some(Err(e)) => {
+                    let _ = leadership.resign().await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
     /// The current leader, if any.
     ///
     /// # Cancel safety

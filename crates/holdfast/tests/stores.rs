@@ -17,6 +17,8 @@ mod etcd;
 mod fallback;
 #[path = "layered.rs"]
 mod layered;
+#[path = "leader_selector.rs"]
+mod leader_selector;
 #[path = "least_privilege.rs"]
 mod least_privilege;
 #[path = "members_down.rs"]
