@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use crate::held::HeldResult;
 use crate::hot::HotResult;
 use crate::stats::{ProbeStats, RateWindow};
