@@ -124,7 +124,7 @@ fn status_watch_shows_a_change_and_ends_on_ctrl_c() {
 #[test]
 fn release_force_and_list_on_redis() {
     let env = Env::new();
-    let redis = holdfast_testkit::servers::redis::RedisServer::start();
+    let redis = holdfast_verify::servers::redis::RedisServer::start();
     let url = redis.url();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let client = rt

@@ -3,7 +3,7 @@
 //! sizes with a usage error. Figures are checked for what must hold at any
 //! speed (nothing lost, every task acquired, counts add up), never for timings.
 
-use holdfast_testkit::servers::redis::RedisServer;
+use holdfast_verify::servers::redis::RedisServer;
 use serde_json::Value;
 
 use crate::Env;

@@ -2,7 +2,7 @@
 //! follows the lease the store gives, which may be shorter than `--ttl`.
 
 use holdfast_cli::exit;
-use holdfast_testkit::servers::{redis::RedisServer, zookeeper::ZkServer};
+use holdfast_verify::servers::{redis::RedisServer, zookeeper::ZkServer};
 
 use crate::Env;
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use holdfast_cli::exit;
-use holdfast_testkit::servers::redis::RedisServer;
+use holdfast_verify::servers::redis::RedisServer;
 
 use crate::{Env, Lib, assert_one_line, wait_timeout};
 

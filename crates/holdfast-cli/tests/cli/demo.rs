@@ -57,7 +57,7 @@ fn without_the_lock_the_checks_catch_it_and_exit_1() {
 #[test]
 fn segmented_flash_sale_stays_exact() {
     let env = Env::new();
-    let redis = holdfast_testkit::servers::redis::RedisServer::start();
+    let redis = holdfast_verify::servers::redis::RedisServer::start();
     let cases: [(&[&str], &str); 2] = [
         (&["--workers", "3", "--tasks", "3", "--stock", "150", "--segments", "7", "--work-ms", "1"], "150"),
         (&["--backend", &redis.url(), "--workers", "2", "--tasks", "4", "--stock", "60", "--segments", "100"], "60"),

@@ -155,7 +155,7 @@ fn passwords_in_backend_urls_are_never_printed() {
 #[test]
 fn status_of_a_store_with_a_password_never_prints_it() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::redis::RedisServer::start();
+    let server = holdfast_verify::servers::redis::RedisServer::start();
     let set = std::process::Command::new("redis-cli")
         .args(["-p", &server.port().to_string(), "CONFIG", "SET", "requirepass", "hunter2-canary"])
         .output()

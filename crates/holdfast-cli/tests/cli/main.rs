@@ -109,7 +109,7 @@ impl Store {
     /// failure is another connection holding the file's write lock, kept for
     /// as long as the returned connection lives.
     pub fn crash(&mut self, env: &Env) -> Option<rusqlite::Connection> {
-        use holdfast_testkit::servers::{
+        use holdfast_verify::servers::{
             etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer, zookeeper::ZkServer,
         };
         let Some(server) = self._server.as_mut() else {
@@ -136,10 +136,10 @@ impl Store {
 }
 
 /// Every store the CLI is tested on. As a store lands, add it here, started
-/// with its `holdfast_testkit::servers` module; the tests that call this run
+/// with its `holdfast_verify::servers` module; the tests that call this run
 /// unchanged on it.
 pub fn stores(env: &Env) -> Vec<Store> {
-    use holdfast_testkit::servers::{
+    use holdfast_verify::servers::{
         etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer, zookeeper::ZkServer,
     };
     let (redis, etcd, mysql, postgres, zk) =

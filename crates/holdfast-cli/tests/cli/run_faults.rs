@@ -156,7 +156,7 @@ fn a_store_that_dies_while_holdfast_waits_is_69_not_75_on_every_store() {
 fn a_killed_run_on_zookeeper_frees_its_key_within_its_ttl() {
     // ZooKeeper frees a dead client's nodes when its session expires: the
     // session timeout must follow --ttl, not ZooKeeper's 10 s default.
-    let zk = holdfast_testkit::servers::zookeeper::ZkServer::start();
+    let zk = holdfast_verify::servers::zookeeper::ZkServer::start();
     let env = Env::new();
     let pid_file = env.path("cmd.pid");
     let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());

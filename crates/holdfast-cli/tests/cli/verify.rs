@@ -1,5 +1,5 @@
 //! `holdfast verify`: short runs with kill and pause faults on every store
-//! (servers from the testkit), the report's numbers, the HTML report in a
+//! (servers from holdfast-verify), the report's numbers, the HTML report in a
 //! real headless browser, and usage errors.
 
 use std::path::Path;
@@ -116,32 +116,32 @@ fn chromium(args: &[&str]) -> std::process::Output {
 #[test]
 fn verify_redis_kill_and_pause() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::redis::RedisServer::start();
+    let server = holdfast_verify::servers::redis::RedisServer::start();
     verify_ok(&env, "redis", &server.url(), &env.path("out"));
 }
 
 #[test]
 fn verify_postgres_kill_and_pause() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::postgres::PostgresServer::start();
+    let server = holdfast_verify::servers::postgres::PostgresServer::start();
     verify_ok(&env, "postgres", &server.url(), &env.path("out"));
 }
 
 #[test]
 fn verify_mysql_kill_and_pause() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::mysql::MysqlServer::start();
+    let server = holdfast_verify::servers::mysql::MysqlServer::start();
     verify_ok(&env, "mysql", &server.url(), &env.path("out"));
 }
 
 /// etcd leases are whole seconds and at least the server's minimum (1.5 x
-/// the election timeout, rounded up: 2 s on the testkit's etcd), so a
+/// the election timeout, rounded up: 2 s on holdfast-verify's etcd), so a
 /// killed holder's key is freed after about 2.2 s with `--ttl 1s`; the
 /// report says so, judges expiry against that lease, and pauses outlast it.
 #[test]
 fn verify_etcd_kill_and_pause() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::etcd::EtcdCluster::start();
+    let server = holdfast_verify::servers::etcd::EtcdCluster::start();
     // Pauses outlast the 2 s lease: 3.2 s, so the run is longer.
     let run = ["--duration", "10s", "--ttl", "1s", "--faults", "pause,kill"];
     let stdout = verify_ok_with(&env, "etcd", &["--backend", &server.url()], &run, &env.path("out"));
@@ -151,7 +151,7 @@ fn verify_etcd_kill_and_pause() {
 #[test]
 fn verify_zookeeper_kill_and_pause() {
     let env = Env::new();
-    let server = holdfast_testkit::servers::zookeeper::ZkServer::start();
+    let server = holdfast_verify::servers::zookeeper::ZkServer::start();
     verify_ok(&env, "zookeeper", &server.url(), &env.path("out"));
 }
 
@@ -170,7 +170,7 @@ fn verify_spawn_durable_redis_survives_restarts() {
 /// `--spawn postgres` with the server crashed (SIGKILL of the postmaster and
 /// every backend) and started again: crash recovery keeps the lease rows and
 /// fence counters, so no guarantee breaks, and the store serves again (this
-/// run found the testkit's crash leaving backends alive, so the restart
+/// run found holdfast-verify's crash leaving backends alive, so the restart
 /// failed with "pre-existing shared memory block is still in use").
 #[test]
 fn verify_spawn_postgres_survives_crash_restarts() {

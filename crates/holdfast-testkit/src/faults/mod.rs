@@ -1,5 +1,6 @@
 //! Fault injection for store tests: a TCP proxy that loses, delays or
-//! withholds a store's traffic on demand ([`FaultProxy`]), a hostile peer
+//! withholds a store's traffic on demand ([`FaultProxy`], re-exported from
+//! `holdfast_verify::proxy`, where it lives for `holdfast verify`), a hostile peer
 //! that answers with scripted garbage in place of a store ([`GarbagePeer`]),
 //! and a harness that drops a future at each of its suspension points in
 //! turn ([`cancel_at`], [`cancel_at_each_suspension`]).
@@ -12,8 +13,7 @@
 
 mod cancel;
 mod garbage;
-mod proxy;
 
 pub use cancel::{CancelAt, Sweep, cancel_at, cancel_at_each_suspension};
 pub use garbage::{GarbagePeer, GarbageStats, Protocol, Script, Step, lookalikes};
-pub use proxy::{Fault, FaultProxy, ProxyStats};
+pub use holdfast_verify::proxy::{Fault, FaultProxy, ProxyStats};

@@ -20,7 +20,7 @@ mod worker;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use holdfast_testkit::witness::Witness;
+use holdfast_verify::witness::Witness;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub use verdict::Verdict;

@@ -1,6 +1,6 @@
 //! What the demo concludes from the workers' sales and the witnesses.
 
-use holdfast_testkit::witness::Report;
+use holdfast_verify::witness::Report;
 
 /// What the demo concludes from the workers' sales and the witness (one
 /// per segment when the stock is segmented).

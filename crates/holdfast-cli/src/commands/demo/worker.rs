@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_testkit::witness::Witness;
+use holdfast_verify::witness::Witness;
 
 use super::{WORKER_TTL, WORKER_WAIT, io_failure};
 use crate::cli::{DemoWorkerArgs, ENV_BACKEND};

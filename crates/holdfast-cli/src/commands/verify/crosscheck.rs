@@ -1,5 +1,5 @@
-//! A second opinion: the same history through the testkit's checker
-//! (`holdfast_testkit::history`, which the simulation uses), so verify and
+//! A second opinion: the same history through the history checker
+//! (`holdfast_verify::history`, which the simulation uses), so verify and
 //! the simulated runs judge exclusion, fencing and stale writes by one
 //! definition. Whatever it finds that [`check`](super::check) did not is
 //! added to the findings as a violation of its own.
@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use holdfast::backend::LeaseMode;
-use holdfast_testkit::history::{self, EndCause, Event, GrantId};
+use holdfast_verify::history::{self, EndCause, Event, GrantId};
 
 use super::check::{Findings, Violation};
 use super::record::{Micros, Record};
@@ -18,12 +18,12 @@ fn at(us: Micros) -> Duration {
     Duration::from_micros(us.max(0) as u64)
 }
 
-/// A grant's id for the testkit: its worker's pid and its fence.
+/// A grant's id for the history checker: its worker's pid and its fence.
 fn id(pid: u32, fence: u64) -> GrantId {
     GrantId { store: 0, token: (u128::from(pid) << 64) | u128::from(fence) }
 }
 
-/// The history as the testkit's events, beliefs ending where `f` says.
+/// The history as the history checker's events, beliefs ending where `f` says.
 pub fn events(f: &Findings, records: &[Record]) -> Vec<Event> {
     let mut events = Vec::new();
     for b in &f.beliefs {
@@ -41,7 +41,7 @@ pub fn events(f: &Findings, records: &[Record]) -> Vec<Event> {
     events
 }
 
-/// Runs the testkit's checker; adds what it found if `f` has no violation
+/// Runs the history checker; adds what it found if `f` has no violation
 /// of that guarantee already.
 pub fn second_opinion(f: &mut Findings, records: &[Record]) {
     let verdict = history::check(&events(f, records), at(f.end));

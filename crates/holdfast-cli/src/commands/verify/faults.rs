@@ -32,7 +32,7 @@ pub struct Target {
     /// The server, with `--spawn`.
     pub server: Option<spawn::Shared>,
     /// Each lane's proxy to the store (empty without `--faults partition`).
-    pub proxies: Vec<std::sync::Arc<holdfast_testkit::faults::FaultProxy>>,
+    pub proxies: Vec<std::sync::Arc<holdfast_verify::proxy::FaultProxy>>,
     /// How long the store keeps a lease unrenewed (the TTL, or more: see
     /// [`store_lease`](super::store_lease)); pauses outlast it.
     pub store_lease: Duration,

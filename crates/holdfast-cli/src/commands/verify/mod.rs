@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use worker::worker;
 
-use holdfast_testkit::faults::FaultProxy;
+use holdfast_verify::proxy::FaultProxy;
 
 use self::clock::RunClock;
 use self::record::{Micros, Record};

@@ -1,12 +1,12 @@
 //! `--spawn STORE`: verify starts the store's server itself, on loopback in
-//! a temp dir (the testkit's servers), and can then fault the server too:
-//! `restart` (SIGKILL and start again on the same data: with persistence
-//! the locks survive, without it they are gone) and `leader` (SIGKILL the
-//! leader of a 3-member etcd or ZooKeeper ensemble).
+//! a temp dir (`holdfast_verify::servers`, which the tests use too), and can
+//! then fault the server too: `restart` (SIGKILL and start again on the
+//! same data: with persistence the locks survive, without it they are gone)
+//! and `leader` (SIGKILL the leader of a 3-member etcd or ZooKeeper ensemble).
 
 use std::sync::{Arc, Mutex};
 
-use holdfast_testkit::servers::{
+use holdfast_verify::servers::{
     etcd::EtcdCluster, mysql::MysqlServer, postgres::PostgresServer, redis::RedisServer, zookeeper::ZkServer,
 };
 
@@ -28,7 +28,7 @@ pub enum Spawned {
     /// etcd, 1 or 3 members.
     Etcd(EtcdCluster, usize),
     /// ZooKeeper, 1 or 3 members; whether a member was killed (the
-    /// testkit cannot start one again, so only one leader kill keeps a quorum).
+    /// spawners cannot start one again, so only one leader kill keeps a quorum).
     Zk(ZkServer, bool),
 }
 
@@ -82,7 +82,7 @@ impl Spawned {
     pub fn restart_keeps_state(&self) -> Option<bool> {
         match self {
             Spawned::Sqlite(_) | Spawned::Zk(..) => None,
-            // The testkit's plain Redis runs with --save '' --appendonly no.
+            // The plain `RedisServer` runs with --save '' --appendonly no.
             Spawned::Redis(_, durable) => Some(*durable),
             Spawned::Postgres(_) | Spawned::Mysql(_) | Spawned::Etcd(..) => Some(true),
         }

@@ -115,7 +115,7 @@ impl Shared {
 ///
 /// ```no_run
 /// # fn demo(redis: std::net::SocketAddr) {
-/// use holdfast_testkit::faults::FaultProxy;
+/// use holdfast_verify::proxy::FaultProxy;
 /// let proxy = FaultProxy::start(redis);
 /// let url = format!("redis://{}?timeout_ms=1000", proxy.addr());
 /// // ... a client connects to `url` and holds a lock ...

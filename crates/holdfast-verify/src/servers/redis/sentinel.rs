@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::faults::FaultProxy;
+use crate::proxy::FaultProxy;
 use crate::servers::{ServerProcess, require_binary, wait_until};
 
 /// The master name the sentinels monitor.
@@ -266,7 +266,7 @@ pub(crate) fn distinct_free_ports(n: usize) -> Vec<u16> {
 }
 
 /// Sends one command to `127.0.0.1:port` and reads the reply (a minimal RESP2
-/// client, so the testkit needs no Redis crate); `None` when the server
+/// client, so this crate needs no Redis crate); `None` when the server
 /// cannot be reached or the reply cannot be read within a second.
 pub fn command(port: u16, args: &[&str]) -> Option<Reply> {
     pipeline(port, &[args]).and_then(|mut r| r.pop())
