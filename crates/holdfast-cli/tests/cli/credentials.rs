@@ -5,8 +5,8 @@ use holdfast_cli::exit;
 use crate::Env;
 
 /// A Redis that asks for `password`.
-fn redis_with_password(password: &str) -> holdfast_testkit::servers::redis::RedisServer {
-    let server = holdfast_testkit::servers::redis::RedisServer::start();
+fn redis_with_password(password: &str) -> holdfast_verify::servers::redis::RedisServer {
+    let server = holdfast_verify::servers::redis::RedisServer::start();
     let set = std::process::Command::new("redis-cli")
         .args(["-p", &server.port().to_string(), "CONFIG", "SET", "requirepass", password])
         .output()
