@@ -70,6 +70,9 @@ fn a_password_from_a_file_or_the_environment_reaches_the_store() {
     }
 }
 
+/// Arguments, environment variables, and what the error must say.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
 /// A password given twice, or where it means nothing, is a usage error that
 /// says which; an unreadable file is named, its content never shown.
 #[test]
@@ -81,7 +84,7 @@ fn a_password_given_twice_or_for_no_store_is_a_usage_error() {
     let empty = env.path("empty");
     std::fs::write(&empty, "\n").unwrap();
     let missing = env.path("missing");
-    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+    let cases: [Case; 6] = [
         (&["--backend", "redis://:old@127.0.0.1:1", "--password-file", pw], &[], "one way"),
         (
             &["--backend", "redis://127.0.0.1:1", "--password-file", pw],
