@@ -12,7 +12,8 @@
 //! The library has no switches for bugs, and must not grow any: a bug behind
 //! a flag is code that ships. So each mutation is a textual patch to one
 //! source file of a copy of the workspace in a temporary directory
-//! (holdfast's and the testkit's sources and manifests, the lockfile, and a
+//! (the sources and manifests of holdfast, the testkit and the verify
+//! engine the testkit re-exports, the lockfile, and a
 //! root manifest derived from the real one), plus a small runner crate
 //! ([`mutant_runner`]) that runs the seeds against the mutated copy. The
 //! patch asserts that its original text occurs exactly once, so a test fails
@@ -62,7 +63,7 @@ const SAFETY: &[&str] = &["exclusion", "fencing", "stale write", "lost first"];
 const CONFIGS: &[&str] = &["default", "cleanup", "redlock", "fallback"];
 
 /// The crates copied into the mutant's workspace, from the repository root.
-const COPIED: &[&str] = &["crates/holdfast", "crates/holdfast-testkit"];
+const COPIED: &[&str] = &["crates/holdfast", "crates/holdfast-testkit", "crates/holdfast-verify"];
 
 /// One bug to put back.
 struct Mutation {
