@@ -241,7 +241,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         "mysql" => ("mysql", lease_model),
         "sqlite" => ("sqlite", Capabilities { renew_slice: None, ..lease_model }),
         "etcd" | "etcds" => ("etcd", queued),
-        "zk" | "zks" => ("zookeeper", queued),
+        "zk" | "zks" | "zookeeper" | "zookeepers" => ("zookeeper", queued),
         // A RedLock connects its own members this way and builds without
         // them, so it is not deferred itself; whatever else: the least.
         _ => ("store", Capabilities::minimal()),
