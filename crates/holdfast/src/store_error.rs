@@ -222,7 +222,9 @@ fn piece_with<'a>(text: &'a str, needle: &str) -> Option<&'a str> {
         }
     }
     let piece = &rest[..end];
-    Some(piece.split(" (SQLSTATE").next().unwrap_or(piece).trim())
+    let piece = piece.split(" (SQLSTATE").next().unwrap_or(piece).trim();
+    // A quote the library opened before the needle.
+    Some(if piece.matches('"').count() % 2 == 1 { piece.trim_end_matches('"') } else { piece })
 }
 
 /// Every level's text as the library wrote it, debug dumps included (they
@@ -281,7 +283,7 @@ pub(crate) fn explain(store: &str, err: &(dyn StdError + 'static)) -> String {
             credentials_example(store)
         );
     }
-    if has(&["certificate", "tls", "ssl", "handshake"]) {
+    if has(&["certificate", "tls handshake", "tls connection", "rustls", "ssl", "handshake"]) {
         return format!(
             "TLS failed ({text}): check the CA file (ca_file=) and the server's certificate and name, and that \
              the server speaks TLS on this port"
@@ -316,8 +318,14 @@ pub(crate) fn explain(store: &str, err: &(dyn StdError + 'static)) -> String {
         "protocol error",
         "unexpected message",
         "h2 protocol",
-    ]) || has(&["http2", "frame with invalid size", "invalid packet", "packets out of order", "unexpected response"])
-    {
+    ]) || has(&[
+        "http2",
+        "frame with invalid size",
+        "invalid packet",
+        "packets out of order",
+        "unexpected response",
+        "grpc-status header missing",
+    ]) {
         return format!("the server does not speak the {name} protocol (is this the right port?)");
     }
     if has(&["no available hosts"]) {
@@ -361,6 +369,37 @@ mod tests {
         );
         let Error::Backend { source, .. } = &e else { unreachable!() };
         assert!(original(source).is::<std::io::Error>());
+    }
+
+    #[test]
+    fn causes_in_plain_words() {
+        let said = |store: &'static str, text: &str| Error::backend(store, true, text.to_owned()).at("h:1").to_string();
+        let cases = [
+            ("redis", "failed to lookup address information: Name or service not known", "host name not found"),
+            ("etcd", "transport error: invalid peer certificate: UnknownIssuer", "TLS failed"),
+            ("redis", "NOAUTH: Authentication required.", "authentication required"),
+            ("redis", "WRONGPASS: invalid username-password pair", "authentication failed"),
+            ("zookeeper", "timeout", "no answer (timed out)"),
+            (
+                "etcd",
+                "grpc request error: status: PermissionDenied, message: \"etcdserver: permission denied\"",
+                "permission denied",
+            ),
+            ("redis", "Incompatible type - Parse error at 1 Unexpected '33'", "does not speak the Redis protocol"),
+            ("zookeeper", "no available hosts", "no server answered"),
+            (
+                "etcd",
+                "grpc request error: message: \"grpc-status header missing, mapped from HTTP status code 404\"",
+                "the server does not speak the etcd protocol",
+            ),
+            ("sqlite", "attempt to write a readonly database", "the database file is read-only"),
+            ("redis", "redis script timed out after 5s", "redis script timed out after 5s"),
+        ];
+        for (store, text, want) in cases {
+            let shown = said(store, text);
+            assert!(shown.starts_with(&format!("{store} at h:1: {want}")), "{text:?} -> {shown}");
+            assert!(!shown.contains("\": "), "{shown}");
+        }
     }
 
     #[test]

@@ -78,7 +78,10 @@ impl EtcdConfig {
         let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
         let authority = authority.strip_suffix('/').unwrap_or(authority);
         if authority.contains('/') {
-            return Err(bad("an etcd URL has no path; use the prefix option for a namespace"));
+            return Err(bad(format!(
+                "an etcd URL has no path; use the prefix option for a namespace{}",
+                crate::url::slash_hint(url)
+            )));
         }
         let (userinfo, hosts) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
