@@ -385,7 +385,11 @@ mod tests {
                 "grpc request error: status: PermissionDenied, message: \"etcdserver: permission denied\"",
                 "permission denied",
             ),
-            ("redis", "Incompatible type - Parse error at 1 Unexpected '33'", "the server does not speak the Redis protocol"),
+            (
+                "redis",
+                "Incompatible type - Parse error at 1 Unexpected '33'",
+                "the server does not speak the Redis protocol",
+            ),
             ("zookeeper", "no available hosts", "no server answered"),
             (
                 "etcd",
