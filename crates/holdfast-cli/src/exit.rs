@@ -102,7 +102,10 @@ impl From<holdfast::Error> for Failure {
             E::Lost { .. } => LEASE_LOST,
             _ => INTERNAL,
         };
-        Failure::new(code, one_line(&error_chain(&e)))
+        // A store error's message is complete (store, endpoint, cause, what
+        // to do); its sources are the client library's words, said already.
+        let message = if code == UNAVAILABLE { e.to_string() } else { error_chain(&e) };
+        Failure::new(code, one_line(&message))
     }
 }
 

@@ -73,7 +73,14 @@ pub enum Error {
         feature: &'static str,
     },
     /// The store failed or could not be reached.
-    #[error("{store} store error{}: {source}", if *.retryable { " (retryable)" } else { "" })]
+    ///
+    /// Its message is one line: the store, its endpoint where known
+    /// (`host:port`, a host list or a file; never a password), the cause in
+    /// plain words and what to do, as in `redis at 127.0.0.1:6379:
+    /// connection refused: is redis running and listening there? (check the
+    /// URL's host and port)`. The client library's own error is in the
+    /// `source()` chain.
+    #[error("{}", crate::store_error::backend_message(store, source))]
     Backend {
         /// The store's name.
         store: &'static str,

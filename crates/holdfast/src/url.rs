@@ -17,6 +17,8 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("etcds", "etcd"),
     ("zk", "zookeeper"),
     ("zks", "zookeeper"),
+    ("zookeeper", "zookeeper"),
+    ("zookeepers", "zookeeper"),
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("mysql", "mysql"),
@@ -39,23 +41,45 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let scheme = scheme.to_ascii_lowercase();
     match scheme.as_str() {
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(crate::backend::sqlite::SqliteBackend::open_url(url).await?)),
+        "sqlite" => {
+            use crate::backend::sqlite::{SqliteBackend as B, SqliteConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::open(c)).await
+        }
         #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => Ok(Arc::new(crate::backend::etcd::EtcdBackend::open_url(url).await?)),
+        "etcd" | "etcds" => {
+            use crate::backend::etcd::{EtcdBackend as B, EtcdConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::open(c)).await
+        }
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(crate::backend::postgres::PostgresBackend::open_url(url).await?)),
+        "postgres" | "postgresql" => {
+            use crate::backend::postgres::{PostgresBackend as B, PostgresConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::open(c)).await
+        }
         #[cfg(feature = "redis")]
         "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => {
-            Ok(Arc::new(crate::backend::redis::RedisBackend::open_url(url).await?))
+            use crate::backend::redis::{RedisBackend as B, RedisConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::open(c)).await
         }
         #[cfg(feature = "mysql")]
-        "mysql" => Ok(Arc::new(crate::backend::mysql::MysqlBackend::open_url(url).await?)),
+        "mysql" => {
+            use crate::backend::mysql::{MysqlBackend as B, MysqlConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::open(c)).await
+        }
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(crate::redlock::RedLock::open_url(url).await?)),
         "layered" => Ok(Arc::new(crate::layered::Layered::open_url(url).await?)),
         "fallback" => Ok(Arc::new(crate::fallback::Fallback::open_url(url).await?)),
         #[cfg(feature = "zookeeper")]
-        "zk" | "zks" => Ok(Arc::new(crate::backend::zookeeper::ZkBackend::connect_url(url).await?)),
+        "zk" | "zks" | "zookeeper" | "zookeepers" => {
+            use crate::backend::zookeeper::{ZkBackend as B, ZkConfig as C};
+            let c = C::from_url(url)?;
+            located(c.endpoint(), B::connect(c)).await
+        }
         other => match SCHEMES.iter().find(|(s, _)| *s == other) {
             Some((_, feature)) => Err(Error::FeatureDisabled { scheme: other.to_owned(), feature }),
             None => Err(Error::invalid(
@@ -72,6 +96,26 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             )),
         },
     }
+}
+
+/// A hint for a URL that did not parse whose password may hold an
+/// unencoded `/` (an `@` after the first `/` past the scheme), else `""`.
+#[allow(dead_code)] // not every build has a store that needs it
+pub(crate) fn slash_hint(url: &str) -> &'static str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let main = rest.split('?').next().unwrap_or(rest);
+    match main.split_once('/') {
+        Some((_, after)) if after.contains('@') => {
+            " (a '/' in the user or password must be percent-encoded: write it as %2F)"
+        }
+        _ => "",
+    }
+}
+
+/// The store `open` connects to, its errors naming `endpoint`.
+#[allow(dead_code)] // unused when no single store's feature is enabled
+async fn located<B: Backend>(endpoint: String, open: impl Future<Output = Result<B>>) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(crate::backend::located::Located::new(open.await?, endpoint)))
 }
 
 /// The URL with every password replaced by `***`, for logs and messages.

@@ -112,6 +112,26 @@ fn unreachable_store_is_one_line_and_exit_69() {
     }
 }
 
+/// A store that is down: exit 69 and one line, `holdfast: etcd at
+/// HOST:PORT: connection refused: ...`, naming the store and the endpoint
+/// once, with no debug dump of the client library.
+#[test]
+fn a_refused_store_names_the_store_and_endpoint() {
+    let env = Env::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("etcd://127.0.0.1:{port}?connect_timeout_ms=500&timeout_ms=2000");
+    let out = env.cmd().args(["run", "--backend", &url, "--key", "x", "--", "true"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(i32::from(exit::UNAVAILABLE)), "{stderr}");
+    let prefix = format!("holdfast: etcd at 127.0.0.1:{port}: connection refused: ");
+    assert!(stderr.starts_with(&prefix), "must start with {prefix:?}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("etcd").count(), 2, "the store named once, plus its hint: {stderr}");
+    for dump in ["tonic::", "Os {", "Error(", "store error"] {
+        assert!(!stderr.contains(dump), "shows {dump:?}: {stderr}");
+    }
+}
+
 #[test]
 fn backend_comes_from_the_environment() {
     let env = Env::new();

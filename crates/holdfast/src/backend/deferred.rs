@@ -151,11 +151,8 @@ impl Deferred {
     fn store(&self) -> Result<&Arc<dyn Backend>> {
         self.shared.connected.get().ok_or_else(|| {
             let last = self.shared.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            Error::backend(
-                self.shared.store,
-                true,
-                format!("{}: not connected, reconnecting in the background (last error: {last})", self.shared.endpoint),
-            )
+            // The last error names the store and its endpoint already.
+            Error::said(self.shared.store, true, format!("{last} (not connected yet; reconnecting in the background)"))
         })
     }
 }
@@ -244,7 +241,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         "mysql" => ("mysql", lease_model),
         "sqlite" => ("sqlite", Capabilities { renew_slice: None, ..lease_model }),
         "etcd" | "etcds" => ("etcd", queued),
-        "zk" | "zks" => ("zookeeper", queued),
+        "zk" | "zks" | "zookeeper" | "zookeepers" => ("zookeeper", queued),
         // A RedLock connects its own members this way and builds without
         // them, so it is not deferred itself; whatever else: the least.
         _ => ("store", Capabilities::minimal()),

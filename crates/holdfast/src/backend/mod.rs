@@ -70,6 +70,7 @@ pub mod admission;
 pub mod deferred;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub(crate) mod located;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]

@@ -10,6 +10,7 @@
 //! CI's.
 
 mod alloc;
+mod endpoints;
 mod found;
 #[cfg(feature = "redis")]
 mod garbage;

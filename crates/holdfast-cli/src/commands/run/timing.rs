@@ -133,7 +133,9 @@ fn show(d: Duration) -> String {
 /// shorter, after `20 x tickTime` when it is longer. Other URLs, and URLs
 /// that set the option, are returned unchanged.
 pub(crate) fn zk_session_fitting(url: &str, ttl: Duration) -> String {
-    let is_zk = url.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk"));
+    let is_zk = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zookeeper"));
     if !is_zk {
         return url.to_owned();
     }
@@ -203,6 +205,7 @@ mod tests {
     fn zookeeper_asks_for_a_session_as_long_as_the_ttl() {
         let ttl = MS(2000);
         assert_eq!(zk_session_fitting("zk://h:1", ttl), "zk://h:1?session_timeout=2000");
+        assert_eq!(zk_session_fitting("zookeeper://h:1", ttl), "zookeeper://h:1?session_timeout=2000");
         assert_eq!(
             zk_session_fitting("ZK://h:1/app?timeout=900", ttl),
             "ZK://h:1/app?timeout=900&session_timeout=2000"

@@ -55,6 +55,11 @@ pub(crate) const OPTIONS: &[Opt] = &[
 const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 
 impl EtcdConfig {
+    /// The endpoints as `host:port,...`, for errors.
+    pub(crate) fn endpoint(&self) -> String {
+        crate::store_error::host_list(self.endpoints.iter().map(|e| e.split_once("://").map_or(&e[..], |(_, h)| h)))
+    }
+
     /// The password, if any (never printed by `Debug`).
     pub fn password(&self) -> Option<&str> {
         self.password.as_ref().map(Secret::expose)
@@ -73,7 +78,10 @@ impl EtcdConfig {
         let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
         let authority = authority.strip_suffix('/').unwrap_or(authority);
         if authority.contains('/') {
-            return Err(bad("an etcd URL has no path; use the prefix option for a namespace"));
+            return Err(bad(format!(
+                "an etcd URL has no path; use the prefix option for a namespace{}",
+                crate::url::slash_hint(url)
+            )));
         }
         let (userinfo, hosts) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),

@@ -93,6 +93,11 @@ impl EtcdBackend {
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: EtcdConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: EtcdConfig) -> Result<Self> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
             .with_keep_alive(PING_INTERVAL, PING_TIMEOUT)

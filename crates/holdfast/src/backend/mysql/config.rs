@@ -87,6 +87,15 @@ pub(super) fn check_namespace(ns: &str) -> Result<()> {
 }
 
 impl MysqlConfig {
+    /// The server as `host:port`, for errors.
+    pub(crate) fn endpoint(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
     /// Parses `mysql://user:password@host:port/database?options`. The options
     /// are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {

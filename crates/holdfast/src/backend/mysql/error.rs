@@ -22,7 +22,7 @@ pub(super) fn map_err(e: mysql_async::Error) -> Error {
 pub(super) fn is_contention(e: &Error) -> bool {
     match e {
         Error::Backend { source, .. } => matches!(
-            source.downcast_ref::<mysql_async::Error>(),
+            crate::store_error::original(source).downcast_ref::<mysql_async::Error>(),
             Some(mysql_async::Error::Server(s)) if s.code == 1205 || s.code == 1213
         ),
         _ => false,

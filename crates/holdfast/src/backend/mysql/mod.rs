@@ -90,6 +90,11 @@ impl MysqlBackend {
     /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
     /// tables created (creation is idempotent).
     pub async fn open(config: MysqlConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: MysqlConfig) -> Result<Self> {
         config::check_namespace(&config.namespace)?;
         let ssl = match config.ssl_mode {
             SslMode::Disabled => None,

@@ -188,6 +188,20 @@ fn parse_pg(url: &str, app: &str) -> Result<tokio_postgres::Config> {
 }
 
 impl PostgresConfig {
+    /// The servers as `host:port,...` (a socket directory for a Unix
+    /// socket), for errors.
+    pub(crate) fn endpoint(&self) -> String {
+        use tokio_postgres::config::Host;
+        let ports = self.pg.get_ports();
+        let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let hosts = self.pg.get_hosts().iter().enumerate().map(|(i, h)| match h {
+            Host::Tcp(name) if name.contains(':') => format!("[{name}]:{}", port(i)),
+            Host::Tcp(name) => format!("{name}:{}", port(i)),
+            Host::Unix(dir) => format!("{}", dir.display()),
+        });
+        crate::store_error::host_list(hosts)
+    }
+
     /// Parses `postgres://user:pass@host:port/db?sslmode=verify-full&ca_file=/ca.pem&namespace=locks`.
     ///
     /// holdfast's options are in the "URL options" table of the store's docs;

@@ -83,6 +83,11 @@ impl PostgresBackend {
     /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
     /// tables created (creation is idempotent).
     pub async fn open(config: PostgresConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: PostgresConfig) -> Result<Self> {
         let root_pem = match &config.ssl_root_cert {
             Some(path) => Some(
                 tokio::fs::read(path)

@@ -103,6 +103,17 @@ pub(crate) const OPTIONS: &[Opt] = &[
 const MS: std::ops::RangeInclusive<u64> = 1..=86_400_000;
 
 impl RedisConfig {
+    /// The server (or the sentinels, or the seed nodes) as `host:port,...`,
+    /// for errors: never the password.
+    pub(crate) fn endpoint(&self) -> String {
+        let nodes = match (&self.sentinel, &self.cluster) {
+            (Some(s), _) => &s.sentinels,
+            (None, Some(c)) => &c.nodes,
+            (None, None) => return crate::store_error::url_hosts(self.server_url.expose(), 6379),
+        };
+        crate::store_error::host_list(nodes.iter().map(|(h, p)| format!("{h}:{p}")))
+    }
+
     /// Parses `redis://[user:pass@]host[:port][/db][?options]` or `rediss://...`.
     /// The options are in the "URL options" table of the store's docs.
     ///
@@ -148,7 +159,8 @@ impl RedisConfig {
                 opts.choice("sentinel_auth", &[("none", false), ("same", true)])?.unwrap_or(false);
             return Self::with_options(Secret::new(main), false, Some(settings), &opts);
         }
-        let mut parsed = url::Url::parse(url).map_err(|e| bad(format!("{}: {e}", redact_url(url))))?;
+        let mut parsed = url::Url::parse(url)
+            .map_err(|e| bad(format!("{}: {e}{}", redact_url(url), crate::url::slash_hint(url))))?;
         let tls = match parsed.scheme() {
             "redis" => false,
             "rediss" => true,

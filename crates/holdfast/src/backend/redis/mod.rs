@@ -126,6 +126,11 @@ impl RedisBackend {
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn open(config: RedisConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: RedisConfig) -> Result<Self> {
         // ".f": this client takes a fair hand-off's grant from the message
         // (fair.rs); the release script tells such clients the fence.
         let client_id = format!("{:016x}.f", rand::rng().random::<u64>());

@@ -39,6 +39,11 @@ pub(crate) const OPTIONS: &[Opt] = &[
 ];
 
 impl SqliteConfig {
+    /// The database file, for errors.
+    pub(crate) fn endpoint(&self) -> String {
+        self.path.display().to_string()
+    }
+
     /// Parses `sqlite://PATH?synchronous=full&timeout_ms=5000&poll_max_ms=10`.
     /// `sqlite:///abs/path.db` is absolute, `sqlite://rel/path.db` relative.
     pub fn from_url(url: &str) -> Result<Self> {
@@ -78,24 +83,24 @@ impl SqliteConfig {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty())
             && !dir.is_dir()
         {
-            return Err(Error::backend(
+            return Err(Error::said(
                 STORE,
                 false,
                 format!(
-                    "{}: directory {} does not exist (holdfast does not create directories); create it, \
-                     or fix the path",
+                    "{STORE} at {}: directory {} does not exist (holdfast does not create directories): create \
+                     it, or fix the path",
                     self.path.display(),
                     dir.display()
                 ),
             ));
         }
         if self.must_exist && !self.path.exists() {
-            return Err(Error::backend(
+            return Err(Error::said(
                 STORE,
                 false,
                 format!(
-                    "{}: no such database file (mode=rw opens an existing file only); fix the path, or \
-                     take a lock on it first",
+                    "{STORE} at {}: no such database file (mode=rw opens an existing file only): fix the path, \
+                     or take a lock on it first",
                     self.path.display()
                 ),
             ));

@@ -176,6 +176,11 @@ impl SqliteBackend {
     /// Cancel-safe: takes no lock; the file is opened and its schema created on
     /// the blocking pool, which a drop does not interrupt (creation is idempotent).
     pub async fn open(config: SqliteConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: SqliteConfig) -> Result<Self> {
         let cfg = config.clone();
         let conn = tokio::task::spawn_blocking(move || -> Result<Connection> {
             cfg.check_path()?;

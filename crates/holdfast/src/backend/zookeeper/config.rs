@@ -85,18 +85,21 @@ fn check_path(what: &str, p: &str) -> Result<()> {
 }
 
 impl ZkConfig {
+    /// The servers as `host:port,...`, for errors.
+    pub(crate) fn endpoint(&self) -> String {
+        crate::store_error::host_list(&self.hosts)
+    }
+
     /// Parses `zk://user:pass@h1:2181,h2:2181/chroot?session_timeout_ms=10000&timeout_ms=5000`.
     /// The options are in the "URL options" table of the store's docs.
     pub fn from_url(url: &str) -> Result<Self> {
-        let (rest, tls) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
-            (Some(rest), _) => (rest, false),
-            (_, Some(rest)) => (rest, true),
-            _ => {
-                return Err(Error::invalid(
-                    "url",
-                    "not a zk:// or zks:// URL (expected zk://host:port[,host:port...][/chroot])",
-                ));
-            }
+        // `zookeeper://` and `zookeepers://` are the long names of `zk://` and `zks://`.
+        let schemes = [("zk://", false), ("zks://", true), ("zookeeper://", false), ("zookeepers://", true)];
+        let Some((rest, tls)) = schemes.iter().find_map(|(s, tls)| url.strip_prefix(s).map(|rest| (rest, *tls))) else {
+            return Err(Error::invalid(
+                "url",
+                "not a zk:// or zks:// URL (expected zk://host:port[,host:port...][/chroot])",
+            ));
         };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         // An '@' after the first '/' may end credentials that hold an

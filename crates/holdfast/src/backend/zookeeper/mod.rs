@@ -100,6 +100,11 @@ impl ZkBackend {
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
     pub async fn connect(config: ZkConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::connect_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn connect_inner(config: ZkConfig) -> Result<Self> {
         let backend = ZkBackend {
             inner: Arc::new(Inner {
                 config,
