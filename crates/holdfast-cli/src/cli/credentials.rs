@@ -67,18 +67,13 @@ pub fn with_password(url: &str, password: &str) -> Result<String, Failure> {
     Ok(format!("{scheme}://{user}:{}@{hosts}{tail}", percent_encode(password)))
 }
 
-/// Every byte but the URL's unreserved characters as `%XX`, so that `/`, `@`,
-/// `:` or `#` in a password never change where the URL's parts end.
+/// Every byte but the URL's unreserved characters (RFC 3986) as `%XX`, so
+/// that `/`, `@`, `:` or `#` in a password never change where the URL's parts end.
+const USERINFO: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, USERINFO).to_string()
 }
 
 fn plain_io(e: &std::io::Error) -> String {
