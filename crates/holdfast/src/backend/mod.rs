@@ -315,6 +315,9 @@ pub struct HolderInfo {
 }
 
 /// A lock store. See the [module docs](self) for the contract.
+// The wrappers `located::Located` and `deferred` forward every method: a new
+// method with a default body must be forwarded there too, or the wrapped
+// store's own answer is silently replaced by the default.
 #[async_trait]
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// A short lowercase name of the store, used in errors: `"sqlite"`, `"redis"`.
