@@ -202,7 +202,7 @@ pub async fn run_held(
     opts.check()?;
     let workload = Workload::Held;
     let subject = "holdfast".to_owned();
-    let counting = Arc::new(CountingBackend::new(holdfast::backend::connect(url).await?));
+    let counting = Arc::new(CountingBackend::new(holdfast::stores::connect(url).await?));
     let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench-held"));
     let period = opts.lease_ttl / 3;
     let tick = |done: u64, elapsed: Duration| {

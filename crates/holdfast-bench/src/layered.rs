@@ -124,11 +124,11 @@ pub(crate) async fn connect_clients(opts: &LayeredOptions, layered: bool, gauge:
     let mut clients = Vec::with_capacity(opts.tasks);
     for _ in 0..opts.tasks {
         let auth: Arc<dyn Backend> = Arc::new(Counted {
-            inner: holdfast::backend::connect(&opts.authoritative_url).await?,
+            inner: holdfast::stores::connect(&opts.authoritative_url).await?,
             gauge: gauge.clone(),
         });
         let backend: Arc<dyn Backend> = if layered {
-            Arc::new(Layered::new(holdfast::backend::connect(&opts.fast_url).await?, auth)?)
+            Arc::new(Layered::new(holdfast::stores::connect(&opts.fast_url).await?, auth)?)
         } else {
             auth
         };

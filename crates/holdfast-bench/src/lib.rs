@@ -352,7 +352,7 @@ impl fmt::Display for ProgressEvent {
 pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Result<BenchReport> {
     opts.check()?;
     let machine = Machine::here();
-    let counting = Arc::new(CountingBackend::new(holdfast::backend::connect(&opts.url).await?));
+    let counting = Arc::new(CountingBackend::new(holdfast::stores::connect(&opts.url).await?));
     let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench"));
     if opts.fair && !client.capabilities().fair {
         return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });

@@ -3,55 +3,11 @@
 //! breaks the mutual exclusion a holder believes it has (its fence still
 //! protects a fenced resource, and its `lost()` fires at its next renewal).
 
+use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::key::{LockKey, MAX_KEY_BYTES};
-
-/// What [`Client::force_release`] (and [`Backend::force_release`](crate::backend::Backend::force_release))
-/// removed from a key: the fences of the leases that were held.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ForceReleased {
-    /// The fence of the exclusive lease (a mutex, a writer), if one was held.
-    pub exclusive: Option<u64>,
-    /// The fences of the shared leases (semaphore permits, readers) that
-    /// were held, lowest first.
-    pub shared: Vec<u64>,
-}
-
-impl ForceReleased {
-    /// Nothing was held: the key was free.
-    pub fn free() -> Self {
-        ForceReleased::default()
-    }
-
-    /// Whether the key was free (no lease was removed).
-    pub fn was_free(&self) -> bool {
-        self.exclusive.is_none() && self.shared.is_empty()
-    }
-
-    /// The highest fence removed, if any: every later grant of the key gets
-    /// a fence above it.
-    pub fn highest(&self) -> Option<u64> {
-        self.exclusive.into_iter().chain(self.shared.iter().copied()).max()
-    }
-
-    /// Every fence removed, the exclusive one first.
-    pub fn fences(&self) -> impl Iterator<Item = u64> + '_ {
-        self.exclusive.into_iter().chain(self.shared.iter().copied())
-    }
-
-    /// Records a removed lease (for store implementations).
-    pub fn add(&mut self, fence: u64, exclusive: bool) {
-        if exclusive {
-            self.exclusive = Some(self.exclusive.map_or(fence, |f| f.max(fence)));
-        } else {
-            self.shared.push(fence);
-            self.shared.sort_unstable();
-        }
-    }
-}
 
 /// Checks a key prefix for [`Client::list`]: at most [`MAX_KEY_BYTES`] bytes,
 /// no control characters (the rules of [`LockKey`], except that the empty
@@ -130,23 +86,4 @@ impl Client {
         let key = LockKey::new(key)?;
         self.inner().backend.force_release(&key).await
     }
-}
-
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-/// The status of each listed key that is still held (a key the store
-/// listed may be freed before its status is read), skipping names that are
-/// not valid keys: the list of the stores that can only name the keys.
-pub(crate) async fn held_statuses(
-    backend: &(impl crate::backend::Backend + ?Sized),
-    keys: impl IntoIterator<Item = String>,
-) -> Result<Vec<crate::backend::LockStatus>> {
-    let mut out = Vec::new();
-    for key in keys {
-        let Ok(key) = crate::LockKey::new(key) else { continue };
-        let status = backend.status(&key).await?;
-        if status.holder.is_some() || !status.shared.is_empty() {
-            out.push(status);
-        }
-    }
-    Ok(out)
 }

@@ -128,8 +128,8 @@ impl Client {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn connect_with(url: &str, mut options: ClientOptions) -> Result<Self> {
-        let backend = crate::url::connect(url).await?;
-        options.store_id.get_or_insert_with(|| crate::url::redact_url(url));
+        let backend = crate::stores::connect(url).await?;
+        options.store_id.get_or_insert_with(|| crate::url_text::redact_url(url));
         Ok(Self::with_backend(backend, options))
     }
 
@@ -137,7 +137,7 @@ impl Client {
     /// [`store_id`](Self::store_id) is the one in `options`, or else the
     /// store's name.
     pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
-        let label = options.label.unwrap_or_else(default_label);
+        let label = options.label.unwrap_or_else(crate::lock_options::default_label);
         let store_id = options.store_id.unwrap_or_else(|| backend.name().to_owned());
         let metrics = Arc::new(ClientMetrics::new(backend.name()));
         Client {
@@ -307,14 +307,4 @@ impl Client {
         }
         last
     }
-}
-
-pub(crate) fn default_label() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
 }

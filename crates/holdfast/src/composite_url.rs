@@ -14,8 +14,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::url_options::{Opt, UrlOptions};
 
-/// The schemes whose URLs are lists of store URLs.
-pub(crate) const COMPOSITE_SCHEMES: &[&str] = &["layered", "fallback"];
+pub(crate) use crate::url_text::COMPOSITE_SCHEMES;
 
 /// A parsed composite URL.
 pub(crate) struct CompositeUrl {
@@ -34,7 +33,7 @@ pub(crate) fn parse(
     known: &'static [Opt],
     parts: std::ops::RangeInclusive<usize>,
 ) -> Result<CompositeUrl> {
-    let bad = |why: String| Error::invalid("url", format!("{}: {why}", crate::redact_url(url)));
+    let bad = |why: String| Error::invalid("url", format!("{}: {why}", crate::url_text::redact_url(url)));
     let rest = match url.split_once("://") {
         Some((s, rest)) if s.eq_ignore_ascii_case(scheme) => rest,
         _ => return Err(bad(format!("expected {scheme}://STORE_URL|STORE_URL..."))),
@@ -62,7 +61,7 @@ pub(crate) fn parse(
     }
     for p in &pieces {
         let Some((s, _)) = p.split_once("://") else {
-            return Err(bad(format!("{:?} is not a store URL (no scheme)", crate::redact_url(p))));
+            return Err(bad(format!("{:?} is not a store URL (no scheme)", crate::url_text::redact_url(p))));
         };
         if COMPOSITE_SCHEMES.iter().any(|c| c.eq_ignore_ascii_case(s)) {
             return Err(bad(format!("a part cannot be a {s}:// URL itself; build nested composites in code")));
@@ -75,24 +74,15 @@ impl CompositeUrl {
     /// Connects every part, all at once. A part that cannot be reached
     /// (a retryable error) is not an error: it is deferred, connected in the
     /// background and failing every call until then
-    /// ([`connect_or_defer`](crate::backend::connect_or_defer)), so that a
+    /// ([`connect_or_defer`](crate::stores::connect_or_defer)), so that a
     /// composite starts during the outage of a member it exists to ride out.
-    pub(crate) async fn connect(&self) -> Result<Vec<Arc<dyn Backend>>> {
-        let opened =
-            futures::future::join_all(self.parts.iter().map(|u| Box::pin(crate::backend::connect_or_defer(u)))).await;
+    pub(crate) async fn connect(&self, connect: crate::backend::ConnectFn) -> Result<Vec<Arc<dyn Backend>>> {
+        let opened = futures::future::join_all(
+            self.parts.iter().map(|u| Box::pin(crate::backend::connect_or_defer_with(u, connect))),
+        )
+        .await;
         opened.into_iter().collect()
     }
-}
-
-/// `url` with every part's password hidden, if it is a composite URL.
-pub(crate) fn redact(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    if !COMPOSITE_SCHEMES.iter().any(|c| c.eq_ignore_ascii_case(scheme)) {
-        return None;
-    }
-    let parts: Vec<String> =
-        rest.split('|').map(|p| if p.starts_with('?') { p.to_owned() } else { crate::redact_url(p) }).collect();
-    Some(format!("{scheme}://{}", parts.join("|")))
 }
 
 #[cfg(test)]
@@ -136,7 +126,7 @@ mod tests {
     #[test]
     fn redaction_covers_every_part() {
         assert_eq!(
-            crate::redact_url("layered://redis://:pw@a:1|postgres://u:pw@h/db").as_str(),
+            crate::url_text::redact_url("layered://redis://:pw@a:1|postgres://u:pw@h/db").as_str(),
             "layered://redis://:***@a:1|postgres://u:***@h/db"
         );
     }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-/// A boxed error from a store's client library.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use crate::store_error::BoxError;
+use crate::store_error::{AtEndpoint, Said, is_located};
 
 /// `Result` with holdfast's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -111,5 +111,25 @@ impl Error {
     /// An [`Error::Backend`] from any error, for store implementations.
     pub fn backend(store: &'static str, retryable: bool, source: impl Into<BoxError>) -> Self {
         Error::Backend { store, retryable, source: source.into() }
+    }
+
+    /// An [`Error::Backend`] whose message is `text` as it is: it names
+    /// the store and endpoint itself.
+    pub(crate) fn said(store: &'static str, retryable: bool, text: String) -> Self {
+        Error::Backend { store, retryable, source: Box::new(Said(text)) }
+    }
+
+    /// This error, if it is an [`Error::Backend`], as one that names the
+    /// store's `endpoint` (`host:port`, a host list, or a file) and says
+    /// the cause in plain words. Idempotent: an error that names its
+    /// endpoint already is returned as it is, as is any other variant.
+    pub(crate) fn at(self, endpoint: &str) -> Self {
+        match self {
+            Error::Backend { store, retryable, source } if !is_located(&source) => {
+                let source = Box::new(AtEndpoint::new(store, endpoint, source));
+                Error::Backend { store, retryable, source }
+            }
+            other => other,
+        }
     }
 }

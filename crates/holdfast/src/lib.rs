@@ -96,12 +96,13 @@ mod secret;
 mod segmented;
 mod semaphore;
 mod store_error;
-mod url;
+pub mod stores;
 mod url_options;
+mod url_text;
 pub mod wait;
 
-pub use admin::{ForceReleased, check_prefix};
-pub use backend::{HolderInfo, LockStatus};
+pub use admin::check_prefix;
+pub use backend::{ForceReleased, HolderInfo, LockStatus};
 pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
 pub use election::{Election, Leader, Leadership, MAX_VALUE_BYTES as MAX_ELECTION_VALUE_BYTES};
@@ -119,7 +120,7 @@ pub use rwlock::{ReadLock, RwLock, WriteLock};
 pub use secret::Secret;
 pub use segmented::{AllSegmentsGuard, MAX_SEGMENTS, SegmentGuard, Segmented, route as segment_route, segment_key};
 pub use semaphore::Semaphore;
-pub use url::{SCHEMES, redact_url};
+pub use url_text::redact_url;
 
 /// The Rust blocks of the READMEs and of `docs/*.md`, compiled (and, unless
 /// `no_run`, run) as doctests by `cargo test`, so that what the pages show

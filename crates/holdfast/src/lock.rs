@@ -15,10 +15,11 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, GuardKind, Held};
 use crate::key::{LockKey, OwnerToken, check_label, check_ttl};
+use crate::lease::Horizon;
 use crate::lease::{LeaseState, drift_margin};
 use crate::lock_options::LockOptions;
 use crate::metrics::{AcquireOutcome, KeyMetrics, Op, Probe};
-use crate::release::{Horizon, Release, is_transient};
+use crate::release::{Release, is_transient};
 use crate::wait::{WaitFailure, wait_for_grant};
 
 /// A named lease handle of kind `K`: a [`Mutex`](crate::Mutex), a

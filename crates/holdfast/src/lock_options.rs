@@ -102,3 +102,14 @@ mod tests {
         }
     }
 }
+
+/// The holder label of a client built without one: `host:pid`.
+pub(crate) fn default_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}

@@ -36,7 +36,7 @@
 //! | `holdfast_leases_held` | gauge | store, prefix | leases granted to this process whose guard is alive (a leaked guard stops counting) |
 //! | `holdfast_lost_total` | counter | store, prefix, cause | leases lost while their guard lived, once each: `renewal` (a renewal found the grant gone), `release` (the release found it gone), `deadline` (the local deadline passed unrenewed: renewals failed or came late, renewal off or capped), `session` (the store's session ended) |
 //! | `holdfast_store_errors_total` | counter | store, op, kind | failed store calls made by the client core: `op` is `acquire`, `release`, `renew` or `status`; `kind` is `transient` (retryable), `permanent`, or `timeout` (a renewal call that outlived the lease) |
-//! | `holdfast_store_connect_errors_total` | counter | store | failed connection attempts of a composite's member that was unreachable when the composite was built ([`connect_or_defer`](crate::backend::connect_or_defer)): the first, then one per background retry until it connects |
+//! | `holdfast_store_connect_errors_total` | counter | store | failed connection attempts of a composite's member that was unreachable when the composite was built ([`connect_or_defer`](crate::stores::connect_or_defer)): the first, then one per background retry until it connects |
 //! | `holdfast_stores_unconnected` | gauge | store | such members not connected yet (each counts as a failing store meanwhile) |
 
 use std::collections::HashMap;

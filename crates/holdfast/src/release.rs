@@ -10,13 +10,12 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
-use crate::lease::LeaseState;
+use crate::lease::state::{Horizon, LeaseState};
 use crate::metrics::Op;
 
 /// The longest a failing release is retried when nothing else bounds it.
@@ -24,37 +23,6 @@ const MAX_RETRY: Duration = Duration::from_secs(3600);
 /// Delays between retries: doubling from the first to the last, jittered.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const LAST_BACKOFF: Duration = Duration::from_secs(2);
-
-/// After when a release no longer matters, because the store has let the
-/// grant go by itself.
-#[derive(Debug, Clone)]
-pub(crate) enum Horizon {
-    /// The store expires the grant by this instant (its TTL, plus drift).
-    At(Instant),
-    /// The grant lives on a store session; it goes when the session ends.
-    Session(CancellationToken),
-    /// Unknown (an abandoned attempt on a session-bound store): the store's
-    /// release reports `Ok(false)` once the grant cannot exist any more.
-    Unknown,
-}
-
-impl Horizon {
-    fn passed(&self) -> bool {
-        match self {
-            Horizon::At(t) => Instant::now() >= *t,
-            Horizon::Session(s) => s.is_cancelled(),
-            Horizon::Unknown => false,
-        }
-    }
-
-    async fn reached(&self) {
-        match self {
-            Horizon::At(t) => tokio::time::sleep_until(*t).await,
-            Horizon::Session(s) => s.cancelled().await,
-            Horizon::Unknown => std::future::pending().await,
-        }
-    }
-}
 
 /// One release to carry out.
 pub(crate) struct Release {

@@ -3,9 +3,9 @@
 //! `etcd at 127.0.0.1:2379: connection refused: is etcd running and
 //! listening there? (check the URL's host and port)`.
 //!
-//! A store's error mapping builds an [`Error::Backend`] from its client
+//! A store's error mapping builds an [`Error::Backend`](crate::Error::Backend) from its client
 //! library's error; where the endpoint is known (the connection and every
-//! call on it, see [`Located`]) [`Error::at`] wraps that error's source,
+//! call on it, see [`Located`]) [`Error::at`](crate::Error::at) wraps that error's source,
 //! once, in an [`AtEndpoint`] that says where and why. The library's error
 //! stays the wrapper's `source()`. The `retryable` flag is never changed.
 
@@ -13,15 +13,26 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io::ErrorKind;
 
-use crate::error::{BoxError, Error};
+/// A boxed error from a store's client library. Defined here, at the
+/// bottom, so that this file needs nothing of `error.rs` (which builds on
+/// it); re-exported as [`crate::BoxError`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
-/// The source of an [`Error::Backend`] whose endpoint is known: its text is
+/// The source of an [`Error::Backend`](crate::Error::Backend) whose endpoint is known: its text is
 /// the whole message; the client library's error is its `source()`.
 pub(crate) struct AtEndpoint {
     store: &'static str,
     endpoint: String,
     text: String,
     source: BoxError,
+}
+
+impl AtEndpoint {
+    /// `source` located at `endpoint` of `store`, its cause explained.
+    pub(crate) fn new(store: &'static str, endpoint: &str, source: BoxError) -> Self {
+        let text = explain(store, &*source);
+        AtEndpoint { store, endpoint: endpoint.to_owned(), text, source }
+    }
 }
 
 impl fmt::Display for AtEndpoint {
@@ -49,7 +60,7 @@ impl StdError for AtEndpoint {
 /// A message that says the store, where and why already (the error of a
 /// store not connected yet, which repeats its last connection error).
 #[derive(Debug)]
-struct Said(String);
+pub(crate) struct Said(pub(crate) String);
 
 impl fmt::Display for Said {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -59,37 +70,15 @@ impl fmt::Display for Said {
 
 impl StdError for Said {}
 
-impl Error {
-    /// An [`Error::Backend`] whose message is `text` as it is: it names
-    /// the store and endpoint itself.
-    pub(crate) fn said(store: &'static str, retryable: bool, text: String) -> Self {
-        Error::Backend { store, retryable, source: Box::new(Said(text)) }
-    }
-
-    /// This error, if it is an [`Error::Backend`], as one that names the
-    /// store's `endpoint` (`host:port`, a host list, or a file) and says
-    /// the cause in plain words. Idempotent: an error that names its
-    /// endpoint already is returned as it is, as is any other variant.
-    pub(crate) fn at(self, endpoint: &str) -> Self {
-        match self {
-            Error::Backend { store, retryable, source } if !source.is::<AtEndpoint>() && !source.is::<Said>() => {
-                let text = explain(store, &*source);
-                let source = Box::new(AtEndpoint { store, endpoint: endpoint.to_owned(), text, source });
-                Error::Backend { store, retryable, source }
-            }
-            other => other,
-        }
-    }
+/// Whether `source` says the store and endpoint itself already.
+pub(crate) fn is_located(source: &BoxError) -> bool {
+    source.is::<AtEndpoint>() || source.is::<Said>()
 }
 
-/// The message of an [`Error::Backend`]: the located text, or else the
+/// The message of an [`Error::Backend`](crate::Error::Backend): the located text, or else the
 /// store's name and the explained cause.
 pub(crate) fn backend_message(store: &str, source: &BoxError) -> String {
-    if source.is::<AtEndpoint>() || source.is::<Said>() {
-        source.to_string()
-    } else {
-        format!("{store}: {}", explain(store, &**source))
-    }
+    if is_located(source) { source.to_string() } else { format!("{store}: {}", explain(store, &**source)) }
 }
 
 /// The client library's error under an [`AtEndpoint`], or `source` itself.
@@ -357,6 +346,7 @@ pub(crate) fn explain(store: &str, err: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn located_errors_say_where_once() {

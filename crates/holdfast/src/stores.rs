@@ -1,9 +1,16 @@
-//! The one place where a URL scheme picks a store.
+//! The store registry: the one place where a URL scheme picks a store.
+//!
+//! It stands above the stores and the composites (a composite URL lists
+//! store URLs, even other composites' members), and hands its own
+//! [`connect`] down to the composites as a [`ConnectFn`](crate::backend::ConnectFn), so that nothing
+//! below imports it.
 
 use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::url_text::redact_url;
+use crate::url_text::split_scheme;
 
 /// The stores holdfast knows, by URL scheme, with the cargo feature each needs.
 pub const SCHEMES: &[(&str, &str)] = &[
@@ -98,17 +105,95 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// A hint for a URL that did not parse whose password may hold an
-/// unencoded `/` (an `@` after the first `/` past the scheme), else `""`.
-#[allow(dead_code)] // not every build has a store that needs it
-pub(crate) fn slash_hint(url: &str) -> &'static str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let main = rest.split('?').next().unwrap_or(rest);
-    match main.split_once('/') {
-        Some((_, after)) if after.contains('@') => {
-            " (a '/' in the user or password must be percent-encoded: write it as %2F)"
-        }
-        _ => "",
+/// [`connect`] as a `ConnectFn`, for the composites and deferred members.
+fn connect_boxed(url: &str) -> futures::future::BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(connect(url))
+}
+
+/// Connects to the store `url` names, like [`connect`]; if that fails with
+/// a retryable error, returns a store that keeps connecting in the
+/// background (doubling its delay from 100 ms to 2 s, jittered) and fails
+/// every call retryably until it is connected, so that a composite starts
+/// during the outage of a member it exists to ride out. For members of
+/// composites built in code ([`RedLock::new`](crate::redlock::RedLock::new),
+/// [`Layered::new`](crate::layered::Layered::new),
+/// [`Fallback::new`](crate::fallback::Fallback::new)); their `open_url`s
+/// and the composite URLs of [`Client::connect`](crate::Client::connect)
+/// connect their members this way.
+///
+/// # Errors
+///
+/// [`Error::InvalidInput`] for a malformed URL,
+/// [`Error::FeatureDisabled`] for a scheme not compiled in, and any
+/// permanent connection error, at once.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: connecting takes no lock. A dropped call starts no
+/// background connection.
+pub async fn connect_or_defer(url: &str) -> Result<Arc<dyn Backend>> {
+    crate::backend::connect_or_defer_with(url, connect_boxed).await
+}
+
+// The composites' `open_url`s live here, beside the registry they need to
+// open their members; the rest of each composite knows only `ConnectFn`.
+
+impl crate::layered::Layered {
+    /// Opens `layered://FAST_URL|AUTH_URL`: each part a whole store URL with
+    /// its own credentials and options (`layered://redis://h:6379|postgres://u@h/db`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a malformed URL (not exactly two parts, a
+    /// part that is a composite URL itself, an unknown option); a store's
+    /// permanent connection error (bad credentials). A store that cannot be
+    /// reached is no error (see [A store down at start](crate::layered#a-store-down-at-start)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open_url_with(url, connect_boxed).await
+    }
+}
+
+impl crate::fallback::Fallback {
+    /// Opens `fallback://[?options|]STORE_URL|STORE_URL|...`: one store per
+    /// URL, in order, the last the arbiter. Options: `mode_ttl_ms`,
+    /// `switch_after_ms`, `fail_back_after_ms` (0 never), `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a malformed URL; a store's permanent
+    /// connection error (bad credentials). A store that cannot be reached is
+    /// no error (see [Stores down at start](crate::fallback#stores-down-at-start)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open_url_with(url, connect_boxed).await
+    }
+}
+
+#[cfg(feature = "redlock")]
+impl crate::redlock::RedLock {
+    /// Opens `redlock://host:port,host:port,...[?options]`: one Redis member
+    /// per address, with the options every Redis URL takes, plus
+    /// `call_timeout_ms`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a malformed URL, or a member's permanent
+    /// connection error (bad credentials). A member that cannot be reached
+    /// is no error: it counts as a failed vote and is connected in the
+    /// background (see [Members down at start](crate::redlock#members-down-at-start)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connecting takes no lock.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open_url_with(url, connect_boxed).await
     }
 }
 
@@ -118,95 +203,6 @@ async fn located<B: Backend>(endpoint: String, open: impl Future<Output = Result
     Ok(Arc::new(crate::backend::located::Located::new(open.await?, endpoint)))
 }
 
-/// The URL with every password replaced by `***`, for logs and messages.
-///
-/// Hides the password of `user:password@` (with or without a scheme; a
-/// password may contain unencoded `/`, `@` or `:`, everything up to the last
-/// `@` before the query counts), the value of a `password=` query option, and
-/// passwords inside query values that are URLs themselves (PostgreSQL's
-/// `listen_url`). Everything else is kept as written. Every error holdfast
-/// builds from a URL goes through this.
-///
-/// ```
-/// use holdfast::redact_url;
-/// assert_eq!(redact_url("redis://app:s3cret@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
-/// assert_eq!(redact_url("postgres://app@db/x?password=s3cret"), "postgres://app@db/x?password=***");
-/// assert_eq!(redact_url("sqlite:///tmp/a@b.db"), "sqlite:///tmp/a@b.db");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    if let Some(composite) = crate::composite_url::redact(url) {
-        return composite;
-    }
-    let (scheme, rest) = match split_scheme(url) {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, url),
-    };
-    let (main, query) = match rest.split_once('?') {
-        Some((main, query)) => (main, Some(query)),
-        None => (rest, None),
-    };
-    let mut out = scheme.map(|s| format!("{s}://")).unwrap_or_default();
-    match main.rsplit_once('@') {
-        // A path such as `/tmp/a@b.db` is not user info.
-        Some((userinfo, host)) if !userinfo.starts_with('/') => match userinfo.split_once(':') {
-            Some((user, _)) => out.push_str(&format!("{user}:***@{host}")),
-            None => out.push_str(main),
-        },
-        _ => out.push_str(main),
-    }
-    if let Some(query) = query {
-        let pieces: Vec<String> = query.split('&').map(redact_query_piece).collect();
-        out.push('?');
-        out.push_str(&pieces.join("&"));
-    }
-    out
-}
-
-/// `scheme` and the rest of `scheme://rest`, when what comes before the
-/// first `://` is a scheme by RFC 3986 (a letter, then letters, digits, `+`,
-/// `-` or `.`). Anything else is no scheme: in `app:pw@h/x?u=redis://h`
-/// the text before `://` holds a password, and must neither be quoted as
-/// an unknown scheme nor keep the password from being hidden.
-fn split_scheme(url: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-    valid.then_some((scheme, rest))
-}
-
-/// What must be %-encoded inside a query value; `:`, `/` and `@` may stay,
-/// which keeps a redacted nested URL readable.
-const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
-    .add(b' ')
-    .add(b'"')
-    .add(b'#')
-    .add(b'%')
-    .add(b'&')
-    .add(b'+')
-    .add(b'=')
-    .add(b'<')
-    .add(b'>');
-
-/// `password=x` -> `password=***`; a value holding a URL with a password gets
-/// that password hidden (and is re-encoded).
-fn redact_query_piece(piece: &str) -> String {
-    let Some((key, value)) = piece.split_once('=') else { return piece.to_owned() };
-    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
-    if decode(key).eq_ignore_ascii_case("password") {
-        return format!("{key}=***");
-    }
-    let inner = decode(value);
-    if inner.contains("://") {
-        let hidden = redact_url(&inner);
-        if hidden != inner {
-            let encoded = percent_encoding::utf8_percent_encode(&hidden, QUERY_VALUE);
-            return format!("{key}={encoded}");
-        }
-    }
-    piece.to_owned()
-}
-
 #[cfg(test)]
 #[path = "url_props.rs"]
 mod props;
@@ -214,45 +210,6 @@ mod props;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redact_url_hides_passwords_only() {
-        for (url, shown) in [
-            ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
-            ("postgres://u:p@h/db?x=1", "postgres://u:***@h/db?x=1"),
-            ("postgres://u@h/db", "postgres://u@h/db"),
-            ("etcd://u:p%40ss@h1:2379,h2:2379", "etcd://u:***@h1:2379,h2:2379"),
-            (
-                "redis+sentinel://:s3cret@s1:26379,s2:26379,s3:26379/mymaster/0?replicas=1",
-                "redis+sentinel://:***@s1:26379,s2:26379,s3:26379/mymaster/0?replicas=1",
-            ),
-            ("redis+sentinel://u:a/b@s3cret@s1,s2/m", "redis+sentinel://u:***@s1,s2/m"),
-            (
-                "redis+cluster://:s3cret@n1:7000,n2:7001?timeout_ms=9",
-                "redis+cluster://:***@n1:7000,n2:7001?timeout_ms=9",
-            ),
-            // Unencoded `/`, `@` and `:` in a password (base64 passwords have `/`).
-            ("redis://u:ab/c@d:e@h:1/0", "redis://u:***@h:1/0"),
-            ("u:s3cret@h:6379", "u:***@h:6379"),
-            ("postgres://u@h/db?sslmode=disable&password=s3cret", "postgres://u@h/db?sslmode=disable&password=***"),
-            (
-                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%3As3cret%40d%2Fdb",
-                "postgres://h/db?listen_url=postgres://u:***@d/db",
-            ),
-            (
-                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%40d%2Fdb",
-                "postgres://h/db?listen_url=postgres%3A%2F%2Fu%40d%2Fdb",
-            ),
-            ("sqlite:///tmp/a@b.db", "sqlite:///tmp/a@b.db"),
-            ("sqlite:///tmp/a:b@c.db?poll_max_ms=5", "sqlite:///tmp/a:b@c.db?poll_max_ms=5"),
-            ("/var/lib/a:b@c.db", "/var/lib/a:b@c.db"),
-            ("nonsense", "nonsense"),
-            ("", ""),
-        ] {
-            assert_eq!(redact_url(url), shown, "{url}");
-            assert!(!redact_url(url).contains("s3cret"), "{url}");
-        }
-    }
 
     /// A URL without a scheme used to be echoed whole, password included.
     #[tokio::test]

@@ -62,7 +62,7 @@ impl NaiveChain {
     async fn connect(urls: &[String]) -> Self {
         let mut stores = Vec::new();
         for u in urls {
-            stores.push(holdfast::backend::connect(u).await.expect("connect a link of the naive chain"));
+            stores.push(holdfast::stores::connect(u).await.expect("connect a link of the naive chain"));
         }
         NaiveChain { stores, held_on: Mutex::new(HashMap::new()) }
     }

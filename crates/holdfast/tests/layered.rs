@@ -102,7 +102,7 @@ async fn fast_store_restarted_without_data_grants_no_one_twice() {
     let held = a.mutex(key).ttl(Duration::from_secs(3)).acquire().await.expect("A acquires");
     // Redis without persistence: A's fast lease is gone, the authoritative one is not.
     redis.restart();
-    let fast = holdfast::backend::connect(&fast_url(&redis)).await.expect("fast store");
+    let fast = holdfast::stores::connect(&fast_url(&redis)).await.expect("fast store");
     let lock_key = LockKey::new(key).expect("key");
     assert!(fast.status(&lock_key).await.expect("status").holder.is_none(), "Redis kept its data");
     assert!(b.mutex(key).try_acquire().await.expect("try").is_none(), "B got a key A holds");
@@ -132,7 +132,7 @@ async fn authoritative_lease_lost_fires_lost_though_the_fast_lease_is_held() {
     // The authoritative lease vanishes under A (an operator, a restore):
     // renewal there says not held, while the fast lease is still A's.
     pg.psql(&format!("DELETE FROM holdfast_leases WHERE key = '{key}'"));
-    let fast = holdfast::backend::connect(&fast_url(&redis)).await.expect("fast store");
+    let fast = holdfast::stores::connect(&fast_url(&redis)).await.expect("fast store");
     let lock_key = LockKey::new(key).expect("key");
     tokio::time::timeout(Duration::from_secs(3), g.lost()).await.expect("lost() did not fire");
     assert!(fast.status(&lock_key).await.expect("status").holder.is_some(), "the fast lease was not held");
@@ -212,10 +212,10 @@ impl Backend for Counting {
 async fn contenders(redis: &RedisServer, pg: &PostgresServer, layered: bool, wait: bool, run: Duration) -> (f64, u64) {
     let (mut counters, mut clients, gauge) = (Vec::new(), Vec::new(), Arc::new(Gauge::default()));
     for _ in 0..8 {
-        let auth = Counting::new(holdfast::backend::connect(&pg.url()).await.expect("postgres"), gauge.clone());
+        let auth = Counting::new(holdfast::stores::connect(&pg.url()).await.expect("postgres"), gauge.clone());
         counters.push(auth.clone());
         let backend: Arc<dyn Backend> = if layered {
-            let fast = holdfast::backend::connect(&fast_url(redis)).await.expect("redis");
+            let fast = holdfast::stores::connect(&fast_url(redis)).await.expect("redis");
             Arc::new(Layered::new(fast, auth).expect("layered"))
         } else {
             auth

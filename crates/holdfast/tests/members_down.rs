@@ -129,7 +129,7 @@ async fn layered_builds_with_its_fast_store_down() {
     // Back again: the fast store filters again (a key held there is busy
     // for a layered try).
     fast.restart();
-    let fast_direct = holdfast::backend::connect(&redis_url(&fast)).await.expect("fast");
+    let fast_direct = holdfast::stores::connect(&redis_url(&fast)).await.expect("fast");
     let token = holdfast::OwnerToken::random();
     let req = holdfast::backend::AcquireRequest::new(
         holdfast::LockKey::new("f").expect("key"),

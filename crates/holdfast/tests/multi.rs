@@ -370,7 +370,7 @@ fn bad_input_is_refused_before_any_io() {
         let dir = tempfile::tempdir().expect("tempdir");
         let hand_built = async |file: &str, id: Option<&str>| {
             let url = format!("sqlite://{}/{file}", dir.path().display());
-            let backend = holdfast::backend::connect(&url).await.expect("open");
+            let backend = holdfast::stores::connect(&url).await.expect("open");
             let options = ClientOptions::default();
             Client::with_backend(backend, id.map_or(options.clone(), |id| options.with_store_id(id)))
         };

@@ -273,7 +273,7 @@ async fn expired_row_is_taken_over() {
     let key = LockKey::new("takeover/k").expect("key");
     let stale = OwnerToken::random();
     let req = AcquireRequest::new(key.clone(), stale, Duration::from_millis(300)).with_label("a");
-    let raw = holdfast::backend::connect(&server.url()).await.expect("raw store connection");
+    let raw = holdfast::stores::connect(&server.url()).await.expect("raw store connection");
     let first = raw.try_acquire(&req).await.expect("acquire").expect("granted");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let row = "SELECT count(*), bool_and(expires_at < clock_timestamp()) FROM holdfast_leases WHERE key = 'takeover/k'";
@@ -543,7 +543,7 @@ async fn statements_keep_the_index_after_the_table_was_analysed_empty() {
 async fn an_abandoned_renewal_is_cancelled_on_the_server() {
     let server = PostgresServer::start();
     let url = format!("{}&timeout_ms=300", server.url());
-    let store = holdfast::backend::connect(&url).await.expect("connect");
+    let store = holdfast::stores::connect(&url).await.expect("connect");
     let req = AcquireRequest::new(LockKey::new("slow-renew").unwrap(), OwnerToken::random(), Duration::from_secs(30));
     store.try_acquire(&req).await.expect("acquire").expect("free");
     // Another session locks the row for 3 s: the renewal waits on it.

@@ -61,7 +61,7 @@ async fn default_url_never_runs_another_sessions_statement_behind_a_pooler() {
     }
     first.batch_execute(&plant).await.expect("prepare the other application's statements");
     // The first server connection stays pinned by the open transaction.
-    let store = holdfast::backend::connect(&format!("{}&schema=pooled", bouncer.url())).await.expect("open");
+    let store = holdfast::stores::connect(&format!("{}&schema=pooled", bouncer.url())).await.expect("open");
     let req = request("pooled/k");
     let grant = store.try_acquire(&req).await.expect("acquire on the second server connection");
     assert!(grant.is_some());
@@ -99,7 +99,7 @@ async fn default_url_names_statements_only_on_direct_connections() {
     let server = PostgresServer::start_with_settings(&[("log_statement", "all")]);
     let bouncer = PgBouncer::start(&server);
     for (url, schema) in [(server.url(), "direct"), (bouncer.url(), "pooled")] {
-        let store = holdfast::backend::connect(&format!("{url}&schema={schema}")).await.expect("open");
+        let store = holdfast::stores::connect(&format!("{url}&schema={schema}")).await.expect("open");
         cycles(store.as_ref(), "named/k", 5).await;
     }
     let log = std::fs::read_to_string(server.dir().join(format!("pg-{}.log", std::process::id()))).expect("log");
@@ -135,7 +135,7 @@ async fn uncontended_cycle_time_by_statement_mode() {
         ("pooler, default", bouncer.url()),
         ("pooler, prepared=true", format!("{}&prepared=true", bouncer.url())),
     ] {
-        let store = holdfast::backend::connect(&url).await.expect("open");
+        let store = holdfast::stores::connect(&url).await.expect("open");
         cycles(store.as_ref(), "cycle/k", 200).await; // warm-up
         figures.push((mode, cycles(store.as_ref(), "cycle/k", 2000).await));
     }

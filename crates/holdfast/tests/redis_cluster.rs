@@ -166,7 +166,7 @@ async fn until_direct(backend: &dyn holdfast::backend::Backend, client: &Client,
 fn script_calls_go_straight_to_their_master() {
     let cluster = std::sync::Arc::new(RedisCluster::start());
     rt().block_on(async {
-        let backend = holdfast::backend::connect(&cluster.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&cluster.url()).await.expect("connect");
         let c = Client::with_backend(backend.clone(), ClientOptions::default());
         until_direct(&*backend, &c, 3).await;
         let key = "moving/direct";
@@ -334,7 +334,7 @@ fn half_moved_slot_refuses_its_locks_until_handed_over() {
 fn renews_many_leases_in_one_script_call_per_slot() {
     let cluster = RedisCluster::start();
     rt().block_on(async {
-        let backend = holdfast::backend::connect(&cluster.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&cluster.url()).await.expect("connect");
         let ttl = Duration::from_secs(60);
         let reqs: Vec<AcquireRequest> = (0..1000)
             .map(|i| AcquireRequest::new(LockKey::new(format!("many/{i}")).unwrap(), OwnerToken::random(), ttl))
@@ -417,14 +417,14 @@ fn bad_cluster_input_is_typed_and_redacted() {
             "redis+cluster://u:topsecret@127.0.0.1:1?ca_file=/x",
             "redis+cluster://u:topsecret@127.0.0.1:1,",
         ] {
-            let err = holdfast::backend::connect(url).await.expect_err(url);
+            let err = holdfast::stores::connect(url).await.expect_err(url);
             assert!(matches!(err, Error::InvalidInput { .. }), "{url}: {err}");
             assert!(!err.to_string().contains("topsecret") && !format!("{err:?}").contains("topsecret"), "{err}");
         }
         // Nothing listens: a retryable error within the timeout, no hang.
         let port = holdfast_testkit::servers::free_port();
         let started = Instant::now();
-        let err = holdfast::backend::connect(&format!("redis+cluster://u:topsecret@127.0.0.1:{port}?timeout_ms=500"))
+        let err = holdfast::stores::connect(&format!("redis+cluster://u:topsecret@127.0.0.1:{port}?timeout_ms=500"))
             .await
             .expect_err("nothing listens");
         assert!(err.is_retryable() && !err.to_string().contains("topsecret"), "{err}");
@@ -433,7 +433,7 @@ fn bad_cluster_input_is_typed_and_redacted() {
         let plain = RedisServer::start();
         let started = Instant::now();
         let url = format!("redis+cluster://127.0.0.1:{}?timeout_ms=500", plain.port());
-        let err = holdfast::backend::connect(&url).await.expect_err("not a cluster");
+        let err = holdfast::stores::connect(&url).await.expect_err("not a cluster");
         eprintln!("redis+cluster:// to a plain server: {err}");
         assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     });

@@ -68,9 +68,9 @@ async fn fences_increase_across_majorities_of_mixed_stores() {
     let dir = tempfile::tempdir().expect("tempdir");
     let redis = RedisServer::start();
     let members: Vec<Arc<dyn Backend>> = vec![
-        holdfast::backend::connect(&format!("sqlite://{}/a.db", dir.path().display())).await.expect("sqlite a"),
-        holdfast::backend::connect(&format!("sqlite://{}/b.db", dir.path().display())).await.expect("sqlite b"),
-        holdfast::backend::connect(&redis.url()).await.expect("redis"),
+        holdfast::stores::connect(&format!("sqlite://{}/a.db", dir.path().display())).await.expect("sqlite a"),
+        holdfast::stores::connect(&format!("sqlite://{}/b.db", dir.path().display())).await.expect("sqlite b"),
+        holdfast::stores::connect(&redis.url()).await.expect("redis"),
     ];
     let lock = RedLock::new(members.clone()).expect("every member raises fences");
     let c = Client::with_backend(Arc::new(lock), ClientOptions::default());
@@ -144,7 +144,7 @@ async fn a_member_restarted_without_data_lets_a_second_holder_in() {
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let url = redlock_url(&servers);
     let (a, b) = (client(&url, "a").await, client(&url, "b").await);
-    let s2: Arc<dyn Backend> = holdfast::backend::connect(&servers[2].url()).await.expect("s2");
+    let s2: Arc<dyn Backend> = holdfast::stores::connect(&servers[2].url()).await.expect("s2");
     let blocker = block(&s2, "limit").await;
     let held =
         a.mutex("limit").ttl(Duration::from_secs(30)).try_acquire().await.expect("try").expect("A gets {S0, S1}");

@@ -134,7 +134,7 @@ async fn waiter_on_a_write_locked_file_gets_the_store_error() {
     let path = dir.path().join("locks.db");
     let url = format!("sqlite://{}?busy_timeout_ms=300", path.display());
     // A holder whose lease is not renewed: it runs out in a second.
-    let holder = holdfast::backend::connect(&url).await.expect("open");
+    let holder = holdfast::stores::connect(&url).await.expect("open");
     let mut req =
         AcquireRequest::new(LockKey::new("locked/key").expect("key"), OwnerToken::random(), Duration::from_secs(1))
             .with_label("holder");

@@ -101,7 +101,7 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// Connects to the store and spawns the tasks, waiting for the start.
     pub(crate) async fn new(spec: &PartSpec) -> Result<Self> {
-        let counting = Arc::new(CountingBackend::new(holdfast::backend::connect(&spec.url).await?));
+        let counting = Arc::new(CountingBackend::new(holdfast::stores::connect(&spec.url).await?));
         let client = Client::with_backend(counting.clone(), ClientOptions::default().with_label("holdfast-bench-hot"));
         if spec.fair && !client.capabilities().fair {
             return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });

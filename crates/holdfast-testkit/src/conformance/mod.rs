@@ -82,7 +82,7 @@ impl Store {
     pub async fn backend(&self, url: &str) -> holdfast::Result<Arc<dyn Backend>> {
         match &self.in_process {
             Some(connect) => connect(url),
-            None => holdfast::backend::connect(url).await,
+            None => holdfast::stores::connect(url).await,
         }
     }
 

@@ -52,6 +52,7 @@ use async_trait::async_trait;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::ConnectFn;
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
@@ -68,30 +69,15 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// How often a continuing outage is logged again.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// Connects to the store `url` names, like [`connect`](crate::backend::connect);
-/// if that fails with a retryable error, returns a [`Deferred`] store that
-/// keeps connecting in the background and fails every call retryably until
-/// it is connected (see the [module docs](self)). For members of composites
-/// built in code ([`RedLock::new`](crate::redlock::RedLock::new),
-/// [`Layered::new`](crate::layered::Layered::new),
-/// [`Fallback::new`](crate::fallback::Fallback::new)); their `open_url`s
-/// and the composite URLs of [`Client::connect`](crate::Client::connect)
-/// connect their members this way.
-///
-/// # Errors
-///
-/// [`Error::InvalidInput`] for a malformed URL,
-/// [`Error::FeatureDisabled`] for a scheme not compiled in, and any
-/// permanent connection error, at once.
-///
-/// # Cancel safety
-///
-/// Cancel-safe: connecting takes no lock. A dropped call starts no
-/// background connection.
-pub async fn connect_or_defer(url: &str) -> Result<Arc<dyn Backend>> {
-    match crate::url::connect(url).await {
+/// Connects to the store `url` names with `connect`; if that fails with a
+/// retryable error, a [`Deferred`] store that keeps connecting in the
+/// background (with `connect`) and fails every call retryably until then.
+/// The public face, with its docs, is
+/// [`stores::connect_or_defer`](crate::stores::connect_or_defer).
+pub(crate) async fn connect_or_defer_with(url: &str, connect: ConnectFn) -> Result<Arc<dyn Backend>> {
+    match connect(url).await {
         Ok(store) => Ok(store),
-        Err(e) if e.is_retryable() => Ok(Arc::new(Deferred::start(url, e))),
+        Err(e) if e.is_retryable() => Ok(Arc::new(Deferred::start(url, e, connect))),
         Err(e) => Err(e),
     }
 }
@@ -124,9 +110,9 @@ impl fmt::Debug for Deferred {
 impl Deferred {
     /// Deferred after the connection error `first`; starts the background
     /// connection task (it ends once connected, or when this is dropped).
-    fn start(url: &str, first: Error) -> Self {
+    fn start(url: &str, first: Error, connect: ConnectFn) -> Self {
         let (store, assumed) = assumed(url);
-        let endpoint = crate::redact_url(url);
+        let endpoint = crate::url_text::redact_url(url);
         tracing::warn!(store, endpoint = %endpoint, error = %first,
             "store unreachable while its composite is built; it counts as failing and is connected in the background");
         metrics::counter!(STORE_CONNECT_ERRORS_TOTAL, "store" => store).increment(1);
@@ -138,13 +124,8 @@ impl Deferred {
             connected: OnceLock::new(),
             last_error: Mutex::new(first.to_string()),
         });
-        tokio::spawn(reconnect(Arc::downgrade(&shared), Secret::new(url)));
+        tokio::spawn(reconnect(Arc::downgrade(&shared), Secret::new(url), connect));
         Deferred { shared }
-    }
-
-    /// Whether the store has been connected.
-    pub fn is_connected(&self) -> bool {
-        self.shared.connected.get().is_some()
     }
 
     /// The connected store, or the error every call gets until then.
@@ -167,7 +148,7 @@ impl Drop for Deferred {
 
 /// Connects `url` with a doubling, jittered backoff until it answers or
 /// its [`Deferred`] is gone.
-async fn reconnect(shared: Weak<Shared>, url: Secret) {
+async fn reconnect(shared: Weak<Shared>, url: Secret, connect: ConnectFn) {
     let mut delay = RECONNECT_MIN;
     let mut warned = Instant::now();
     loop {
@@ -177,7 +158,7 @@ async fn reconnect(shared: Weak<Shared>, url: Secret) {
         if shared.strong_count() == 0 {
             return;
         }
-        let outcome = crate::url::connect(url.expose()).await;
+        let outcome = connect(url.expose()).await;
         let Some(shared) = shared.upgrade() else { return };
         match outcome {
             Ok(store) => {

@@ -66,8 +66,9 @@
 //!   next renewal at the latest). Waiters' reservations stay.
 //! - No method may block the async runtime; no method may panic on any input.
 
+mod admin;
 pub mod admission;
-pub mod deferred;
+pub(crate) mod deferred;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub(crate) mod located;
@@ -89,23 +90,19 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::admin::ForceReleased;
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
-pub use deferred::connect_or_defer;
+pub use admin::ForceReleased;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use admin::held_statuses;
+pub(crate) use deferred::connect_or_defer_with;
 
-/// Opens the store `url` names as a bare [`Backend`], for tools and
-/// composites that drive the store calls themselves. Applications use
-/// [`Client::connect`](crate::Client::connect), which adds deadlines, cancel
-/// cleanup, renewal and `lost()`.
-///
-/// # Cancel safety
-///
-/// Dropping the future leaves nothing behind: no lock is taken by connecting.
-pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
-    crate::url::connect(url).await
-}
+/// Opens the store a URL names: the registry's [`stores::connect`](crate::stores::connect),
+/// handed down to the composites (and to deferred members) so that they,
+/// standing below the registry, can open the stores their own URL lists
+/// without importing it.
+pub type ConnectFn = for<'a> fn(&'a str) -> futures::future::BoxFuture<'a, Result<Arc<dyn Backend>>>;
 
 /// What kind of lease an acquire asks for: the one lease model every
 /// primitive is built on.

@@ -45,7 +45,7 @@
 //! [`open_url`](Fallback::open_url) (and `fallback://` in
 //! [`Client::connect`](crate::Client::connect)) builds the chain while any
 //! of its stores is down: a store that cannot be reached is a
-//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! deferred ([`connect_or_defer`](crate::stores::connect_or_defer)) store, connected in the background
 //! with backoff, that fails every call retryably until it answers. An
 //! active store down at start is a failing store: the chain switches to
 //! the next after `switch_after` (plus a mode TTL), as for one that failed
@@ -106,8 +106,9 @@ use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken, check_ttl};
+use crate::lease::Horizon;
 use crate::lease::drift_margin;
-use crate::release::{Horizon, Release};
+use crate::release::Release;
 use holdings::Holdings;
 use mode::{EPOCH_SHIFT, ModeRecord};
 use steps::Waited;
@@ -225,21 +226,9 @@ impl Fallback {
         self
     }
 
-    /// Opens `fallback://[?options|]STORE_URL|STORE_URL|...`: one store per
-    /// URL, in order, the last the arbiter. Options: `mode_ttl_ms`,
-    /// `switch_after_ms`, `fail_back_after_ms` (0 never), `name`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for a malformed URL; a store's permanent
-    /// connection error (bad credentials). A store that cannot be reached is
-    /// no error (see [Stores down at start](self#stores-down-at-start)).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: connecting takes no lock.
-    pub async fn open_url(url: &str) -> Result<Self> {
-        config::open_url(url).await
+    /// [`open_url`](Self::open_url), its members opened with `connect`.
+    pub(crate) async fn open_url_with(url: &str, connect: crate::backend::ConnectFn) -> Result<Self> {
+        config::open_url(url, connect).await
     }
 
     /// The mode this client last held a mode lease under, if that lease is
@@ -452,7 +441,7 @@ fn record_key(name: &str) -> Result<LockKey> {
 }
 
 fn label() -> String {
-    crate::client::default_label()
+    crate::lock_options::default_label()
 }
 
 impl Fallback {

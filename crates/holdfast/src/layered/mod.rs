@@ -47,7 +47,7 @@
 //! [`open_url`](Layered::open_url) (and `layered://` in
 //! [`Client::connect`](crate::Client::connect)) builds the lock while
 //! either store is down: a store that cannot be reached is a
-//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! deferred ([`connect_or_defer`](crate::stores::connect_or_defer)) store, connected in the background
 //! with backoff, that fails every call retryably until it answers. A fast
 //! store down at start is therefore a failing fast store as above
 //! (acquisitions go to the authoritative store alone, which is tried again
@@ -139,25 +139,13 @@ impl Layered {
         Ok(Layered { fast, authoritative, fast_skipped_until: Mutex::new(None) })
     }
 
-    /// Opens `layered://FAST_URL|AUTH_URL`: each part a whole store URL with
-    /// its own credentials and options (`layered://redis://h:6379|postgres://u@h/db`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for a malformed URL (not exactly two parts, a
-    /// part that is a composite URL itself, an unknown option); a store's
-    /// permanent connection error (bad credentials). A store that cannot be
-    /// reached is no error (see [A store down at start](self#a-store-down-at-start)).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: connecting takes no lock.
-    pub async fn open_url(url: &str) -> Result<Self> {
+    /// [`open_url`](Self::open_url), its members opened with `connect`.
+    pub(crate) async fn open_url_with(url: &str, connect: crate::backend::ConnectFn) -> Result<Self> {
         let parsed = crate::composite_url::parse(url, "layered", KNOWN_OPTS, 2..=2)?;
-        let mut stores = parsed.connect().await?.into_iter();
+        let mut stores = parsed.connect(connect).await?.into_iter();
         match (stores.next(), stores.next()) {
             (Some(fast), Some(authoritative)) => Layered::new(fast, authoritative),
-            _ => Err(Error::invalid("url", format!("{}: expected two store URLs", crate::redact_url(url)))),
+            _ => Err(Error::invalid("url", format!("{}: expected two store URLs", crate::url_text::redact_url(url)))),
         }
     }
 

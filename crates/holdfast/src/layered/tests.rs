@@ -32,8 +32,8 @@ mod over_sqlite {
     async fn two_files() -> (tempfile::TempDir, Arc<dyn Backend>, Arc<dyn Backend>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let open = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
-        let fast = crate::url::connect(&open("fast.db")).await.expect("fast");
-        let auth = crate::url::connect(&open("auth.db")).await.expect("auth");
+        let fast = crate::stores::connect(&open("fast.db")).await.expect("fast");
+        let auth = crate::stores::connect(&open("auth.db")).await.expect("auth");
         (dir, fast, auth)
     }
 
@@ -52,9 +52,9 @@ mod over_sqlite {
         let dir = tempfile::tempdir().expect("tempdir");
         let (f, a) = (dir.path().join("f.db"), dir.path().join("a.db"));
         let url = format!("layered://sqlite://{}|sqlite://{}", f.display(), a.display());
-        let layered = crate::url::connect(&url).await.expect("layered URL");
+        let layered = crate::stores::connect(&url).await.expect("layered URL");
         assert_eq!(layered.name(), "layered");
-        let auth = crate::url::connect(&format!("sqlite://{}", a.display())).await.expect("auth");
+        let auth = crate::stores::connect(&format!("sqlite://{}", a.display())).await.expect("auth");
         // Raise the authoritative floor: the layered grant's fence comes from there.
         let key = LockKey::new("k").expect("key");
         let direct = req("k", Duration::from_secs(10));

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::backend::Grant;
+use crate::key::{LockKey, OwnerToken};
 use crate::key::{MAX_TTL, MIN_TTL};
 
 /// A TTL in the accepted range, its ends often.

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::LeaseState;
+use super::state::LeaseState;
 use crate::backend::{Backend, RenewRequest};
 use crate::metrics::{LostCause, Op, StoreCounters};
 use crate::release::Release;

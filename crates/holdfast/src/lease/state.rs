@@ -1,8 +1,5 @@
-//! Leases held by a client: the one owner of lease time. Each lease's local
-//! deadline, `lost()` and `expiring()` are here; the one renewal task per
-//! client, which renews due leases in batched calls of bounded size and, on
-//! a session-bound store, releases a lease whose deadline passed unrenewed,
-//! is in [`renewer`].
+//! One lease as the client sees it: its local deadline, `lost()` and
+//! `expiring()`, and the horizon after which releasing it no longer matters.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -13,13 +10,6 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Grant;
 use crate::key::{LockKey, OwnerToken};
 use crate::metrics::{Accounted, KeyMetrics, LostCause};
-use crate::release::Horizon;
-
-#[cfg(test)]
-mod drift_props;
-mod renewer;
-
-pub(crate) use renewer::Renewer;
 
 /// The margin by which the client's view of a lease ends before the store's:
 /// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.
@@ -102,7 +92,7 @@ impl LeaseState {
     }
 
     /// Extends the local deadline after a renewal whose request left at `sent`.
-    fn extended(&self, sent: Instant) {
+    pub(super) fn extended(&self, sent: Instant) {
         let mut vu = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
         let vouched = sent + self.valid_for - drift_margin(self.valid_for);
         *vu = (*vu).max(self.ends_by.map_or(vouched, |end| vouched.min(end)));
@@ -197,6 +187,37 @@ impl LeaseState {
                     }
                 }
             }
+        }
+    }
+}
+
+/// After when a release no longer matters, because the store has let the
+/// grant go by itself.
+#[derive(Debug, Clone)]
+pub(crate) enum Horizon {
+    /// The store expires the grant by this instant (its TTL, plus drift).
+    At(Instant),
+    /// The grant lives on a store session; it goes when the session ends.
+    Session(CancellationToken),
+    /// Unknown (an abandoned attempt on a session-bound store): the store's
+    /// release reports `Ok(false)` once the grant cannot exist any more.
+    Unknown,
+}
+
+impl Horizon {
+    pub(crate) fn passed(&self) -> bool {
+        match self {
+            Horizon::At(t) => Instant::now() >= *t,
+            Horizon::Session(s) => s.is_cancelled(),
+            Horizon::Unknown => false,
+        }
+    }
+
+    pub(crate) async fn reached(&self) {
+        match self {
+            Horizon::At(t) => tokio::time::sleep_until(*t).await,
+            Horizon::Session(s) => s.cancelled().await,
+            Horizon::Unknown => std::future::pending().await,
         }
     }
 }

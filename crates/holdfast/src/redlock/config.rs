@@ -12,7 +12,7 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_millis(250);
 /// `call_timeout_ms`), and that call timeout if given.
 #[cfg_attr(not(feature = "redlock"), allow(dead_code))]
 pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<crate::Secret>, Option<Duration>)> {
-    let bad = |why: &str| crate::Error::invalid("url", format!("{}: {why}", crate::redact_url(url)));
+    let bad = |why: &str| crate::Error::invalid("url", format!("{}: {why}", crate::url_text::redact_url(url)));
     let rest = match url.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redlock") => rest,
         _ => return Err(bad("expected redlock://host:port,host:port,...")),
@@ -70,11 +70,13 @@ pub(super) fn member_urls(url: &str) -> crate::Result<(Vec<crate::Secret>, Optio
 }
 
 #[cfg(feature = "redlock")]
-pub(super) async fn open_url(url: &str) -> crate::Result<super::RedLock> {
+pub(super) async fn open_url(url: &str, connect: crate::backend::ConnectFn) -> crate::Result<super::RedLock> {
     let (urls, call_timeout) = member_urls(url)?;
     // A member that cannot be reached counts as a failed vote until its
     // background connection succeeds: a majority grants meanwhile.
-    let opened = futures::future::join_all(urls.iter().map(|u| crate::backend::connect_or_defer(u.expose()))).await;
+    let opened =
+        futures::future::join_all(urls.iter().map(|u| crate::backend::connect_or_defer_with(u.expose(), connect)))
+            .await;
     let members = opened.into_iter().collect::<crate::Result<Vec<_>>>()?;
     let lock = super::RedLock::new(members)?;
     Ok(match call_timeout {

@@ -36,13 +36,13 @@
 //! [`open_url`](RedLock::open_url) (and `redlock://` in
 //! [`Client::connect`](crate::Client::connect)) builds the lock while
 //! members are down: a member that cannot be reached is a
-//! [`Deferred`](crate::backend::deferred) store, connected in the background
+//! deferred ([`connect_or_defer`](crate::stores::connect_or_defer)) store, connected in the background
 //! with backoff, that counts as a failed vote until it answers (so a
 //! majority of the others grants meanwhile). With every member down the lock
 //! still builds, as a Redisson or Curator client does, and every call fails
 //! with a retryable store error naming the member until a majority answers.
 //! A malformed URL fails at once. For members built in code, connect them
-//! with [`connect_or_defer`](crate::backend::connect_or_defer).
+//! with [`connect_or_defer`](crate::stores::connect_or_defer).
 //!
 //! # `try_acquire` under contention
 //!
@@ -157,23 +157,10 @@ impl RedLock {
         self.members.majority()
     }
 
-    /// Opens `redlock://host:port,host:port,...[?options]`: one Redis member
-    /// per address, with the options every Redis URL takes, plus
-    /// `call_timeout_ms`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidInput`] for a malformed URL, or a member's permanent
-    /// connection error (bad credentials). A member that cannot be reached
-    /// is no error: it counts as a failed vote and is connected in the
-    /// background (see [Members down at start](self#members-down-at-start)).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: connecting takes no lock.
+    /// [`open_url`](Self::open_url), its members opened with `connect`.
     #[cfg(feature = "redlock")]
-    pub async fn open_url(url: &str) -> Result<Self> {
-        config::open_url(url).await
+    pub(crate) async fn open_url_with(url: &str, connect: crate::backend::ConnectFn) -> Result<Self> {
+        config::open_url(url, connect).await
     }
 
     /// A request like `req` under the round token `round`.

@@ -12,8 +12,9 @@ use tokio::time::{Instant, timeout};
 use crate::backend::{AcquireRequest, Backend, Grant};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
+use crate::lease::Horizon;
 use crate::lease::drift_margin;
-use crate::release::{Horizon, Release};
+use crate::release::Release;
 
 /// One member's grant in a round.
 #[derive(Debug)]

@@ -35,7 +35,7 @@ fn rt() -> tokio::runtime::Runtime {
 fn inputs_against(url: &str, store: &str, default_cases: u32) {
     let rt = rt();
     let backend: Arc<dyn Backend> =
-        rt.block_on(holdfast::backend::connect(url)).unwrap_or_else(|e| panic!("connect {store}: {e}"));
+        rt.block_on(holdfast::stores::connect(url)).unwrap_or_else(|e| panic!("connect {store}: {e}"));
     inputs::run(&rt, &backend, cases(default_cases), store);
 }
 

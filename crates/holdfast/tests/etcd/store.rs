@@ -1,4 +1,4 @@
-//! The raw store calls (`holdfast::backend::connect`), as the client's
+//! The raw store calls (`holdfast::stores::connect`), as the client's
 //! background release and renewal see them.
 
 use holdfast::backend::{AcquireRequest, RenewRequest};
@@ -23,7 +23,7 @@ fn failed_release_keeps_the_grant_for_its_retry() {
     let url = format!("{}?timeout_ms=1000", server.url());
     let member = &server.members[0];
     rt().block_on(async {
-        let store = holdfast::backend::connect(&url).await.expect("connect");
+        let store = holdfast::stores::connect(&url).await.expect("connect");
         let req = request("raw-release");
         store.try_acquire(&req).await.expect("try").expect("granted");
         member.pause();
@@ -48,7 +48,7 @@ fn grant_of_a_revoked_session_is_gone_for_renew_and_release() {
     let server = EtcdCluster::start();
     let url = server.url();
     rt().block_on(async {
-        let store = holdfast::backend::connect(&url).await.expect("connect");
+        let store = holdfast::stores::connect(&url).await.expect("connect");
         let req = request("raw-revoked");
         let grant = store.try_acquire(&req).await.expect("try").expect("granted");
         assert_eq!(store.renew(&[renewal(&req)]).await.expect("renew"), vec![true]);

@@ -83,7 +83,7 @@ async fn a_fence_floor_raised_by_another_tenant_moves_no_chain() {
     let held = request(&key);
     first.try_acquire(&held).await.expect("try_acquire").expect("granted K on Redis");
 
-    let plain = holdfast::backend::connect(&arbiter).await.expect("the arbiter as a plain store");
+    let plain = holdfast::stores::connect(&arbiter).await.expect("the arbiter as a plain store");
     let other = LockKey::new("someone/else").expect("key");
     for floor in [(1u64 << 52) | (1 << 44), (3u64 << 52) | (7 << 44)] {
         let r = request(&other);

@@ -105,7 +105,7 @@ pub fn scenario_counts_what_happened(url: &str, store: &'static str) {
             .acquire()
             .await
             .expect("acquire m:d");
-        let raw = holdfast::backend::connect(url).await.expect("raw backend");
+        let raw = holdfast::stores::connect(url).await.expect("raw backend");
         assert!(raw.release(&LockKey::new("m:d").expect("key"), doomed.token()).await.expect("kill"));
         tokio::time::timeout(Duration::from_secs(3), doomed.lost()).await.expect("lost() fired");
         assert!(matches!(doomed.release().await, Err(Error::Lost { .. })));

@@ -77,7 +77,7 @@ pub fn exercise(url: &str, secrets: &[&str]) -> bool {
                 }
                 Err(e) => shown.push_str(&error_text(&e)),
             }
-            match holdfast::backend::connect(url).await {
+            match holdfast::stores::connect(url).await {
                 Ok(backend) => shown.push_str(&format!("{backend:?}\n{backend:#?}\n")),
                 Err(e) => shown.push_str(&error_text(&e)),
             }

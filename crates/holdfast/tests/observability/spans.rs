@@ -132,8 +132,7 @@ pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
     let _default = tracing::subscriber::set_default(rec.subscriber());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let fence = rt.block_on(async {
-        let backend: Arc<dyn Backend> =
-            Arc::new(SpanningStore(holdfast::backend::connect(url).await.expect("connect")));
+        let backend: Arc<dyn Backend> = Arc::new(SpanningStore(holdfast::stores::connect(url).await.expect("connect")));
         let client = Client::with_backend(backend, ClientOptions::default());
         let g = client
             .mutex("sp:k")

@@ -1,5 +1,5 @@
 //! Lost replies and clock trouble, through the raw store calls
-//! (`holdfast::backend::connect`): a retried acquire, a re-sent release, a
+//! (`holdfast::stores::connect`): a retried acquire, a re-sent release, a
 //! fence kept past a lease that expired, and what one uncontended
 //! acquisition costs the server.
 
@@ -68,7 +68,7 @@ async fn set_last_fence(conn: &mut redis::aio::MultiplexedConnection, key: &str,
 fn retried_acquire_extends_the_lease_to_its_ttl() {
     let server = RedisServer::start();
     rt().block_on(async {
-        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&server.url()).await.expect("connect");
         let ttl = Duration::from_millis(1000);
         let conn = raw(&server).await;
         let runs = [(false, false), (true, false), (false, true), (true, true)].map(|(wait, fair)| {
@@ -103,7 +103,7 @@ fn retried_acquire_extends_the_lease_to_its_ttl() {
 fn a_release_repeated_by_the_same_token_says_not_held() {
     let server = RedisServer::start();
     rt().block_on(async {
-        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&server.url()).await.expect("connect");
         let ttl = Duration::from_secs(10);
 
         let req = request("release/twice", OwnerToken::random(), ttl, false, false);
@@ -157,7 +157,7 @@ async fn wait_for_waiters(backend: &dyn Backend, key: &LockKey, n: u64) {
 fn fence_outlives_an_expired_lease() {
     let server = RedisServer::start();
     rt().block_on(async {
-        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&server.url()).await.expect("connect");
         let mut conn = raw(&server).await;
         let ttl = Duration::from_millis(300);
         let key = "fence/expired";
@@ -180,7 +180,7 @@ fn fence_outlives_a_long_renewed_lease() {
     let server = RedisServer::start();
     rt().block_on(async {
         let url = format!("{}?fence_keep_ms=1000", server.url());
-        let backend = holdfast::backend::connect(&url).await.expect("connect");
+        let backend = holdfast::stores::connect(&url).await.expect("connect");
         let mut conn = raw(&server).await;
         // Renewed every 100 ms for 2.5 s: long past the hash's first expiry
         // (grant + ttl + 1.5 keep = 2 s) unless renewals move it.
@@ -260,7 +260,7 @@ fn uncontended_acquire_and_release_command_count() {
         }
         // Renewal: one script call per batch, two commands per lease inside
         // it (before: the same two), plus one TIME per batch.
-        let backend = holdfast::backend::connect(&server.url()).await.expect("connect");
+        let backend = holdfast::stores::connect(&server.url()).await.expect("connect");
         let ttl = Duration::from_secs(30);
         let mut leases = Vec::new();
         for i in 0..100 {
@@ -289,7 +289,7 @@ fn a_release_resent_after_a_lost_connection_says_released() {
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
     rt().block_on(async {
         let backend =
-            holdfast::backend::connect(&format!("redis://{}?timeout_ms=10000", proxy.addr())).await.expect("connect");
+            holdfast::stores::connect(&format!("redis://{}?timeout_ms=10000", proxy.addr())).await.expect("connect");
         let req = request("release/resent", OwnerToken::random(), Duration::from_secs(30), false, false);
         attempt(&*backend, &req).await.expect("acquire").expect("granted");
         proxy.drop_replies();

@@ -44,7 +44,7 @@ fn wait_after_a_reconnect_does_not_confirm_a_grant() {
         attach_replica(&master, &replica, &link).await;
         link.blackhole();
         let url = format!("redis://{}?replicas=1&replicas_timeout_ms=200&timeout_ms=2000", commands.addr());
-        let backend = holdfast::backend::connect(&url).await.expect("connect");
+        let backend = holdfast::stores::connect(&url).await.expect("connect");
         let mut confirmed = Vec::new();
         for i in 0..20 {
             let key = LockKey::new(format!("replicas/reconnect/{i}")).expect("key");

@@ -6,7 +6,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 
 use super::Shared;
 use super::ops::{self, Entry};
-use crate::admin::ForceReleased;
+use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::backend::admission::holding_in_queue;
 use crate::error::{Error, Result};

@@ -80,7 +80,7 @@ impl EtcdConfig {
         if authority.contains('/') {
             return Err(bad(format!(
                 "an etcd URL has no path; use the prefix option for a namespace{}",
-                crate::url::slash_hint(url)
+                crate::url_text::slash_hint(url)
             )));
         }
         let (userinfo, hosts) = match authority.rsplit_once('@') {

@@ -7,7 +7,7 @@ use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
-use crate::admin::ForceReleased;
+use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::error::Result;
 use crate::key::LockKey;
@@ -33,7 +33,7 @@ impl MysqlBackend {
                 conn.exec(sql.as_str(), (p, p.len() as u64, p)).await
             })
             .await?;
-        crate::admin::held_statuses(self, keys.into_iter().filter_map(|k| String::from_utf8(k).ok())).await
+        crate::backend::held_statuses(self, keys.into_iter().filter_map(|k| String::from_utf8(k).ok())).await
     }
 
     /// One transaction: the namespace's fence counter locked first (as every

@@ -8,7 +8,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::error::map_err;
 use super::shares::GATE;
-use crate::admin::ForceReleased;
+use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::error::Result;
 use crate::key::LockKey;
@@ -32,7 +32,7 @@ impl PostgresBackend {
             .transaction("list", async |c| c.query_typed(&sql, &[(&prefix, Type::TEXT)]).await.map_err(map_err))
             .await?;
         let keys = rows.iter().map(|row| row.try_get::<_, String>(0).map_err(map_err)).collect::<Result<Vec<_>>>()?;
-        crate::admin::held_statuses(self, keys).await
+        crate::backend::held_statuses(self, keys).await
     }
 
     /// One transaction: the key's lease row locked (as every shared acquire

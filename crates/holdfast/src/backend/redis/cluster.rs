@@ -18,7 +18,7 @@ use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion};
 
 use crate::Secret;
 use crate::error::{Error, Result};
-use crate::url::redact_url;
+use crate::url_text::redact_url;
 
 use super::config::RedisConfig;
 use super::map_err;

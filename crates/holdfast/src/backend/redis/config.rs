@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::Secret;
 use crate::error::{Error, Result};
-use crate::url::redact_url;
 use crate::url_options::{Opt, UrlOptions};
+use crate::url_text::redact_url;
 use crate::wait::PollBounds;
 
 use super::cluster::{self, ClusterSettings};
@@ -160,7 +160,7 @@ impl RedisConfig {
             return Self::with_options(Secret::new(main), false, Some(settings), &opts);
         }
         let mut parsed = url::Url::parse(url)
-            .map_err(|e| bad(format!("{}: {e}{}", redact_url(url), crate::url::slash_hint(url))))?;
+            .map_err(|e| bad(format!("{}: {e}{}", redact_url(url), crate::url_text::slash_hint(url))))?;
         let tls = match parsed.scheme() {
             "redis" => false,
             "rediss" => true,

@@ -331,10 +331,9 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
     }
     let push_config = base.clone().set_push_sender(push).set_automatic_resubscription();
     let Some(settings) = &config.sentinel else {
-        let info =
-            config.server_url.expose().into_connection_info().map_err(|e| {
-                Error::invalid("url", format!("{}: {e}", crate::redact_url(config.server_url.expose())))
-            })?;
+        let info = config.server_url.expose().into_connection_info().map_err(|e| {
+            Error::invalid("url", format!("{}: {e}", crate::url_text::redact_url(config.server_url.expose())))
+        })?;
         let push_settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
         let push_info = info.clone().set_redis_settings(push_settings);
         return Ok(Links {

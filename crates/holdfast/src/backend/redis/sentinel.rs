@@ -12,8 +12,8 @@ use redis::{ConnectionAddr, IntoConnectionInfo, ProtocolVersion, RedisConnection
 
 use crate::Secret;
 use crate::error::{Error, Result};
-use crate::url::redact_url;
 use crate::url_options::percent_decode;
+use crate::url_text::redact_url;
 
 /// The scheme of Sentinel URLs.
 pub(super) const SCHEME: &str = "redis+sentinel";

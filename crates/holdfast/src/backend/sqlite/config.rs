@@ -48,7 +48,7 @@ impl SqliteConfig {
     /// `sqlite:///abs/path.db` is absolute, `sqlite://rel/path.db` relative.
     pub fn from_url(url: &str) -> Result<Self> {
         let rest = url.strip_prefix("sqlite://").ok_or_else(|| {
-            Error::invalid("url", format!("{:?} is not a sqlite:// URL", crate::url::redact_url(url)))
+            Error::invalid("url", format!("{:?} is not a sqlite:// URL", crate::url_text::redact_url(url)))
         })?;
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {

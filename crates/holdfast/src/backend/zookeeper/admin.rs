@@ -6,7 +6,7 @@ use zookeeper_client as zk;
 
 use super::ops::path_of;
 use super::{ZkBackend, map_err, nodes, timed};
-use crate::admin::ForceReleased;
+use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::backend::admission::holding_in_queue;
 use crate::error::Result;

@@ -1,0 +1,15 @@
+//! Leases held by a client: the one owner of lease time. Each lease's local
+//! deadline, `lost()` and `expiring()` are in [`state`]; the one renewal task
+//! per client, which renews due leases in batched calls of bounded size and,
+//! on a session-bound store, releases a lease whose deadline passed
+//! unrenewed, is in [`renewer`]. The renewer stands on releasing
+//! (`crate::release`), which stands on [`state`] alone: no circle.
+
+#[cfg(test)]
+mod drift_props;
+mod renewer;
+pub(crate) mod state;
+
+pub(crate) use renewer::Renewer;
+pub use state::drift_margin;
+pub(crate) use state::{Horizon, LeaseState};
