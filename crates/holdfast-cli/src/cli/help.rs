@@ -20,7 +20,7 @@ With --spawn STORE (verify starts the server on loopback), server faults too:
             store's documented weakness and does not fail the run.
     leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
             member is started again after one TTL; ZooKeeper's leader is killed once per run
-            (the testkit cannot start a member again; two members keep the quorum).
+            (verify cannot start a ZooKeeper member again; two members keep the quorum).
     partition  the holder keeps running but its traffic to the store stops (each worker
             reaches the server through a fault proxy of its own; this one blackholes for
             1.5 x the store's lease + 200ms, then drops the stuck connections and heals).

@@ -16,10 +16,12 @@ fn start() -> Record {
         workers: 2,
         faults: vec![FaultKind::Kill, FaultKind::Pause],
         restart_keeps_state: None,
+        primitive: Default::default(),
+        permits: 0,
     }
 }
 fn grant(t: Micros, lane: u32, fence: u64) -> Record {
-    Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000 }
+    Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000, hold: Default::default() }
 }
 fn release(t: Micros, lane: u32, fence: u64) -> Record {
     Record::Release { t, lane, pid: 100 + lane, fence, deadline: t + TTL }
@@ -231,6 +233,8 @@ fn the_expiry_bound_follows_the_store_lease() {
             workers: 2,
             faults: vec![],
             restart_keeps_state: None,
+            primitive: Default::default(),
+            permits: 0,
         },
     );
     assert!(check(&h).ok(), "{:?}", check(&h).violations);
