@@ -1,13 +1,15 @@
 //! `holdfast verify`: checks a store's guarantees under faults.
 //!
 //! W worker processes (this binary, re-run as `holdfast __verify-worker`)
-//! loop acquire, critical section, release on one key through the library.
-//! In the critical section they write to a fenced register that this
-//! process serves on loopback ([`register`]). Meanwhile [`faults`] kills and
-//! pauses holders. Every grant, write, `lost()`, release, error and fault
-//! goes into one history on one clock ([`clock`], [`record`]), appended to
-//! `history.jsonl`; [`check`] reads it back and [`report`] and [`html`]
-//! show what it found.
+//! loop acquire, critical section, release on one key through the library,
+//! on the primitive `--primitive` names (the `held` module hides which).
+//! In the critical section exclusive holders write to a fenced register
+//! that this process serves on loopback ([`register`]). Meanwhile the
+//! `faults` module kills and pauses holders. Every grant, write, `lost()`,
+//! release, error and fault goes into one history on one clock ([`clock`],
+//! [`record`]), appended to `history.jsonl`; [`check`] reads it back (the
+//! primitive's property by `holdfast_verify::properties`) and [`report`]
+//! and [`html`] show what it found; [`progress`] shows the run on a terminal.
 
 pub mod check;
 pub mod clock;

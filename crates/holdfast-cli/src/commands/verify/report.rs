@@ -17,7 +17,9 @@ pub fn ms(us: Micros) -> String {
         let s = format!("{x:.places$}");
         if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
     };
-    if us < 1_000 {
+    if us == 0 {
+        "0 s".to_owned()
+    } else if us < 1_000 {
         format!("{sign}{us} µs")
     } else if us < 10_000 {
         format!("{sign}{} ms", trimmed(us as f64 / 1e3, 1))
