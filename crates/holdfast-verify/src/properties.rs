@@ -83,7 +83,7 @@ impl Property {
             Property::Mutex => "fencing: fences strictly increase",
             Property::Election => "terms increase: each leader's term (fence) above every earlier one's",
             Property::Semaphore { .. } | Property::RwLock => {
-                "fencing: fences never repeat and increase in grant order (shared grants held together may begin in either order)"
+                "fencing: fences never repeat and increase in grant order (two shared grants may be answered in either order)"
             }
         }
     }
@@ -195,8 +195,9 @@ pub fn exclusion(property: Property, held: &[Held]) -> Vec<Breach> {
 
 /// Every fence (term) that repeated or went backwards, in start order: a
 /// fence is never another grant's, and each grant's fence is above every
-/// earlier-started grant's, except that shared grants held together (two
-/// readers, two permits) may begin in either order.
+/// earlier-started grant's, except between two shared grants (readers,
+/// permits), which the store may grant together and whose replies may come
+/// back in either order.
 pub fn fences(held: &[Held]) -> Vec<Breach> {
     let order = by_start(held);
     let mut found = Vec::new();
@@ -204,8 +205,11 @@ pub fn fences(held: &[Held]) -> Vec<Breach> {
         let b = &held[i];
         let earlier = order[..k].iter().copied().filter(|&j| {
             let a = &held[j];
-            let together = !a.hold.is_exclusive() && !b.hold.is_exclusive() && a.end > b.start;
-            a.fence == b.fence || (a.fence > b.fence && !together)
+            // Two shared grants' replies may come back in either order (the
+            // store may grant both at once; a slow reply returns after the
+            // other holder is gone), so only a repeat between them is a breach.
+            let both_shared = !a.hold.is_exclusive() && !b.hold.is_exclusive();
+            a.fence == b.fence || (a.fence > b.fence && !both_shared)
         });
         // The highest such fence names the breach; one breach per grant.
         if let Some(j) = earlier.max_by_key(|&j| (held[j].fence, held[j].start)) {

@@ -83,8 +83,9 @@ fn an_election_has_one_leader_at_a_time_and_increasing_terms() {
     assert!(found[0].what.contains("repeats"), "{}", found[0].what);
 }
 
-/// Shared grants held together may begin in either order; any grant after
-/// one it did not overlap, and after any exclusive one, has a higher fence;
+/// Shared grants may begin in either order (granted together, or a slow
+/// reply that returns after the other holder is gone); a grant after an
+/// exclusive one, and an exclusive one after anything, has a higher fence;
 /// a repeat is always a breach.
 #[test]
 fn shared_fences_may_interleave_but_never_repeat_or_pass_a_writer() {
@@ -95,8 +96,8 @@ fn shared_fences_may_interleave_but_never_repeat_or_pass_a_writer() {
     assert_eq!(rules(&fences(&below_writer)), vec![Rule::Fencing]);
     let writer_below_reader = [held(1, 5, r, 0, 100), held(2, 4, w, 150, 300)];
     assert_eq!(rules(&fences(&writer_below_reader)), vec![Rule::Fencing]);
-    let after_a_reader_it_missed = [held(1, 5, r, 0, 100), held(2, 4, r, 150, 300)];
-    assert_eq!(rules(&fences(&after_a_reader_it_missed)), vec![Rule::Fencing]);
+    let slow_reply = [held(1, 5, r, 0, 100), held(2, 4, r, 150, 300)];
+    assert!(fences(&slow_reply).is_empty());
     let repeated = [held(1, 5, Hold::Permits(1), 0, 300), held(2, 5, Hold::Permits(1), 10, 300)];
     assert_eq!(rules(&fences(&repeated)), vec![Rule::Fencing]);
 }
