@@ -117,8 +117,24 @@ impl fmt::Display for Breach {
     }
 }
 
+/// A time for people: `750 µs`, `1.5 ms`, `988 ms`, `1.5 s`, `10 s`.
+pub fn human(d: Duration) -> String {
+    let us = d.as_micros();
+    let trimmed = |x: f64, places: usize| {
+        let s = format!("{x:.places$}");
+        if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
+    };
+    match us {
+        0 => "0 s".to_owned(),
+        1..1_000 => format!("{us} µs"),
+        1_000..10_000 => format!("{} ms", trimmed(us as f64 / 1e3, 1)),
+        10_000..1_000_000 => format!("{} ms", (us as f64 / 1e3).round()),
+        _ => format!("{} s", trimmed(us as f64 / 1e6, 2)),
+    }
+}
+
 fn ms(d: Duration) -> String {
-    format!("{:.1}ms", d.as_secs_f64() * 1e3)
+    human(d)
 }
 
 fn describe(h: &Held) -> String {
@@ -127,7 +143,7 @@ fn describe(h: &Held) -> String {
         Hold::Read => " (reader)".to_owned(),
         Hold::Permits(n) => format!(" ({n} permit{})", if n == 1 { "" } else { "s" }),
     };
-    format!("holder {} fence {}{what} believed {}..{}", h.holder, h.fence, ms(h.start), ms(h.end))
+    format!("holder {} fence {}{what} believed {} to {}", h.holder, h.fence, ms(h.start), ms(h.end))
 }
 
 /// Indices of `held` in start order (then fence), which both rules walk.

@@ -111,6 +111,22 @@ fn empty_beliefs_are_not_grants() {
 }
 
 #[test]
+fn times_read_in_the_unit_that_fits() {
+    let us = Duration::from_micros;
+    let cases = [
+        (0, "0 s"),
+        (750, "750 µs"),
+        (1_500, "1.5 ms"),
+        (250_000, "250 ms"),
+        (1_500_000, "1.5 s"),
+        (10_000_000, "10 s"),
+    ];
+    for (n, shown) in cases {
+        assert_eq!(human(us(n)), shown);
+    }
+}
+
+#[test]
 fn the_properties_read_as_words() {
     assert!(Property::Semaphore { permits: 3 }.exclusion().contains("never more than 3 permits"));
     assert!(Property::RwLock.exclusion().contains("a writer holds alone"));

@@ -62,7 +62,7 @@ fn a_double_grant_is_reported() {
     let f = check(&h);
     assert_eq!(guarantees_broken(&f), vec!["exclusion"]);
     assert_eq!(f.total().double_grants, 1);
-    assert!(f.violations[0].what.contains("overlap 200.0ms"), "{}", f.violations[0].what);
+    assert!(f.violations[0].what.contains("overlap 200 ms"), "{}", f.violations[0].what);
 }
 
 #[test]

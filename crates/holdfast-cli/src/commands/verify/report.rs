@@ -12,22 +12,8 @@ use super::record::{Micros, Record};
 /// A duration for people, in the unit that reads best: `750 µs`, `1.5 ms`,
 /// `988 ms`, `1.5 s`, `10 s` (never `10000ms`).
 pub fn ms(us: Micros) -> String {
-    let (sign, us) = (if us < 0 { "-" } else { "" }, us.unsigned_abs());
-    let trimmed = |x: f64, places: usize| {
-        let s = format!("{x:.places$}");
-        if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
-    };
-    if us == 0 {
-        "0 s".to_owned()
-    } else if us < 1_000 {
-        format!("{sign}{us} µs")
-    } else if us < 10_000 {
-        format!("{sign}{} ms", trimmed(us as f64 / 1e3, 1))
-    } else if us < 1_000_000 {
-        format!("{sign}{} ms", (us as f64 / 1e3).round())
-    } else {
-        format!("{sign}{} s", trimmed(us as f64 / 1e6, 2))
-    }
+    let shown = holdfast_verify::properties::human(std::time::Duration::from_micros(us.unsigned_abs()));
+    if us < 0 { format!("-{shown}") } else { shown }
 }
 
 /// The guarantees and whether each held: (name, ok, detail). The first two

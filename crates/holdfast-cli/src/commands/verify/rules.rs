@@ -8,11 +8,8 @@ use holdfast_verify::properties::{self, Breach, Held};
 
 use super::findings::{Attribution, EndCause, FREE_BOUND, Findings, Violation};
 use super::record::{Micros, Phase, Record};
+use super::report::ms;
 use crate::cli::FaultKind;
-
-fn ms(us: Micros) -> String {
-    format!("{:.1}ms", us as f64 / 1000.0)
-}
 
 /// The beliefs as the property checker takes them (times from the run's start).
 fn held(f: &Findings) -> Vec<Held> {
