@@ -5,6 +5,9 @@
 //!   writes) and the one checker of it (exclusion, fencing, no stale write
 //!   accepted, `lost()` first); the simulation in `holdfast-testkit` checks
 //!   its runs with it too;
+//! - [`properties`]: the property each primitive promises (mutex,
+//!   semaphore, read-write lock, election), checked over the intervals its
+//!   holders believed they held; `holdfast verify` judges its runs with it;
 //! - [`witness`]: a witness of critical sections on the local file system,
 //!   which sees two holders inside at once, a fence that did not increase and
 //!   an oversold counter;
@@ -23,6 +26,7 @@
 //! tests.
 
 pub mod history;
+pub mod properties;
 pub mod proxy;
 pub mod servers;
 pub mod witness;

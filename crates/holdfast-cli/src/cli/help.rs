@@ -20,7 +20,7 @@ With --spawn STORE (verify starts the server on loopback), server faults too:
             store's documented weakness and does not fail the run.
     leader  SIGKILL the leader of a 3-member ensemble (--spawn etcd3 | zookeeper3); an etcd
             member is started again after one TTL; ZooKeeper's leader is killed once per run
-            (the testkit cannot start a member again; two members keep the quorum).
+            (verify cannot start a ZooKeeper member again; two members keep the quorum).
     partition  the holder keeps running but its traffic to the store stops (each worker
             reaches the server through a fault proxy of its own; this one blackholes for
             1.5 x the store's lease + 200ms, then drops the stuck connections and heals).
@@ -31,13 +31,24 @@ All times are CLOCK_MONOTONIC, one clock for every process on the machine: each 
 timed by the process that saw it (a worker for its grants, lost() and releases; the parent
 for faults and the register's decisions), so a paused worker's events keep their true times.
 
+Primitives (--primitive): mutex (never two holders); semaphore (--permits N, default 2; grants
+of 1 or 2 permits; never more than N permits' weight held at once); rwlock (a third of the grants
+write, the rest read; a writer holds alone, readers share); election (campaign, resign, lose;
+at most one leader at a time, terms increasing). Exclusive holders (mutex, writers, leaders) write
+to the register; shared ones (readers, permits) check their lease instead.
+
+While it runs, a progress line on stderr when stderr is a terminal (nothing otherwise).
+Findings within a documented weakness of the store (a restart without persistence) are counted
+apart, named in each row, and do not fail the run.
+
 Output (--out DIR, default a new temp dir, kept): history.jsonl, report.txt, report.html.
 Exit: 0 every guarantee held; 1 a guarantee broke (the report says which, with the events
 around it); 64 usage; 69 the store is unreachable.
 
 Examples:
     holdfast verify --backend redis://127.0.0.1:6379 --workers 4 --duration 60s --ttl 2s --faults kill,pause
-    holdfast verify --backend sqlite:///tmp/v.db --duration 10s --ttl 1s --faults kill,pause,slow --out ./v";
+    holdfast verify --backend sqlite:///tmp/v.db --duration 10s --ttl 1s --faults kill,pause,slow --out ./v
+    holdfast verify --backend redis://127.0.0.1:6379 --primitive semaphore --permits 3";
 
 pub(super) const RUN_HELP: &str = "\
 CMD runs with HOLDFAST_KEY (the key) and HOLDFAST_FENCE (the grant's fencing token) set.

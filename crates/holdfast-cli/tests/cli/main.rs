@@ -18,6 +18,7 @@ mod shared;
 mod status;
 mod terminal;
 mod verify;
+mod verify_ui;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -84,6 +84,13 @@ fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
     );
     assert!(dom.contains(&format!("<td class=\"grants\">{grants}</td>")), "{dom}");
     assert!(dom.contains("ok: every guarantee held"), "{dom}");
+    // The primitive and its property named; the axis in s/ms; every mark explained.
+    assert!(
+        stdout.contains("primitive          mutex\nproperty           exclusion: never two holders at once"),
+        "{stdout}"
+    );
+    assert!(dom.contains("mutex: exclusion: never two holders at once"), "{dom}");
+    crate::verify_ui::check_axis_and_legend(&dom);
     // Zoom: the page opened at 4x draws the same timeline four times as wide.
     let width = |dom: &str| -> f64 {
         let at = dom.find("<svg width=\"").unwrap_or_else(|| panic!("no svg: {dom}")) + 12;
@@ -103,7 +110,7 @@ fn verify_sqlite_kill_and_pause_and_the_html_report_renders() {
 }
 
 /// Runs headless Chromium with `args`; a missing browser fails with the install command.
-fn chromium(args: &[&str]) -> std::process::Output {
+pub fn chromium(args: &[&str]) -> std::process::Output {
     let out = std::process::Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"])
         .args(args)
@@ -145,7 +152,7 @@ fn verify_etcd_kill_and_pause() {
     // Pauses outlast the 2 s lease: 3.2 s, so the run is longer.
     let run = ["--duration", "10s", "--ttl", "1s", "--faults", "pause,kill"];
     let stdout = verify_ok_with(&env, "etcd", &["--backend", &server.url()], &run, &env.path("out"));
-    assert!(stdout.contains("store lease        2000.0ms"), "{stdout}");
+    assert!(stdout.contains("store lease        2 s"), "{stdout}");
 }
 
 #[test]

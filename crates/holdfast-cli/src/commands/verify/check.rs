@@ -20,7 +20,10 @@ pub fn check(records: &[Record]) -> Findings {
     let mut f = Findings { end: recs.iter().map(Record::t).max().unwrap_or(0), ..Findings::default() };
     for r in &recs {
         match r {
-            Record::Start { ttl, expiry, .. } => (f.ttl, f.expiry) = (*ttl, (*expiry).max(*ttl)),
+            Record::Start { ttl, expiry, primitive, permits, .. } => {
+                (f.ttl, f.expiry) = (*ttl, (*expiry).max(*ttl));
+                (f.primitive, f.permits) = (*primitive, *permits);
+            }
             Record::End { t } => f.end = *t,
             Record::Error { .. } => f.errors += 1,
             _ => {}
@@ -39,7 +42,23 @@ pub fn check(records: &[Record]) -> Findings {
     f.violations.sort_by_key(|v| v.at);
     let volatile = recs.iter().any(|r| matches!(r, Record::Start { restart_keeps_state: Some(false), .. }));
     if volatile {
-        let (weak, broken) = f.violations.drain(..).partition(|v| attribution.row(v.at, &v.pids) == "restart");
+        let (weak, broken): (Vec<_>, Vec<_>) =
+            f.violations.drain(..).partition(|v| attribution.row(v.at, &v.pids) == "restart");
+        // Out of the row's unexpected counts, into its weaknesses: the row
+        // and the summary then say the same.
+        let row = f.rows.entry("restart").or_default();
+        for v in &weak {
+            let counter = match v.guarantee {
+                "exclusion" => Some(&mut row.double_grants),
+                "fencing" => Some(&mut row.fence_faults),
+                "stale write" => Some(&mut row.stale_accepted),
+                _ => None,
+            };
+            if let Some(n) = counter {
+                *n = n.saturating_sub(1);
+            }
+            *row.weak.entry(v.guarantee).or_default() += 1;
+        }
         (f.weaknesses, f.violations) = (weak, broken);
     }
     f
@@ -82,12 +101,13 @@ pub fn beliefs(recs: &[Record], run_end: Micros) -> Vec<Belief> {
     let mut deaths: BTreeMap<u32, Micros> = BTreeMap::new();
     for r in recs {
         match r {
-            Record::Grant { t, lane, pid, fence, deadline } => {
+            Record::Grant { t, lane, pid, fence, deadline, hold } => {
                 index.insert((*pid, *fence), out.len());
                 let b = Belief {
                     lane: *lane,
                     pid: *pid,
                     fence: *fence,
+                    hold: *hold,
                     start: *t,
                     end: run_end,
                     cause: EndCause::RunEnd,
@@ -99,6 +119,13 @@ pub fn beliefs(recs: &[Record], run_end: Micros) -> Vec<Belief> {
                 if let Some(&i) = index.get(&(*pid, *fence)) {
                     out[i].1 = out[i].1.max(*deadline);
                     out[i].0.last_act = out[i].0.last_act.max(*issued).max(*t);
+                }
+            }
+            // A shared holder's check: as a write's proof of belief.
+            Record::Holding { t, pid, fence, deadline, .. } => {
+                if let Some(&i) = index.get(&(*pid, *fence)) {
+                    out[i].1 = out[i].1.max(*deadline);
+                    out[i].0.last_act = out[i].0.last_act.max(*t);
                 }
             }
             Record::Lost { t, pid, fence, deadline, .. } => {

@@ -16,10 +16,12 @@ fn start() -> Record {
         workers: 2,
         faults: vec![FaultKind::Kill, FaultKind::Pause],
         restart_keeps_state: None,
+        primitive: Default::default(),
+        permits: 0,
     }
 }
 fn grant(t: Micros, lane: u32, fence: u64) -> Record {
-    Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000 }
+    Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000, hold: Default::default() }
 }
 fn release(t: Micros, lane: u32, fence: u64) -> Record {
     Record::Release { t, lane, pid: 100 + lane, fence, deadline: t + TTL }
@@ -60,7 +62,7 @@ fn a_double_grant_is_reported() {
     let f = check(&h);
     assert_eq!(guarantees_broken(&f), vec!["exclusion"]);
     assert_eq!(f.total().double_grants, 1);
-    assert!(f.violations[0].what.contains("overlap 200.0ms"), "{}", f.violations[0].what);
+    assert!(f.violations[0].what.contains("overlap 200 ms"), "{}", f.violations[0].what);
 }
 
 #[test]
@@ -231,9 +233,73 @@ fn the_expiry_bound_follows_the_store_lease() {
             workers: 2,
             faults: vec![],
             restart_keeps_state: None,
+            primitive: Default::default(),
+            permits: 0,
         },
     );
     assert!(check(&h).ok(), "{:?}", check(&h).violations);
     h[0] = start();
     assert_eq!(guarantees_broken(&check(&h)), vec!["expiry"]);
+}
+
+fn start_of(primitive: crate::cli::Primitive, permits: u32) -> Record {
+    let Record::Start { t, store, ttl, expiry, workers, faults, restart_keeps_state, .. } = start() else {
+        unreachable!()
+    };
+    Record::Start { t, store, ttl, expiry, workers, faults, restart_keeps_state, primitive, permits }
+}
+
+fn shared(t: Micros, lane: u32, fence: u64, hold: record::GrantHold) -> Record {
+    Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + TTL - 10_000, hold }
+}
+
+/// The semaphore's history is judged by its permits, with the mutex's
+/// beliefs: two permits at once are fine on 2, a third is a violation.
+#[test]
+fn a_semaphore_history_is_judged_by_its_permits() {
+    use record::GrantHold::Permits;
+    let two = vec![
+        start_of(crate::cli::Primitive::Semaphore, 2),
+        shared(10, 0, 1, Permits(1)),
+        shared(20_000, 1, 2, Permits(1)),
+        release(300_000, 0, 1),
+        release(310_000, 1, 2),
+    ];
+    let f = check(&two);
+    assert!(f.ok(), "{:?}", f.violations);
+    let mut three = two.clone();
+    three.insert(3, shared(30_000, 2, 3, Permits(1)));
+    let f = check(&three);
+    assert_eq!(guarantees_broken(&f), vec!["exclusion"]);
+    assert!(f.violations[0].what.contains("3 permits held at once, over the 2"), "{}", f.violations[0].what);
+    // The same history as a mutex's: every overlapping pair is a double grant.
+    three[0] = start();
+    assert_eq!(check(&three).total().double_grants, 3);
+}
+
+/// A shared holder's `holding` record proves its belief as a write does:
+/// without it the belief would end at the grant's deadline.
+#[test]
+fn a_shared_holders_check_extends_its_belief() {
+    let h = vec![
+        start_of(crate::cli::Primitive::Rwlock, 0),
+        shared(10, 0, 1, record::GrantHold::Read),
+        Record::Holding { t: 900_000, lane: 0, pid: 100, fence: 1, deadline: 1_800_000 },
+        shared(1_200_000, 1, 2, record::GrantHold::Exclusive),
+        release(1_300_000, 0, 1),
+        release(1_400_000, 1, 2),
+    ];
+    let f = check(&h);
+    // The reader still believed (its deadline moved to 1.8 s) when the writer came.
+    assert_eq!(guarantees_broken(&f), vec!["exclusion"]);
+    assert_eq!(f.beliefs[0].last_act, 1_300_000);
+}
+
+#[test]
+fn a_history_from_before_primitives_is_a_mutexs() {
+    let old = r#"{"ev":"start","t":0,"store":"sqlite","ttl":1000000,"workers":2,"faults":[]}
+{"ev":"grant","t":5,"lane":0,"pid":7,"fence":1,"deadline":900000}"#;
+    let h = record::parse(old).unwrap();
+    let f = check(&h);
+    assert_eq!((f.primitive, f.beliefs[0].hold), (crate::cli::Primitive::Mutex, record::GrantHold::Exclusive));
 }

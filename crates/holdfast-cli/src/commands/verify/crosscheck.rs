@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use holdfast::backend::LeaseMode;
+use holdfast::backend::{LeaseMode, UNLIMITED};
 use holdfast_verify::history::{self, EndCause, Event, GrantId};
 
 use super::check::{Findings, Violation};
-use super::record::{Micros, Record};
+use super::record::{GrantHold, Micros, Record};
 
 const KEY: &str = "verify";
 
@@ -28,7 +28,12 @@ pub fn events(f: &Findings, records: &[Record]) -> Vec<Event> {
     let mut events = Vec::new();
     for b in &f.beliefs {
         let id = id(b.pid, b.fence);
-        let (key, fence, mode, client) = (KEY.to_owned(), b.fence, LeaseMode::Exclusive, b.lane);
+        let mode = match b.hold {
+            GrantHold::Exclusive => LeaseMode::Exclusive,
+            GrantHold::Read => LeaseMode::Shared { weight: 1, limit: UNLIMITED },
+            GrantHold::Permits(weight) => LeaseMode::Shared { weight, limit: f.permits.max(weight) },
+        };
+        let (key, fence, client) = (KEY.to_owned(), b.fence, b.lane);
         events.push(Event::Granted { id, key, fence, mode, client, at: at(b.start) });
         events.push(Event::Ended { id, cause: EndCause::Released, at: at(b.end) });
     }
@@ -46,18 +51,13 @@ pub fn events(f: &Findings, records: &[Record]) -> Vec<Event> {
 pub fn second_opinion(f: &mut Findings, records: &[Record]) {
     let verdict = history::check(&events(f, records), at(f.end));
     for v in verdict.violations {
-        let guarantee = match v.guarantee {
-            "exclusion" => "exclusion",
-            "fencing" => "fencing",
-            "stale write" => "stale write",
-            _ => "testkit",
-        };
+        let guarantee = v.guarantee;
         if !f.violations.iter().chain(&f.weaknesses).any(|mine| mine.guarantee == guarantee) {
             f.violations.push(Violation {
                 guarantee,
                 at: f.end,
                 pids: Vec::new(),
-                what: format!("testkit checker: {v}"),
+                what: format!("the second checker (holdfast_verify::history) found: {v}"),
             });
         }
     }
@@ -69,7 +69,14 @@ mod tests {
 
     #[test]
     fn both_checkers_agree_on_a_double_grant_and_on_a_clean_run() {
-        let g = |t, lane, fence| Record::Grant { t, lane, pid: 100 + lane, fence, deadline: t + 1_000_000 };
+        let g = |t, lane, fence| Record::Grant {
+            t,
+            lane,
+            pid: 100 + lane,
+            fence,
+            deadline: t + 1_000_000,
+            hold: Default::default(),
+        };
         let rel = |t, lane, fence| Record::Release { t, lane, pid: 100 + lane, fence, deadline: t + 1_000_000 };
         let clean = vec![g(0, 0, 1), rel(100, 0, 1), g(200, 1, 2), rel(300, 1, 2)];
         let f = super::super::check::check(&clean);

@@ -67,7 +67,7 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
             tokio::time::sleep(ttl).await;
             continue;
         }
-        let Some((lane, pid)) = holder(&sink, clock, until).await else { return };
+        let Some((lane, pid, exclusive)) = holder(&sink, clock, until).await else { return };
         let target = Pid::from_raw(pid as i32);
         match kind {
             FaultKind::Kill => {
@@ -85,7 +85,9 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
             FaultKind::Pause => {
                 pauses += 1;
                 let length = pause_length(store_lease);
-                if pauses % 2 == 1 {
+                // A shared holder (reader, permits) writes nothing: it is
+                // stopped where it is, as every other pause.
+                if pauses % 2 == 1 && exclusive {
                     // At its next write: between its lease check and the write.
                     let done = reg.pause_at_next_write(pid, length);
                     match tokio::time::timeout(ttl, done).await {
@@ -121,13 +123,14 @@ pub async fn inject(kinds: Vec<FaultKind>, ttl: Duration, clock: RunClock, until
 }
 
 /// A lane holding the lock now, waiting for one up to `until`.
-async fn holder(sink: &Sink, clock: RunClock, until: Micros) -> Option<(u32, u32)> {
+/// Returns its lane, its process and whether it holds the key alone.
+async fn holder(sink: &Sink, clock: RunClock, until: Micros) -> Option<(u32, u32, bool)> {
     while clock.now() < until {
         let holders = sink.holders();
         if !holders.is_empty() {
             // Any of them, by the clock's low bits (no two runs alike).
             let (lane, h) = holders[clock.now().unsigned_abs() as usize % holders.len()];
-            return Some((lane, h.pid));
+            return Some((lane, h.pid, h.exclusive));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

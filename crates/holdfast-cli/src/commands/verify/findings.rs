@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::record::Micros;
-use crate::cli::FaultKind;
+use holdfast_verify::properties::Property;
+
+use super::record::{GrantHold, Micros};
+use crate::cli::{FaultKind, Primitive};
 
 /// How much longer than the TTL a dead holder's key may stand free.
 pub const FREE_BOUND: Micros = 1_000_000;
@@ -25,6 +27,19 @@ pub enum EndCause {
     RunEnd,
 }
 
+impl EndCause {
+    /// In words, for a report.
+    pub fn words(self) -> &'static str {
+        match self {
+            EndCause::Released => "released",
+            EndCause::Lost => "saw lost()",
+            EndCause::Deadline => "lease ran out locally",
+            EndCause::Died => "died",
+            EndCause::RunEnd => "held at the run's end",
+        }
+    }
+}
+
 /// One grant as its holder believed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Belief {
@@ -34,6 +49,8 @@ pub struct Belief {
     pub pid: u32,
     /// The fence.
     pub fence: u64,
+    /// What it held.
+    pub hold: GrantHold,
     /// When the acquire returned.
     pub start: Micros,
     /// When the belief ended.
@@ -58,7 +75,9 @@ pub struct Violation {
     pub what: String,
 }
 
-/// Counts of one row of the per-fault table.
+/// Counts of one row of the per-fault table. Findings within a documented
+/// weakness are counted in [`weak`](Self::weak) only, so that a row and the
+/// summary agree on what was unexpected.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Row {
     /// Faults of this kind injected (0 for the `none` row).
@@ -85,6 +104,55 @@ pub struct Row {
     pub ran_after_loss: u64,
     /// The longest such run, µs.
     pub longest_after_loss: Micros,
+    /// Findings within a documented weakness of the store, by guarantee
+    /// (`exclusion`, `fencing`, ...): not counted in the columns above.
+    pub weak: BTreeMap<&'static str, u64>,
+}
+
+impl Row {
+    /// How many findings fell within a documented weakness.
+    pub fn weak_total(&self) -> u64 {
+        self.weak.values().sum()
+    }
+}
+
+/// The documented weakness verify knows: what a restart without durable
+/// writes does (docs/guarantees.md, Redis).
+pub const RESTART_WEAKNESS: &str = "a restart of a store without durable writes loses its locks, so a second holder \
+gets the key while the first believes until its next renewal fails (fences stay increasing); see docs/guarantees.md#redis";
+
+/// A row's weaknesses in words, or `None` if it has none:
+/// "2 double grants, all within the documented weakness: ...".
+pub fn weakness_note(row: &Row) -> Option<String> {
+    if row.weak.is_empty() {
+        return None;
+    }
+    let unexpected = |g: &str| match g {
+        "exclusion" => row.double_grants,
+        "fencing" => row.fence_faults,
+        "stale write" => row.stale_accepted,
+        _ => 0,
+    };
+    let parts: Vec<String> = row.weak.iter().map(|(g, n)| finding_words(g, *n)).collect();
+    let parts = parts.join(", ");
+    if row.weak.keys().all(|g| unexpected(g) == 0) {
+        Some(format!("{parts}, all within the documented weakness: {RESTART_WEAKNESS}"))
+    } else {
+        Some(format!("{parts} within the documented weakness (the row's other findings are not): {RESTART_WEAKNESS}"))
+    }
+}
+
+/// `n` findings of `guarantee`, in words: "2 double grants".
+pub fn finding_words(guarantee: &str, n: u64) -> String {
+    let (one, many) = match guarantee {
+        "exclusion" => ("double grant", "double grants"),
+        "fencing" => ("fence fault", "fence faults"),
+        "stale write" => ("stale write accepted", "stale writes accepted"),
+        "belief" => ("write outside belief", "writes outside belief"),
+        "expiry" => ("slow expiry", "slow expiries"),
+        _ => ("finding", "findings"),
+    };
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Everything the checker found.
@@ -97,6 +165,10 @@ pub struct Findings {
     pub expiry: Micros,
     /// The run's end.
     pub end: Micros,
+    /// The primitive the workers exercised.
+    pub primitive: Primitive,
+    /// Its permit count (the semaphore).
+    pub permits: u32,
     /// Every grant, by start.
     pub beliefs: Vec<Belief>,
     /// Writes accepted / refused in all.
@@ -118,6 +190,24 @@ impl Findings {
         self.violations.is_empty()
     }
 
+    /// The property the primitive promises.
+    pub fn property(&self) -> Property {
+        match self.primitive {
+            Primitive::Mutex => Property::Mutex,
+            Primitive::Semaphore => Property::Semaphore { permits: self.permits.max(1) },
+            Primitive::Rwlock => Property::RwLock,
+            Primitive::Election => Property::Election,
+        }
+    }
+
+    /// The primitive, as the reports name it: "semaphore (2 permits)".
+    pub fn primitive_name(&self) -> String {
+        match self.primitive {
+            Primitive::Semaphore => format!("semaphore ({} permits)", self.permits.max(1)),
+            p => p.name().to_owned(),
+        }
+    }
+
     /// The sum over the fault rows.
     pub fn total(&self) -> Row {
         let mut t = Row::default();
@@ -134,6 +224,9 @@ impl Findings {
             t.longest_free = t.longest_free.max(r.longest_free);
             t.ran_after_loss += r.ran_after_loss;
             t.longest_after_loss = t.longest_after_loss.max(r.longest_after_loss);
+            for (g, n) in &r.weak {
+                *t.weak.entry(g).or_default() += n;
+            }
         }
         t
     }

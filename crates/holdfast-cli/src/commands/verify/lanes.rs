@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::clock::RunClock;
 use super::record::{Micros, Record};
 use super::sink::Sink;
-use crate::cli::ENV_BACKEND;
+use crate::cli::{ENV_BACKEND, Primitive};
 use crate::exit::{Failure, INTERNAL};
 
 /// What every worker is told.
@@ -25,6 +25,10 @@ pub struct Plan {
     pub clock: RunClock,
     /// When workers stop taking the lock.
     pub until: Micros,
+    /// The primitive they exercise.
+    pub primitive: Primitive,
+    /// The semaphore's permit count.
+    pub permits: u32,
 }
 
 /// Starts `workers` lanes.
@@ -55,6 +59,7 @@ async fn lane_loop(exe: std::path::PathBuf, plan: Plan, lane: u32, sink: Sink) {
         cmd.arg("__verify-worker").args(["--key", &plan.key, "--register", &plan.register]);
         cmd.args(["--lane", &lane.to_string(), "--ttl-ms", &plan.ttl.as_millis().to_string()]);
         cmd.args(["--epoch-us", &plan.clock.epoch.to_string(), "--until-us", &plan.until.to_string()]);
+        cmd.args(["--primitive", plan.primitive.name(), "--permits", &plan.permits.to_string()]);
         let child = cmd
             .env(ENV_BACKEND, &plan.urls[lane as usize % plan.urls.len()])
             .stdin(Stdio::null())

@@ -1,21 +1,25 @@
 //! `holdfast verify`: checks a store's guarantees under faults.
 //!
 //! W worker processes (this binary, re-run as `holdfast __verify-worker`)
-//! loop acquire, critical section, release on one key through the library.
-//! In the critical section they write to a fenced register that this
-//! process serves on loopback ([`register`]). Meanwhile [`faults`] kills and
-//! pauses holders. Every grant, write, `lost()`, release, error and fault
-//! goes into one history on one clock ([`clock`], [`record`]), appended to
-//! `history.jsonl`; [`check`] reads it back and [`report`] and [`html`]
-//! show what it found.
+//! loop acquire, critical section, release on one key through the library,
+//! on the primitive `--primitive` names (the `held` module hides which).
+//! In the critical section exclusive holders write to a fenced register
+//! that this process serves on loopback ([`register`]). Meanwhile the
+//! `faults` module kills and pauses holders. Every grant, write, `lost()`,
+//! release, error and fault goes into one history on one clock ([`clock`],
+//! [`record`]), appended to `history.jsonl`; [`check`] reads it back (the
+//! primitive's property by `holdfast_verify::properties`) and [`report`]
+//! and [`html`] show what it found; [`progress`] shows the run on a terminal.
 
 pub mod check;
 pub mod clock;
 pub mod crosscheck;
 mod faults;
 pub mod findings;
+mod held;
 pub mod html;
 mod lanes;
+pub mod progress;
 pub mod record;
 pub mod register;
 pub mod report;
@@ -35,7 +39,7 @@ use self::clock::RunClock;
 use self::record::{Micros, Record};
 use self::register::Register;
 use self::sink::Sink;
-use crate::cli::VerifyArgs;
+use crate::cli::{Primitive, VerifyArgs};
 use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK};
 
 /// The parent: starts the register and the workers, injects the faults,
@@ -45,6 +49,10 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     if args.duration < Duration::from_millis(100) {
         return Err(Failure::usage("--duration must be at least 100ms"));
     }
+    if args.permits.is_some() && args.primitive != Primitive::Semaphore {
+        return Err(Failure::usage("--permits goes with --primitive semaphore"));
+    }
+    let permits = if args.primitive == Primitive::Semaphore { args.permits.unwrap_or(2) } else { 0 };
     let server = match &args.spawn {
         Some(name) => {
             let name = name.clone();
@@ -106,10 +114,14 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
         workers: args.workers,
         faults: args.faults.clone(),
         restart_keeps_state: keeps_state,
+        primitive: args.primitive,
+        permits,
     });
     crate::say!(
-        "holdfast verify: {} workers on {store} ({}), ttl {}, {} of faults: {}",
+        "holdfast verify: {} workers, {}{}, on {store} ({}), ttl {}, {} of faults: {}",
         args.workers,
+        args.primitive.name(),
+        if permits > 0 { format!(" of {permits} permits") } else { String::new() },
         holdfast::redact_url(&url),
         crate::duration::show(ttl),
         crate::duration::show(args.duration),
@@ -132,7 +144,8 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     } else {
         proxies.iter().map(|p| spawn::through_proxy(&url, p.addr()).unwrap_or_else(|| url.clone())).collect()
     };
-    let plan = lanes::Plan { urls, key, register: addr.to_string(), ttl, clock, until };
+    let (primitive, register_addr) = (args.primitive, addr.to_string());
+    let plan = lanes::Plan { urls, key, register: register_addr, ttl, clock, until, primitive, permits };
     let lanes = lanes::start(plan, args.workers, sink.clone())?;
     let lease = store_lease(&url, ttl);
     let target = faults::Target { sink: sink.clone(), register, server: server.clone(), store_lease: lease, proxies };
@@ -140,7 +153,14 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
     // Workers stop at `until`, after their release; a wait for the lock may
     // last one TTL more, a pause in flight longer.
     let grace = faults::pause_length(lease) + ttl * 3 + Duration::from_secs(10);
+    // Records come late by at most a pause (a stopped worker's), so the
+    // line's violations judge the history up to a pause and a TTL ago.
+    let settle = (faults::pause_length(lease) + ttl).as_micros() as Micros;
+    let progress = progress::Progress::start(sink.clone(), clock, args.duration.as_micros() as Micros, settle);
     let ended = lanes::finish(lanes, args.duration + grace).await;
+    if let Some(p) = progress {
+        p.finish();
+    }
     injector.abort();
     serving.abort();
     sink.push(Record::End { t: clock.now() });

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::FaultKind;
+use crate::cli::{FaultKind, Primitive};
 
 /// Microseconds since the run started, on CLOCK_MONOTONIC.
 pub type Micros = i64;
@@ -33,6 +33,13 @@ pub enum Record {
         /// (`None`: not restartable here, or not spawned).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         restart_keeps_state: Option<bool>,
+        /// The primitive the workers exercise (histories from before
+        /// `--primitive` are the mutex's).
+        #[serde(default)]
+        primitive: Primitive,
+        /// The semaphore's permit count (0 for other primitives).
+        #[serde(default)]
+        permits: u32,
     },
     /// A worker process started in `lane` (parent).
     Spawn {
@@ -50,6 +57,25 @@ pub enum Record {
         /// The worker's lane.
         lane: u32,
         /// The worker's process id.
+        pid: u32,
+        /// The grant's fence.
+        fence: u64,
+        /// The local lease deadline then (for a leader, whose lease deadline
+        /// the library does not show: the moment it last saw itself leading).
+        deadline: Micros,
+        /// What it holds (a mutex's, a writer's and a leader's grants: the key alone).
+        #[serde(default, skip_serializing_if = "GrantHold::is_exclusive")]
+        hold: GrantHold,
+    },
+    /// A holder of a shared grant (a reader, a semaphore's permits) checked
+    /// that its lease is still held (worker). Shared holders write nothing to
+    /// the fenced register; this stands in for a write's proof of belief.
+    Holding {
+        /// When it checked.
+        t: Micros,
+        /// Its lane.
+        lane: u32,
+        /// Its process id.
         pid: u32,
         /// The grant's fence.
         fence: u64,
@@ -163,6 +189,36 @@ pub enum Record {
     },
 }
 
+/// What a grant holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantHold {
+    /// The key alone: a mutex, a writer, a leader.
+    #[default]
+    Exclusive,
+    /// A read-write lock's read side, shared with other readers.
+    Read,
+    /// This many of a semaphore's permits.
+    Permits(u32),
+}
+
+impl GrantHold {
+    /// Whether the grant excludes every other.
+    pub fn is_exclusive(&self) -> bool {
+        *self == GrantHold::Exclusive
+    }
+
+    /// The property checker's name for it.
+    pub fn hold(self) -> holdfast_verify::properties::Hold {
+        use holdfast_verify::properties::Hold;
+        match self {
+            GrantHold::Exclusive => Hold::Exclusive,
+            GrantHold::Read => Hold::Read,
+            GrantHold::Permits(n) => Hold::Permits(n),
+        }
+    }
+}
+
 /// Which edge of a fault a record marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -180,6 +236,7 @@ impl Record {
             Record::Start { t, .. }
             | Record::Spawn { t, .. }
             | Record::Grant { t, .. }
+            | Record::Holding { t, .. }
             | Record::Write { t, .. }
             | Record::Lost { t, .. }
             | Record::Release { t, .. }

@@ -2,60 +2,56 @@
 //! per-fault rows and to the violations.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use holdfast_verify::properties::{self, Breach, Held};
 
 use super::findings::{Attribution, EndCause, FREE_BOUND, Findings, Violation};
 use super::record::{Micros, Phase, Record};
+use super::report::ms;
 use crate::cli::FaultKind;
 
-fn ms(us: Micros) -> String {
-    format!("{:.1}ms", us as f64 / 1000.0)
+/// The beliefs as the property checker takes them (times from the run's start).
+fn held(f: &Findings) -> Vec<Held> {
+    let at = |us: Micros| Duration::from_micros(us.max(0) as u64);
+    f.beliefs
+        .iter()
+        .map(|b| Held { holder: b.pid, fence: b.fence, hold: b.hold.hold(), start: at(b.start), end: at(b.end) })
+        .collect()
 }
 
-/// Exclusion: no two beliefs overlap.
+/// A breach as a violation of `guarantee`: its processes, and its lanes and
+/// why each belief ended in its words.
+fn violation(f: &Findings, guarantee: &'static str, b: &Breach) -> Violation {
+    let involved: Vec<_> = b.grants.iter().map(|&i| &f.beliefs[i]).collect();
+    let ends: Vec<String> =
+        involved.iter().map(|x| format!("lane {} pid {} {}", x.lane, x.pid, x.cause.words())).collect();
+    Violation {
+        guarantee,
+        at: b.at.as_micros() as Micros,
+        pids: involved.iter().map(|x| x.pid).collect(),
+        what: format!("{} (beliefs: {})", b.what, ends.join("; ")),
+    }
+}
+
+/// The primitive's exclusion (never two holders; never over N permits; a
+/// writer alone; one leader), over the beliefs, by [`properties::exclusion`].
 pub fn exclusion(f: &mut Findings, at: &Attribution<'_>) {
-    let mut found = Vec::new();
-    for (i, b) in f.beliefs.iter().enumerate() {
-        for a in f.beliefs[..i].iter().filter(|a| a.end > b.start) {
-            let overlap = a.end.min(b.end) - b.start;
-            found.push((b.start, vec![a.pid, b.pid], format!(
-                "two holders: lane {} (pid {}, fence {}) believed it held {}..{} ({:?}) while lane {} (pid {}, fence {}) held from {}; overlap {}",
-                a.lane, a.pid, a.fence, ms(a.start), ms(a.end), a.cause, b.lane, b.pid, b.fence, ms(b.start), ms(overlap)
-            )));
-        }
-    }
-    for (t, pids, what) in found {
-        f.rows.entry(at.row(t, &pids)).or_default().double_grants += 1;
-        f.violations.push(Violation { guarantee: "exclusion", at: t, pids, what });
+    let found = properties::exclusion(f.property(), &held(f));
+    for b in &found {
+        let v = violation(f, "exclusion", b);
+        f.rows.entry(at.row(v.at, &v.pids)).or_default().double_grants += 1;
+        f.violations.push(v);
     }
 }
 
-/// Fencing: in grant order, every fence above every earlier one.
+/// Fencing: fences (terms) never repeat and increase in grant order, by
+/// [`properties::fences`].
 pub fn fences(f: &mut Findings, at: &Attribution<'_>) {
-    let mut found = Vec::new();
-    let mut top: Option<(u64, u32, Micros)> = None;
-    for b in &f.beliefs {
-        if let Some((fence, pid, start)) = top.filter(|(fence, ..)| b.fence <= *fence) {
-            let how = if b.fence == fence { "repeats" } else { "goes backwards from" };
-            found.push((
-                b.start,
-                vec![pid, b.pid],
-                format!(
-                    "fence {} (lane {}, pid {}, granted at {}) {how} fence {fence} (pid {pid}, granted at {})",
-                    b.fence,
-                    b.lane,
-                    b.pid,
-                    ms(b.start),
-                    ms(start)
-                ),
-            ));
-        }
-        if top.is_none_or(|(fence, ..)| b.fence > fence) {
-            top = Some((b.fence, b.pid, b.start));
-        }
-    }
-    for (t, pids, what) in found {
-        f.rows.entry(at.row(t, &pids)).or_default().fence_faults += 1;
-        f.violations.push(Violation { guarantee: "fencing", at: t, pids, what });
+    for b in &properties::fences(&held(f)) {
+        let v = violation(f, "fencing", b);
+        f.rows.entry(at.row(v.at, &v.pids)).or_default().fence_faults += 1;
+        f.violations.push(v);
     }
 }
 

@@ -16,6 +16,9 @@ pub struct Holding {
     pub pid: u32,
     /// The grant's fence.
     pub fence: u64,
+    /// Whether it holds the key alone (a shared holder writes nothing to
+    /// the register, so a pause cannot be aimed at its write).
+    pub exclusive: bool,
 }
 
 #[derive(Debug)]
@@ -46,8 +49,9 @@ impl Sink {
     pub fn push(&self, record: Record) {
         let mut inner = self.lock();
         match &record {
-            Record::Grant { lane, pid, fence, .. } => {
-                inner.holding.insert(*lane, Holding { pid: *pid, fence: *fence });
+            Record::Grant { lane, pid, fence, hold, .. } => {
+                let exclusive = hold.is_exclusive();
+                inner.holding.insert(*lane, Holding { pid: *pid, fence: *fence, exclusive });
             }
             Record::Lost { lane, fence, .. } | Record::Release { lane, fence, .. }
                 if inner.holding.get(lane).is_some_and(|h| h.fence == *fence) =>
@@ -73,6 +77,11 @@ impl Sink {
     /// Whether worker `pid` holds a grant now.
     pub fn holds(&self, pid: u32) -> bool {
         self.lock().holding.values().any(|h| h.pid == pid)
+    }
+
+    /// Every record so far, in the order they came (for the progress line).
+    pub fn snapshot(&self) -> Vec<Record> {
+        self.lock().records.clone()
     }
 
     /// Every record so far, sorted by time, and the file flushed.

@@ -1,6 +1,7 @@
 //! One verify worker process (`holdfast __verify-worker`): loops acquire,
-//! critical section, release on one key until the run's end, sending its
-//! records and its register writes to the parent over one TCP connection.
+//! critical section, release on one key (of the `--primitive` asked for)
+//! until the run's end, sending its records and its register writes to the
+//! parent over one TCP connection.
 //!
 //! Before each write it checks that it still believes it holds the lock
 //! (`is_lost()`, which also compares the local lease deadline with the
@@ -15,12 +16,13 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 
 use super::clock::RunClock;
-use super::record::Record;
+use super::held::{Acquirer, Held};
+use super::record::{Micros, Record};
 use super::register::{Reply, ToParent};
 use crate::cli::{ENV_BACKEND, VerifyWorkerArgs};
 use crate::exit::{Failure, INTERNAL, OK, UNAVAILABLE};
 
-/// Writes per critical section, spread over [`hold`].
+/// Steps (writes, or checks for a shared grant) per critical section, spread over [`hold`].
 const WRITES: u32 = 3;
 
 /// How long a worker holds the lock per grant: 40% of the TTL, so that a
@@ -50,6 +52,26 @@ fn parent_gone(e: std::io::Error) -> Failure {
     Failure::new(INTERNAL, format!("verify worker: lost the parent: {e}"))
 }
 
+/// When the worker last saw a leadership still held: a leader's lease
+/// deadline is not shown by the library, so this stands in for it (a lower
+/// bound: a paused leader's belief ends where it was stopped).
+type Alive = std::sync::Arc<std::sync::atomic::AtomicI64>;
+
+/// The local lease deadline now, as far as the worker can tell (see [`Alive`]).
+fn deadline(held: &Held, clock: RunClock, alive: &Alive) -> Micros {
+    use std::sync::atomic::Ordering;
+    match held.valid_until() {
+        Some(at) => clock.at(at),
+        None => {
+            let now = clock.now();
+            if !held.is_lost() {
+                alive.fetch_max(now, Ordering::Relaxed);
+            }
+            alive.load(Ordering::Relaxed)
+        }
+    }
+}
+
 /// One worker, until `--until-us`.
 pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
     // Die with the parent, whatever kills it.
@@ -64,41 +86,47 @@ pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
     let clock = RunClock { epoch: args.epoch_us };
     let (lane, pid) = (args.lane, std::process::id());
     let client = super::super::connect(&url, Some(format!("verify-lane-{lane}-pid-{pid}"))).await?;
-    let mutex = client.mutex(args.key.as_str()).ttl(ttl);
+    let acquirer = Acquirer::new(client.clone(), &args.key, ttl, args.primitive, args.permits, lane);
+    let value = format!("lane-{lane}-pid-{pid}");
     let until = args.until_us;
+    let mut n = 0u64;
     while clock.now() < until {
         let left = Duration::from_micros((until - clock.now()).max(0) as u64);
-        let guard = tokio::select! {
-            r = mutex.acquire_timeout(left + ttl) => r,
+        let held = tokio::select! {
+            r = acquirer.acquire(n, left + ttl, &value) => r,
             _ = tokio::time::sleep(left) => break,
         };
-        let guard = match guard {
-            Ok(g) => g,
-            Err(holdfast::Error::Timeout { .. }) => continue,
+        n += 1;
+        let held = match held {
+            Ok(Some(h)) => h,
+            Ok(None) => continue,
             Err(e) => {
                 link.record(Record::Error { t: clock.now(), lane, pid, message: e.to_string() }).await?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let fence = guard.fence();
+        let (fence, what) = (held.fence(), held.hold());
         let t = clock.now();
-        link.record(Record::Grant { t, lane, pid, fence, deadline: clock.at(guard.valid_until()) }).await?;
+        let alive: Alive = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(t));
+        let at_grant = deadline(&held, clock, &alive);
+        link.record(Record::Grant { t, lane, pid, fence, deadline: at_grant, hold: what }).await?;
         let watcher = {
-            let (link, lost) = (link.clone(), guard.lost());
-            let valid_until = guard.valid_until();
+            let (link, lost, alive) = (link.clone(), held.lost(), alive.clone());
+            // The deadline as of the grant: a lower bound (renewals
+            // move it later); the checker takes the latest it knows.
+            let at_grant = held.valid_until().map(|v| clock.at(v));
             tokio::spawn(async move {
                 lost.await;
-                // The deadline as of the grant: a lower bound (renewals
-                // move it later); the checker takes the latest it knows.
                 let t = clock.now();
-                let _ = link.record(Record::Lost { t, lane, pid, fence, deadline: clock.at(valid_until) }).await;
+                let deadline = at_grant.unwrap_or_else(|| alive.load(std::sync::atomic::Ordering::Relaxed));
+                let _ = link.record(Record::Lost { t, lane, pid, fence, deadline }).await;
             })
         };
-        critical_section(&link, &guard, clock, lane, pid).await?;
-        let (t, deadline) = (clock.now(), clock.at(guard.valid_until()));
-        link.record(Record::Release { t, lane, pid, fence, deadline }).await?;
-        let ok = match guard.release().await {
+        critical_section(&link, &held, &alive, clock, hold(ttl), lane, pid).await?;
+        let (t, until) = (clock.now(), deadline(&held, clock, &alive));
+        link.record(Record::Release { t, lane, pid, fence, deadline: until }).await?;
+        let ok = match held.release().await {
             Ok(()) => true,
             Err(holdfast::Error::Lost { .. }) => false,
             Err(e) => {
@@ -109,30 +137,40 @@ pub async fn worker(args: VerifyWorkerArgs) -> Result<u8, Failure> {
         watcher.abort();
         link.record(Record::Released { t: clock.now(), lane, pid, fence, ok }).await?;
     }
+    drop(acquirer);
     drop(client);
     Ok(OK)
 }
 
-/// The writes of one grant: each only while the lease is believed held.
+/// The steps of one grant, spread over `length`, each only while the lease
+/// is believed held: a write to the fenced register for a grant that holds
+/// the key alone, a [`Record::Holding`] for a shared one (readers and
+/// permits have no one order to write in).
 async fn critical_section(
     link: &Link,
-    guard: &holdfast::MutexGuard,
+    held: &Held,
+    alive: &Alive,
     clock: RunClock,
+    length: Duration,
     lane: u32,
     pid: u32,
 ) -> Result<(), Failure> {
-    let fence = guard.fence();
-    let gap = hold(guard.ttl()) / (WRITES - 1);
+    let fence = held.fence();
+    let gap = length / (WRITES - 1);
     for i in 0..WRITES {
         if i > 0 {
             tokio::time::sleep(gap).await;
         }
-        if guard.is_lost() {
-            let deadline = clock.at(guard.valid_until());
-            return link.record(Record::Lost { t: clock.now(), lane, pid, fence, deadline }).await;
+        if held.is_lost() {
+            let until = deadline(held, clock, alive);
+            return link.record(Record::Lost { t: clock.now(), lane, pid, fence, deadline: until }).await;
         }
-        let (issued, deadline) = (clock.now(), clock.at(guard.valid_until()));
-        link.send(&ToParent::Write { lane, pid, issued, fence, deadline }).await?;
+        let (issued, until) = (clock.now(), deadline(held, clock, alive));
+        if !held.hold().is_exclusive() {
+            link.record(Record::Holding { t: issued, lane, pid, fence, deadline: until }).await?;
+            continue;
+        }
+        link.send(&ToParent::Write { lane, pid, issued, fence, deadline: until }).await?;
         let reply = link.replies.lock().await.next_line().await.map_err(parent_gone)?;
         let reply: Reply = reply
             .and_then(|l| serde_json::from_str(&l).ok())
