@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use holdfast::stores::Store;
 use holdfast::{Error, OwnerToken, Result};
 
 #[cfg(feature = "etcd")]
@@ -79,24 +80,50 @@ pub trait Floor: Send + Sync + 'static {
 }
 
 /// The floor of the store `url` names (the same URL holdfast connects to).
+/// One arm per [`Store`], without a wildcard: a new store fails to compile
+/// here until it has a floor or says why not.
+#[allow(unreachable_code)] // the arms of stores not compiled in
 pub async fn floor_for(url: &str) -> Result<Box<dyn Floor>> {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
-    match scheme.as_str() {
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Box::new(sqlite::SqliteFloor::connect(url).await?)),
-        #[cfg(feature = "mysql")]
-        "mysql" => Ok(Box::new(mysql::MysqlFloor::connect(url).await?)),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Box::new(postgres::PostgresFloor::connect(url).await?)),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+cluster" => Ok(Box::new(redis::RedisFloor::connect(url).await?)),
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => Ok(Box::new(etcd::EtcdFloor::connect(url).await?)),
-        #[cfg(feature = "zookeeper")]
-        "zk" => Ok(Box::new(zookeeper::ZkFloor::connect(url).await?)),
-        _ => Err(Error::Unsupported {
-            store: "holdfast-bench",
-            what: "a raw floor for this URL scheme (run with --no-floor)",
-        }),
+    let none = |what: &'static str| Err(Error::Unsupported { store: "holdfast-bench", what });
+    let Some(store) = Store::from_scheme(&scheme) else {
+        return none("a raw floor for this URL scheme (run with --no-floor)");
+    };
+    match store {
+        Store::Sqlite => {
+            #[cfg(feature = "sqlite")]
+            return Ok(Box::new(sqlite::SqliteFloor::connect(url).await?));
+        }
+        Store::Mysql => {
+            #[cfg(feature = "mysql")]
+            return Ok(Box::new(mysql::MysqlFloor::connect(url).await?));
+        }
+        Store::Postgres => {
+            #[cfg(feature = "postgres")]
+            return Ok(Box::new(postgres::PostgresFloor::connect(url).await?));
+        }
+        Store::ZooKeeper if scheme == "zks" || scheme == "zookeepers" => {
+            return none("a raw floor over TLS (run with --no-floor)");
+        }
+        // Sentinel discovery is not part of a raw SET NX floor.
+        Store::Redis if scheme == "redis+sentinel" => {
+            return none("a raw floor through Sentinel (run with --no-floor, or give the master's redis:// URL)");
+        }
+        Store::Redis => {
+            #[cfg(feature = "redis")]
+            return Ok(Box::new(redis::RedisFloor::connect(url).await?));
+        }
+        Store::Etcd => {
+            #[cfg(feature = "etcd")]
+            return Ok(Box::new(etcd::EtcdFloor::connect(url).await?));
+        }
+        Store::ZooKeeper => {
+            #[cfg(feature = "zookeeper")]
+            return Ok(Box::new(zookeeper::ZkFloor::connect(url).await?));
+        }
+        // RedLock's floor is its members' SET NX, which `peers` measures
+        // against rslock; a floor of its own would be one more RedLock.
+        Store::RedLock => return none("a raw floor for RedLock (run with --no-floor; see the peers benchmark)"),
     }
+    none("a raw floor for this store in this build (its feature is off)")
 }

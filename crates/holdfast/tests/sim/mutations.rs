@@ -387,7 +387,7 @@ fn renewer_ignores_failed_renewal() {
 fn deadline_from_reply() {
     catch(&Mutation {
         name: "deadline from the reply",
-        file: "crates/holdfast/src/lease/mod.rs",
+        file: "crates/holdfast/src/lease/state.rs",
         original: "valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for",
         mutated: "valid_until: Mutex::new(Instant::now() /* MUTANT: from the reply */ + valid_for",
         config: "default",
@@ -437,7 +437,7 @@ fn redlock_validity_before_write_back() {
 fn no_drift_margin() {
     catch(&Mutation {
         name: "no drift margin",
-        file: "crates/holdfast/src/lease/mod.rs",
+        file: "crates/holdfast/src/lease/state.rs",
         original: "    ttl / 100 + Duration::from_millis(1)\n}",
         mutated: "    let _ = ttl;\n    Duration::ZERO // MUTANT: no margin\n}",
         config: "default",
