@@ -95,6 +95,7 @@ mod rwlock;
 mod secret;
 mod segmented;
 mod semaphore;
+mod shrink;
 mod store_error;
 mod url;
 mod url_options;

@@ -172,6 +172,7 @@ impl Backend for EtcdBackend {
             // Grants live on sessions: not an arbiter, so no records.
             records: false,
             admin: true,
+            shrink: true,
         }
     }
 

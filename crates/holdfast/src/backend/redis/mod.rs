@@ -309,6 +309,7 @@ impl Backend for RedisBackend {
             fence_floor: true,
             records: true,
             admin: true,
+            shrink: true,
         }
     }
 

@@ -14,6 +14,7 @@ use rusqlite::{Connection, OpenFlags};
 
 pub use config::SqliteConfig;
 
+use crate::backend::admission::Shrink;
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
@@ -276,6 +277,7 @@ impl Backend for SqliteBackend {
             fence_floor: true,
             records: true,
             admin: true,
+            shrink: true,
             ..Capabilities::minimal()
         }
     }
@@ -383,6 +385,17 @@ impl Backend for SqliteBackend {
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::resize(conn, &k, limit)).await
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        let k = key.as_str().to_owned();
+        let outcome = self.with_conn(move |conn| sql::shrink(conn, &k, token, to)).await?;
+        if outcome == Shrink::Shrunk {
+            // Room was made, as a release makes it: the local waiter whose
+            // turn it is tries again (the turn then passes on to the next).
+            self.wakeups.wake_one(key.as_str());
+        }
+        outcome.answer()
     }
 
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {

@@ -170,6 +170,7 @@ impl Backend for ZkBackend {
             // Grants live on sessions: not an arbiter, so no records.
             records: false,
             admin: true,
+            shrink: true,
         }
     }
 
