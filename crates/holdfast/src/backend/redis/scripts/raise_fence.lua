@@ -13,6 +13,7 @@ local s = read_lock(h)
 local now = math.floor(now_us() / 1000)
 local held = holds(s, sk, token, now, false)
 if held and floor > s.f then
+  keep_holder_fence(h, s, now)
   write(h, s, now, keep, 'f', int(floor))
 end
 return held and 1 or 0
