@@ -67,7 +67,11 @@ pub async fn c20_downgrade(store: &Store) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!reading.is_finished() && !writing.is_finished(), "a waiter got in with a writer");
 
-    let read = write.downgrade().await.expect("downgrade");
+    let read = tokio::time::timeout(ADMITTED_WITHIN, write.downgrade())
+        .await
+        .expect("the downgrade did not return within 5 s (a writer granted in between would hold its read back)")
+        .expect("downgrade");
+    assert!(!writing.is_finished(), "a waiting writer was granted during the downgrade");
     assert_eq!(read.fence(), fence, "the downgrade changed the fence");
     let other_read = tokio::time::timeout(ADMITTED_WITHIN, reading)
         .await
