@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::guard::{Guard, Permit, PermitKind};
+use crate::guard::{Permit, PermitKind};
 use crate::key::LockKey;
 use crate::lock::{Lock, Waiting};
 
@@ -58,7 +58,7 @@ impl Lock<PermitKind> {
     }
 
     /// Waits for `n` permits as one grant (released whole, or in part with
-    /// [`release_some`](Guard::release_some)): without limit,
+    /// [`release_some`](Permit::release_some)): without limit,
     /// or at most [`LockOptions::wait_timeout`](crate::LockOptions::wait_timeout)
     /// if set. `n` of 0 or above the permit count is [`Error::InvalidInput`]
     /// before any I/O.

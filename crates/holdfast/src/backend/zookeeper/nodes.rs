@@ -290,8 +290,8 @@ mod tests {
         // A shrunk node keeps its place and carries its grant's fence through rewrites.
         let writer = format!("{}0000000042", node_name_prefix(t, LeaseMode::Writer));
         let read = LeaseMode::Shared { weight: 1, limit: 8 };
-        let renamed = renamed(&writer, t, read).expect("an ordered name");
-        assert_eq!((kind_of(&renamed), sequence_of(&renamed)), (NodeKind::Share(1), Some(42)));
+        let reader = renamed(&writer, t, read).expect("an ordered name");
+        assert_eq!((kind_of(&reader), sequence_of(&reader)), (NodeKind::Share(1), Some(42)));
         let shrunk = shrunk_data(t, 8, 77, "me");
         assert_eq!((fence_of(&shrunk, 99), limit_of(&shrunk), marked_of(&shrunk)), (77, Some(8), true));
         assert_eq!(fence_of(&rewrite(&shrunk, Some(4), Some(false), "you"), 99), 77);
