@@ -16,6 +16,11 @@ impl Layered {
     /// fast lease released instead: the fast store is never trusted for
     /// safety, so letting go of the filter is safe, and waiters reach the
     /// authoritative store, which admits only what fits.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped between the two calls, the fast store keeps the larger
+    /// lease (more restrictive, never less safe) until it is released.
     pub(super) async fn shrink_both(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
         if !self.authoritative.shrink(key, token, to).await? {
             return Ok(false);

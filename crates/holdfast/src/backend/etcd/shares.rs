@@ -211,6 +211,10 @@ impl Shared {
     /// the smaller mode in place (a put that keeps its lease and its
     /// creation revision, so its place in the queue and its fence), only if
     /// it is as read. Marked as holding: it was admitted, and holds.
+    ///
+    /// # Cancel safety
+    ///
+    /// One transaction per try: dropped, the key was rewritten or not.
     pub(super) async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
         let Some(own) = self.grants.granted_key(key, token) else { return Ok(false) };
         for _ in 0..8 {
