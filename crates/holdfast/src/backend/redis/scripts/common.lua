@@ -22,9 +22,10 @@
 --       q = 1 once a fair waiter queued (Q may be non-empty); without it, and
 --           with H present, Q is empty and no script reads it.
 --       hf = "token fence": the fence of the exclusive grant of token, kept
---           when f moves past it while that grant is held (a reservation's
---           place, a raised floor); it counts only while o is that token
---           (see holder_fence), so no grant needs to clear it.
+--           when a waiting reservation's place moves f past it while that
+--           grant is held; it counts only while o is that token (see
+--           holder_fence), so no grant needs to clear it. A raised floor
+--           clears it: the raise is the grant's fence from then on.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).
