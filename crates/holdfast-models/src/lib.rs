@@ -10,6 +10,8 @@
 //! - [`fallback`]: a chain of stores used one after another when one fails.
 //! - [`fair_handoff`]: the Redis store's fair queue, and whether a waiter may
 //!   count itself granted from a release's hand-off message.
+//! - [`downgrade`]: a write lock downgraded to a read lock in one store step,
+//!   against releasing the write lease and then acquiring a read lease.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -17,6 +19,7 @@
 //! [`trace`] (a counterexample as readable steps).
 
 pub mod clock;
+pub mod downgrade;
 pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;

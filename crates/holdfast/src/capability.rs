@@ -68,6 +68,10 @@ pub struct Capabilities {
     /// The admin calls work: [`Backend::list`](crate::backend::Backend::list)
     /// and [`Backend::force_release`](crate::backend::Backend::force_release).
     pub admin: bool,
+    /// A held lease can be made smaller in place
+    /// ([`Backend::shrink`](crate::backend::Backend::shrink)): a write lock
+    /// downgraded to a read lock, part of a semaphore grant given back.
+    pub shrink: bool,
 }
 
 impl FenceDurability {
@@ -98,6 +102,7 @@ impl Capabilities {
             fence_floor: false,
             records: false,
             admin: false,
+            shrink: false,
         }
     }
 }

@@ -66,8 +66,9 @@ pub(crate) struct Held {
     pub(crate) owner: Option<String>,
     /// Live guards of this grant; only a reentrant lock has more than one.
     pub(crate) holds: AtomicU32,
-    /// The lease's weight (a permit count; 1 for the other kinds).
-    pub(crate) weight: u32,
+    /// The lease's weight (a permit count; 1 for the other kinds): lowered
+    /// by [`Permit::release_some`](crate::Permit::release_some).
+    pub(crate) weight: AtomicU32,
 }
 
 impl Held {
@@ -189,7 +190,18 @@ impl<K: GuardKind> Guard<K> {
     }
 
     pub(crate) fn weight(&self) -> u32 {
-        self.held.weight
+        self.held.weight.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn held(&self) -> &Arc<Held> {
+        &self.held
+    }
+
+    /// The same grant as a guard of another kind (after the store changed
+    /// its mode); this guard is consumed without releasing.
+    pub(crate) fn retyped<J: GuardKind>(mut self) -> Guard<J> {
+        self.released = true;
+        Guard::new(self.held.clone())
     }
 
     /// The owner token of this grant, as the store records it: for

@@ -95,6 +95,7 @@ mod rwlock;
 mod secret;
 mod segmented;
 mod semaphore;
+mod shrink;
 mod store_error;
 pub mod stores;
 mod url_options;

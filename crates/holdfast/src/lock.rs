@@ -309,7 +309,7 @@ impl<K: GuardKind> Lock<K> {
             renewal,
             owner: self.opts.owner.clone(),
             holds: AtomicU32::new(1),
-            weight: self.weight,
+            weight: AtomicU32::new(self.weight),
         });
         if let Some(owner) = &self.opts.owner {
             self.client.register_reentrant(owner, &held);

@@ -57,7 +57,8 @@ impl Lock<PermitKind> {
         self.limit
     }
 
-    /// Waits for `n` permits as one grant (released whole): without limit,
+    /// Waits for `n` permits as one grant (released whole, or in part with
+    /// [`release_some`](Permit::release_some)): without limit,
     /// or at most [`LockOptions::wait_timeout`](crate::LockOptions::wait_timeout)
     /// if set. `n` of 0 or above the permit count is [`Error::InvalidInput`]
     /// before any I/O.

@@ -1,6 +1,6 @@
 //! The conformance suite: one function per clause of the contract (C1..C19
 //! in `docs/design.md`; C12..C15 are the shared leases, C16 elections, C17 the admin calls, C18 records kept
-//! with a key, C19 tenants sharing one store), run against a real store, plus the fault clauses
+//! with a key, C19 tenants sharing one store, C20 shrinking a held lease), run against a real store, plus the fault clauses
 //! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].
 //!
@@ -21,6 +21,7 @@ mod members;
 mod release;
 mod scale;
 mod shared;
+mod shrink;
 mod tenants;
 
 use std::any::Any;
@@ -50,6 +51,7 @@ pub use shared::{
     c9_cancel_shared_waits, c10_bad_shared_input, c12_permit_bound, c12_permit_count_lives_with_the_key,
     c13_dead_permits_return, c14_read_share_write_exclusion, c15_no_writer_starvation,
 };
+pub use shrink::{c20_downgrade, c20_partial_release, c20_shrink_refused};
 pub use tenants::{c18_records, c19_tenants};
 
 /// A store under test.
@@ -178,7 +180,8 @@ macro_rules! conformance_suite {
             f5_silent_store_at_the_deadline, s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
-            c16_election_safety, c17_admin, c18_records, c19_tenants);
+            c16_election_safety, c17_admin, c18_records, c19_tenants,
+            c20_downgrade, c20_partial_release, c20_shrink_refused);
     };
     (@clauses $start:path; $($clause:ident),*) => {
         $(

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use holdfast::backend::admission::Shrink;
+use holdfast::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
 use holdfast::wait::{Attempt, LocalWakeups, until_granted};
 use holdfast::{Capabilities, Error, FenceDurability, LockKey, OwnerToken, Result};
 use tokio::sync::oneshot;
@@ -144,6 +145,7 @@ impl Backend for SimBackend {
         caps.shared_leases = true;
         caps.fence_floor = true;
         caps.records = true;
+        caps.shrink = true;
         caps
     }
 
@@ -200,6 +202,19 @@ impl Backend for SimBackend {
             let held = state(data).resize(key.as_str(), limit, now);
             store.notify(&mut data.subscribers, key.as_str());
             Ok(held)
+        })
+        .await
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        // Nothing for the history: the grant and its fence stay.
+        let key = key.clone();
+        self.call("shrink", move |store, data, now| {
+            let outcome = state(data).shrink(key.as_str(), token.to_bytes(), to, now);
+            if outcome == Shrink::Shrunk {
+                store.notify(&mut data.subscribers, key.as_str());
+            }
+            outcome.answer()
         })
         .await
     }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use holdfast::backend::admission::{self, Decision, Row};
+use holdfast::backend::admission::{self, Decision, Row, Shrink};
 use holdfast::backend::{AcquireRequest, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 
 /// The highest fence floor the simulated store takes: 2^62, as the SQL
@@ -193,6 +193,20 @@ impl StoreState {
             shared: held().filter(|e| !e.mode.is_exclusive()).map(info).collect(),
             limit: held().find_map(|e| e.mode.limit()),
             waiters: Some(k.entries.iter().filter(|e| !e.held).count() as u64),
+        }
+    }
+
+    /// Makes `token`'s held lease of `key` the smaller mode `to` (see
+    /// [`admission::shrunk`]); its fence and expiry stay.
+    pub(crate) fn shrink(&mut self, key: &str, token: [u8; 16], to: LeaseMode, now: Duration) -> Shrink {
+        let k = self.key(key, now);
+        let Some(e) = k.entries.iter_mut().find(|e| e.token == token && e.held) else { return Shrink::NotHeld };
+        match admission::shrunk(e.mode, to) {
+            Ok(mode) => {
+                e.mode = mode;
+                Shrink::Shrunk
+            }
+            Err(reason) => Shrink::NotSmaller(reason),
         }
     }
 

@@ -160,6 +160,51 @@ pub fn conflict_reason(asked: u32, held: u32) -> String {
     format!("asked for a share of {}, but the key is held as {}", name(asked), name(held))
 }
 
+/// What a [`Backend::shrink`](crate::backend::Backend::shrink) of a lease
+/// held in mode `held` to `to` stores: the smaller mode, or why `to` is not
+/// smaller (the store answers [`Error::InvalidInput`](crate::Error::InvalidInput)
+/// with it, changing nothing). An exclusive lease becomes a share of weight
+/// 1 under `to`'s limit; a share keeps its limit and takes the smaller weight.
+pub fn shrunk(held: LeaseMode, to: LeaseMode) -> Result<LeaseMode, String> {
+    let LeaseMode::Shared { weight: to_weight, limit: to_limit } = to else {
+        return Err(format!("{to:?} is not smaller than any lease: shrink to a shared mode"));
+    };
+    match held {
+        LeaseMode::Exclusive | LeaseMode::Writer if to_weight == 1 && to_limit >= 1 => Ok(to),
+        LeaseMode::Exclusive | LeaseMode::Writer => {
+            Err(format!("an exclusive lease shrinks to a share of weight 1 under a limit of at least 1, not {to:?}"))
+        }
+        LeaseMode::Shared { weight, limit } if (1..weight).contains(&to_weight) => {
+            Ok(LeaseMode::Shared { weight: to_weight, limit })
+        }
+        LeaseMode::Shared { weight, .. } => {
+            Err(format!("a share of weight {weight} shrinks to a weight from 1 to {}, not {to_weight}", weight - 1))
+        }
+    }
+}
+
+/// What a store's shrink step found, before it is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shrink {
+    /// The lease was made smaller.
+    Shrunk,
+    /// The token holds no unexpired lease of the key.
+    NotHeld,
+    /// The mode asked for is not smaller than the held one: why.
+    NotSmaller(String),
+}
+
+impl Shrink {
+    /// The answer of [`Backend::shrink`](crate::backend::Backend::shrink).
+    pub fn answer(self) -> crate::Result<bool> {
+        match self {
+            Shrink::Shrunk => Ok(true),
+            Shrink::NotHeld => Ok(false),
+            Shrink::NotSmaller(reason) => Err(crate::Error::invalid("shrink", reason)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +299,21 @@ mod tests {
         assert!(conflict_in_queue(shared(1, 4), [shared(1, 5)]).is_some());
         assert!(conflict_in_queue(shared(1, UNLIMITED), [shared(1, 5)]).is_some());
         assert!(conflict_in_queue(LeaseMode::Writer, [shared(1, 5)]).is_none());
+    }
+
+    #[test]
+    fn only_a_smaller_mode_is_a_shrink() {
+        let r = shared(1, UNLIMITED);
+        assert_eq!(shrunk(LeaseMode::Writer, r), Ok(r));
+        assert_eq!(shrunk(LeaseMode::Exclusive, shared(1, 3)), Ok(shared(1, 3)));
+        assert!(shrunk(LeaseMode::Writer, shared(2, 3)).is_err());
+        assert!(shrunk(LeaseMode::Writer, LeaseMode::Exclusive).is_err());
+        // A share keeps the key's limit, whatever `to` names.
+        assert_eq!(shrunk(shared(3, 4), shared(1, 9)), Ok(shared(1, 4)));
+        assert!(shrunk(shared(3, 4), shared(3, 4)).is_err(), "not smaller");
+        assert!(shrunk(shared(3, 4), shared(0, 4)).is_err(), "weight 0");
+        assert!(shrunk(r, r).is_err(), "a repeated downgrade");
+        assert!(shrunk(r, LeaseMode::Writer).is_err(), "an upgrade");
     }
 
     #[test]

@@ -53,7 +53,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::ConnectFn;
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -190,6 +190,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         fence_floor: true,
         admin: true,
         records: true,
+        shrink: true,
         fence_durability: FenceDurability::Volatile,
         ..Capabilities::minimal()
     };
@@ -205,6 +206,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
         fence_floor: false,
         admin: true,
         records: false,
+        shrink: true,
     };
     match scheme.as_str() {
         "redis" | "rediss" | "redis+sentinel" | "redis+cluster" | "rediss+cluster" => {
@@ -307,6 +309,14 @@ impl Backend for Deferred {
         // token holds nothing there: nothing is written.
         match self.shared.connected.get() {
             Some(store) => store.write_record(key, token, value).await,
+            None => Ok(false),
+        }
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        // Nothing was ever granted through an unconnected store.
+        match self.shared.connected.get() {
+            Some(store) => store.shrink(key, token, to).await,
             None => Ok(false),
         }
     }

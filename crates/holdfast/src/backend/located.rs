@@ -7,7 +7,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
@@ -83,6 +83,10 @@ impl<B: Backend> Backend for Located<B> {
 
     async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
         self.at(self.inner.write_record(key, token, value).await)
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.at(self.inner.shrink(key, token, to).await)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {

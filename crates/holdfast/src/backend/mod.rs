@@ -64,6 +64,11 @@
 //!   path as a release, and every later [`renew`](Backend::renew) of a
 //!   removed lease reports `false` (so the holder's `lost()` fires at its
 //!   next renewal at the latest). Waiters' reservations stay.
+//! - [`shrink`](Backend::shrink) (declared by [`Capabilities::shrink`])
+//!   turns `token`'s held lease of `key` into a smaller one in one atomic
+//!   store step, keeping its token, fence and expiry, so that no other
+//!   request can be granted between the larger lease and the smaller one;
+//!   waiters that now fit are woken as a release wakes them.
 //! - No method may block the async runtime; no method may panic on any input.
 
 mod admin;
@@ -80,6 +85,7 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod status;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
@@ -97,6 +103,7 @@ pub use admin::ForceReleased;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use admin::held_statuses;
 pub(crate) use deferred::connect_or_defer_with;
+pub use status::{HolderInfo, LockStatus};
 
 /// Opens the store a URL names: the registry's [`stores::connect`](crate::stores::connect),
 /// handed down to the composites (and to deferred members) so that they,
@@ -272,45 +279,6 @@ pub struct RenewRequest {
     pub ttl: Duration,
 }
 
-/// Who holds a key, as far as the store can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockStatus {
-    /// The key.
-    pub key: String,
-    /// The holder of the exclusive lease, if an unexpired one exists.
-    pub holder: Option<HolderInfo>,
-    /// The holders of unexpired shared leases (semaphore permits, readers).
-    pub shared: Vec<HolderInfo>,
-    /// The limit recorded with the key's shared leases, while any is held.
-    pub limit: Option<u32>,
-    /// How many waiters the store knows of, if it can count them (on etcd
-    /// and ZooKeeper, waiting clients: a client's tasks take turns for one
-    /// place in the store's queue; on Redis, fair waiters and waiting shared
-    /// or writer requests, not default-mode mutex waiters, which leave
-    /// nothing in the store).
-    pub waiters: Option<u64>,
-}
-
-impl LockStatus {
-    /// A key nobody holds.
-    pub fn free(key: &LockKey) -> Self {
-        LockStatus { key: key.to_string(), holder: None, shared: Vec::new(), limit: None, waiters: None }
-    }
-}
-
-/// The holder of a lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HolderInfo {
-    /// The holder's label.
-    pub label: String,
-    /// The fence of the holder's grant.
-    pub fence: u64,
-    /// Time left on the lease by the store's clock, where the store knows it.
-    pub ttl_left: Option<Duration>,
-    /// The lease's weight (1 for an exclusive lease).
-    pub weight: u32,
-}
-
 /// A lock store. See the [module docs](self) for the contract.
 // The wrappers `located::Located` and `deferred` forward every method: a new
 // method with a default body must be forwarded there too, or the wrapped
@@ -452,6 +420,34 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
         let _ = (key, token, value);
         Err(crate::Error::Unsupported { store: self.name(), what: "records kept with a key" })
+    }
+
+    /// Makes the lease `token` holds on `key` the smaller mode `to`, in one
+    /// atomic store step: an exclusive lease ([`Exclusive`](LeaseMode::Exclusive)
+    /// or [`Writer`](LeaseMode::Writer)) becomes `Shared { weight: 1, limit }`
+    /// (a write lock downgraded to a read lock); a share of weight `w`
+    /// becomes one of weight `1 <= to.weight < w` under the key's recorded
+    /// limit (`to.limit` is not checked there). The token, the fence and the
+    /// expiry stay; renewal renews the smaller lease as before. Waiters that
+    /// now fit are admitted by the admission rule ([`LeaseMode`]) and woken
+    /// by the store's notification; no request can be granted between the
+    /// two modes (a waiting writer stays behind the smaller lease). Returns
+    /// `Ok(false)`, changing nothing, if `token` holds no unexpired lease of
+    /// `key`; a `to` that is not smaller than the held lease is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) (`what:
+    /// "shrink"`), changing nothing. Declared by [`Capabilities::shrink`].
+    ///
+    /// # Cancel safety
+    ///
+    /// One atomic store step: dropped, the lease either shrank or did not,
+    /// and a repeat of an applied shrink is refused as not smaller. The
+    /// client then releases the lease by its token either way, or keeps it.
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        let _ = (key, token, to);
+        Err(crate::Error::Unsupported {
+            store: self.name(),
+            what: "shrinking a held lease (downgrade, partial release)",
+        })
     }
 
     /// Every key whose name starts with `prefix` (checked by

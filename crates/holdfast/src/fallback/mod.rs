@@ -102,7 +102,7 @@ use tokio::time::Instant;
 
 pub use mode::{MAX_EPOCH, MAX_STORES, Mode};
 
-use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken, check_ttl};
@@ -281,6 +281,7 @@ impl Backend for Fallback {
         caps.counts_waiters = all.iter().all(|c| c.counts_waiters);
         caps.session_bound = all.iter().any(|c| c.session_bound);
         caps.shared_leases = all.iter().all(|c| c.shared_leases);
+        caps.shrink = all.iter().all(|c| c.shrink);
         caps.fence_durability = FenceDurability::weakest(all.iter().map(|c| c.fence_durability));
         caps.renew_slice = all.iter().filter_map(|c| c.renew_slice).min().or(Some(256));
         caps
@@ -383,6 +384,13 @@ impl Backend for Fallback {
             Some((store, store_token)) => self.stores[store].relabel(key, store_token, label).await,
             None => Ok(false),
         }
+    }
+
+    // In place on the one store that holds the grant, as relabel: its
+    // fence, and so the chain's `epoch << 52 | fence`, stays.
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        let Some((store, store_token)) = self.holdings.holding(key, token) else { return Ok(false) };
+        self.stores[store].shrink(key, store_token, to).await
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {

@@ -3,12 +3,40 @@
 use std::time::Instant;
 
 use super::{FAST_RENEW_GRACE, FAST_RETRY_AFTER, Layered};
-use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::error::{Error, Result};
-use crate::key::LockKey;
+use crate::key::{LockKey, OwnerToken};
 use crate::release::is_transient;
 
 impl Layered {
+    /// [`Backend::shrink`]: on the authoritative store, whose answer is the
+    /// one returned (exclusion and fences are its); then on the fast store,
+    /// whose larger lease would only hold back the waiters that now fit.
+    /// A fast store that cannot shrink it (down, lost, unsupported) has the
+    /// fast lease released instead: the fast store is never trusted for
+    /// safety, so letting go of the filter is safe, and waiters reach the
+    /// authoritative store, which admits only what fits.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped between the two calls, the fast store keeps the larger
+    /// lease (more restrictive, never less safe) until it is released.
+    pub(super) async fn shrink_both(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        if !self.authoritative.shrink(key, token, to).await? {
+            return Ok(false);
+        }
+        match self.fast.shrink(key, token, to).await {
+            Ok(true) => {}
+            other => {
+                tracing::debug!(key = %key, outcome = ?other, "layered: fast store did not shrink; releasing its lease");
+                if let Err(e) = self.fast.release(key, token).await {
+                    tracing::debug!(key = %key, error = %e, "layered: fast store release failed");
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// Whether acquisitions go through the fast store now (it is not being
     /// skipped after a failure).
     pub(super) fn fast_in_use(&self) -> bool {

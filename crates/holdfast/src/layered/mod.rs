@@ -92,7 +92,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::Capabilities;
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -180,6 +180,7 @@ impl Backend for Layered {
         caps.counts_waiters = f.counts_waiters && a.counts_waiters;
         caps.session_bound = f.session_bound || a.session_bound;
         caps.shared_leases = f.shared_leases && a.shared_leases;
+        caps.shrink = caps.shared_leases && a.shrink;
         caps.renew_slice = match (f.renew_slice, a.renew_slice) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
@@ -237,6 +238,10 @@ impl Backend for Layered {
             tracing::debug!(key = %key, error = %e, "layered: fast store resize failed");
         }
         Ok(held)
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_both(key, token, to).await // calls.rs
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {

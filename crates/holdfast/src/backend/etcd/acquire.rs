@@ -243,10 +243,16 @@ impl Shared {
         e
     }
 
-    /// Resolves when `key`, seen at revision `read_at`, is deleted, when the
+    /// Resolves when `key`, seen at revision `read_at`, is deleted or shrunk, when the
     /// watch fails, or after [`RECHECK`]; errors if our own key is gone.
     pub(super) async fn wait_deleted(&self, key: Vec<u8>, read_at: i64, gone: &CancellationToken) -> Result<()> {
-        let deleted = |resp: &WatchResponse| resp.events().iter().any(|e| e.event_type() == EventType::Delete);
+        // Or shrunk to a share (a downgraded writer): the shares behind it
+        // may now be admitted.
+        let deleted = |resp: &WatchResponse| {
+            resp.events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete || e.kv().is_some_and(|kv| ops::is_shrunk(kv.value())))
+        };
         let (conn, k) = (&self.conn, &key);
         let missed = || async move { Ok(!conn.exists(k).await?.0) };
         self.watch_until(key.clone(), None, read_at, gone, deleted, missed).await

@@ -26,7 +26,7 @@ use ops::{Conn, map_err};
 use session::Sessions;
 use watch::KeyWatch;
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -172,6 +172,7 @@ impl Backend for EtcdBackend {
             // Grants live on sessions: not an arbiter, so no records.
             records: false,
             admin: true,
+            shrink: true,
         }
     }
 
@@ -210,6 +211,10 @@ impl Backend for EtcdBackend {
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         self.shared.resize(key, limit).await
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shared.shrink(key, token, to).await // shares.rs
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {

@@ -177,6 +177,23 @@ pub(super) fn entry_value(mode: LeaseMode, label: &str, marked: bool) -> String 
     }
 }
 
+/// The value of an existing queue key rewritten to `mode`: as
+/// [`entry_value`], but a writer's or a mutex's key that was shrunk to a
+/// share ([`Backend::shrink`](crate::backend::Backend::shrink)) keeps its
+/// name, and so its place (etcd orders the queue by creation), and says
+/// "share" in its value instead, after a NUL that no label contains.
+pub(super) fn rewritten_value(key: &[u8], mode: LeaseMode, label: &str, marked: bool) -> String {
+    let value = entry_value(mode, label, marked);
+    if key.ends_with(b"~s") || mode.is_exclusive() { value } else { format!("\0{value}") }
+}
+
+/// Whether a queue key's value says it was shrunk from exclusive to a share
+/// (see [`rewritten_value`]): what a waiter behind an exclusive key waits
+/// for besides its deletion.
+pub(super) fn is_shrunk(value: &[u8]) -> bool {
+    value.first() == Some(&0)
+}
+
 /// A queue key as [`own_key`] and [`entry_value`] wrote it.
 pub(super) struct Entry {
     pub(super) mode: LeaseMode,
@@ -194,12 +211,13 @@ pub(super) fn entry_of(kv: &KeyValue) -> Entry {
 /// [`entry_of`] on a key and value as bytes (a `KeyValue` cannot be made
 /// outside etcd-client, so tests read entries through this).
 pub(super) fn entry_from(key: &[u8], value: &[u8]) -> Entry {
-    let text = String::from_utf8_lossy(value);
+    let shrunk = !key.ends_with(b"~s") && is_shrunk(value);
+    let text = String::from_utf8_lossy(if shrunk { &value[1..] } else { value });
     let plain = |mode| Entry { mode, label: text.clone().into_owned(), marked: false };
-    if key.ends_with(b"~w") {
+    if key.ends_with(b"~w") && !shrunk {
         return plain(LeaseMode::Writer);
     }
-    if !key.ends_with(b"~s") {
+    if !key.ends_with(b"~s") && !shrunk {
         return plain(LeaseMode::Exclusive);
     }
     let parsed = text.split_once('\n').and_then(|(head, label)| {

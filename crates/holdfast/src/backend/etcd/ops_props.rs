@@ -38,12 +38,16 @@ proptest! {
     }
 
     /// The value `entry_value` writes under `own_key` reads back as the
-    /// same mode, label and (for a share) mark.
+    /// same mode, label and (for a share) mark; and so does the value
+    /// `rewritten_value` writes when a key is shrunk to a share in place
+    /// (a writer's or a mutex's key keeps its name). Labels never hold a
+    /// NUL (`check_label` refuses it before any I/O).
     #[test]
     fn entries_read_back_as_written(
         token in any::<u128>(),
         mode in any_mode(),
-        label in text(24),
+        shrunk_to in any_mode(),
+        label in text(24).prop_map(|l| l.replace('\0', "")),
         marked in any::<bool>(),
     ) {
         let token = OwnerToken::from_bytes(token.to_be_bytes());
@@ -51,25 +55,30 @@ proptest! {
         prop_assert!(key.starts_with(b"holdfast/k/"));
         let entry = entry_from(&key, entry_value(mode, &label, marked).as_bytes());
         prop_assert_eq!(entry.mode, mode);
-        prop_assert_eq!(entry.label, label);
+        prop_assert_eq!(&entry.label, &label);
         prop_assert_eq!(entry.marked, marked && mode.limit().is_some());
+        if let Ok(smaller) = crate::backend::admission::shrunk(mode, shrunk_to) {
+            let entry = entry_from(&key, rewritten_value(&key, smaller, &label, marked).as_bytes());
+            prop_assert_eq!((entry.mode, entry.label, entry.marked), (smaller, label, marked));
+        }
     }
 
     /// Arbitrary keys and values never panic the reader; a share's value
     /// that does not parse reads as exclusive, the mode that admits least,
-    /// and anything that is not a share key is never marked.
+    /// and anything that is not a share key, or a shrunk one (its value
+    /// after a NUL), is never marked.
     #[test]
     fn arbitrary_entries_never_panic(
         key in prop::collection::vec(any::<u8>(), 0..40),
         suffix in prop::sample::select(vec![&b""[..], b"~s", b"~w"]),
         value in prop_oneof![
             prop::collection::vec(any::<u8>(), 0..40),
-            "[0-9 ]{0,12}(held)?\n?[a-z]{0,4}".prop_map(String::into_bytes),
+            "\x00?[0-9 ]{0,12}(held)?\n?[a-z]{0,4}".prop_map(String::into_bytes),
         ],
     ) {
         let key = [key.as_slice(), suffix].concat();
         let entry = entry_from(&key, &value);
-        if !key.ends_with(b"~s") {
+        if !key.ends_with(b"~s") && !is_shrunk(&value) {
             prop_assert!(!entry.marked && entry.mode.limit().is_none());
         } else if entry.mode.limit().is_none() {
             prop_assert_eq!(entry.mode, LeaseMode::Exclusive);

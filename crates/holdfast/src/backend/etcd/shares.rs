@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::acquire::{Joined, key_deleted};
 use super::ops;
-use crate::backend::admission::{admitted_in_queue, conflict_in_queue, holding_in_queue};
+use crate::backend::admission::{self, Shrink, admitted_in_queue, conflict_in_queue, holding_in_queue};
 use crate::backend::{AcquireRequest, Grant, LeaseMode};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -102,7 +102,7 @@ impl Shared {
         let e = ops::entry_of(mine);
         let same = Compare::mod_revision(mine.key().to_vec(), CompareOp::Equal, mine.mod_revision());
         let opts = PutOptions::new().with_ignore_lease();
-        let put = TxnOp::put(mine.key().to_vec(), ops::entry_value(e.mode, &e.label, true), Some(opts));
+        let put = TxnOp::put(mine.key().to_vec(), ops::rewritten_value(mine.key(), e.mode, &e.label, true), Some(opts));
         if let Err(err) = self.conn.txn("mark holding", Txn::new().when([same]).and_then([put])).await {
             tracing::debug!(%err, "could not mark a share as holding; the share behind it re-reads later");
         }
@@ -138,10 +138,16 @@ impl Shared {
         gone: &CancellationToken,
     ) -> Result<()> {
         // A rewrite that marks a share as holding changes nobody's turn; a
-        // resize rewrites our own key unmarked, which wakes us.
+        // resize rewrites our own key unmarked, which wakes us, and a shrink
+        // changes a key's mode (read against the key before the event).
         let changed = |resp: &WatchResponse| {
             resp.events().iter().any(|e| {
+                let shrunk = match (e.prev_kv(), e.kv()) {
+                    (Some(before), Some(after)) => ops::entry_of(before).mode != ops::entry_of(after).mode,
+                    _ => false,
+                };
                 e.event_type() == EventType::Delete
+                    || shrunk
                     || e.kv().is_some_and(|kv| kv.mod_revision() != kv.create_revision() && !ops::entry_of(kv).marked)
             })
         };
@@ -153,7 +159,7 @@ impl Shared {
                 && ahead.iter().zip(seen).all(|(kv, (k, m))| kv.key() == k.as_slice() && kv.mod_revision() == *m);
             Ok(!same || ops::kvs(&now, 0).is_empty())
         };
-        let opts = Some(WatchOptions::new().with_prefix());
+        let opts = Some(WatchOptions::new().with_prefix().with_prev_key());
         self.watch_until(prefix.to_vec(), opts, read_at, gone, changed, missed).await
     }
 
@@ -186,7 +192,7 @@ impl Shared {
                 let puts = chunk.iter().map(|(e, kv, holds)| {
                     let mode = LeaseMode::Shared { weight: e.mode.weight(), limit };
                     let opts = PutOptions::new().with_ignore_lease();
-                    TxnOp::put(kv.key().to_vec(), ops::entry_value(mode, &e.label, *holds), Some(opts))
+                    TxnOp::put(kv.key().to_vec(), ops::rewritten_value(kv.key(), mode, &e.label, *holds), Some(opts))
                 });
                 let txn = Txn::new().when(same.collect::<Vec<_>>()).and_then(puts.collect::<Vec<_>>());
                 if !self.conn.txn("resize", txn).await?.succeeded() {
@@ -201,6 +207,38 @@ impl Shared {
         Err(Error::backend(super::STORE, true, "the lock's queue kept changing while it was resized"))
     }
 
+    /// [`Backend::shrink`](crate::backend::Backend::shrink): our key takes
+    /// the smaller mode in place (a put that keeps its lease and its
+    /// creation revision, so its place in the queue and its fence), only if
+    /// it is as read. Marked as holding: it was admitted, and holds.
+    ///
+    /// # Cancel safety
+    ///
+    /// One transaction per try: dropped, the key was rewritten or not.
+    pub(super) async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        let Some(own) = self.grants.granted_key(key, token) else { return Ok(false) };
+        for _ in 0..8 {
+            let read = Txn::new().and_then([TxnOp::get(own.clone(), None)]);
+            let Some(kv) = ops::kvs(&self.conn.txn("get", read).await?, 0).into_iter().next() else {
+                return Ok(false);
+            };
+            let entry = ops::entry_of(&kv);
+            let smaller = match admission::shrunk(entry.mode, to) {
+                Ok(mode) => mode,
+                Err(reason) => return Shrink::NotSmaller(reason).answer(),
+            };
+            let value = ops::rewritten_value(&own, smaller, &entry.label, true);
+            let put = TxnOp::put(own.clone(), value, Some(PutOptions::new().with_ignore_lease()));
+            let txn = Txn::new()
+                .when([Compare::mod_revision(own.clone(), CompareOp::Equal, kv.mod_revision())])
+                .and_then([put]);
+            if self.conn.txn("shrink", txn).await?.succeeded() {
+                return Ok(true);
+            }
+        }
+        Err(Error::backend(super::STORE, true, "the grant's key kept changing while it was shrunk"))
+    }
+
     /// Replaces the label of `token`'s live grant of `key`, keeping its mode.
     pub(super) async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         let Some(own) = self.grants.granted_key(key, token) else { return Ok(false) };
@@ -210,7 +248,7 @@ impl Shared {
                 return Ok(false);
             };
             let entry = ops::entry_of(&kv);
-            let value = ops::entry_value(entry.mode, label, entry.marked);
+            let value = ops::rewritten_value(&own, entry.mode, label, entry.marked);
             let put = TxnOp::put(own.clone(), value, Some(PutOptions::new().with_ignore_lease()));
             let txn = Txn::new()
                 .when([Compare::mod_revision(own.clone(), CompareOp::Equal, kv.mod_revision())])

@@ -5,6 +5,7 @@ mod admin;
 mod config;
 mod error;
 mod shares;
+mod shrink;
 mod sql;
 
 use std::collections::HashMap;
@@ -332,6 +333,7 @@ impl Backend for MysqlBackend {
             fence_floor: true,
             records: true,
             admin: true,
+            shrink: true,
             ..Capabilities::minimal()
         }
     }
@@ -378,6 +380,10 @@ impl Backend for MysqlBackend {
         self.wakeups.wake_one(key.as_str());
         self.maybe_sweep();
         Ok(released)
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_lease(key, token, to).await // shrink.rs
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {

@@ -9,6 +9,7 @@ mod listener;
 mod pool;
 mod pooler;
 mod shares;
+mod shrink;
 mod sql;
 mod statements;
 mod tls;
@@ -39,6 +40,7 @@ struct Inner {
     config: PostgresConfig,
     sql: statements::Statements,
     shares: shares::ShareSql,
+    shrink: shrink::ShrinkSql,
     channel: String,
     pool: Pool,
     wakeups: Arc<LocalWakeups>,
@@ -116,6 +118,7 @@ impl PostgresBackend {
         let inner = Inner {
             sql: statements::Statements::new(&config),
             shares: shares::ShareSql::new(&config),
+            shrink: shrink::ShrinkSql::new(&config),
             channel: config.channel(),
             config,
             pool,
@@ -148,6 +151,7 @@ impl Backend for PostgresBackend {
             fence_floor: true,
             records: true,
             admin: true,
+            shrink: true,
             ..Capabilities::minimal()
         }
     }
@@ -289,6 +293,10 @@ impl Backend for PostgresBackend {
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         self.resize_shares(key, limit).await
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_lease(key, token, to).await // shrink.rs
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {

@@ -26,7 +26,7 @@ use super::link::Link;
 const COMMON: &str = include_str!("scripts/common.lua");
 
 /// Every script: its name and body.
-const BODIES: [(&str, &str); 11] = [
+const BODIES: [(&str, &str); 12] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("fair_acquire", include_str!("scripts/fair_acquire.lua")),
     ("shared_acquire", include_str!("scripts/shared_acquire.lua")),
@@ -38,6 +38,7 @@ const BODIES: [(&str, &str); 11] = [
     ("raise_fence", include_str!("scripts/raise_fence.lua")),
     ("read_record", include_str!("scripts/read_record.lua")),
     ("write_record", include_str!("scripts/write_record.lua")),
+    ("shrink", include_str!("scripts/shrink.lua")),
 ];
 
 fn source(body: &str) -> String {
@@ -140,6 +141,7 @@ pub(super) struct Scripts {
     pub(super) raise_fence: LuaScript,
     pub(super) read_record: LuaScript,
     pub(super) write_record: LuaScript,
+    pub(super) shrink: LuaScript,
     /// The function library's source.
     library: Arc<str>,
     /// `FCALL` (the library loaded at connect) rather than `EVALSHA`.
@@ -190,6 +192,7 @@ impl Scripts {
             raise_fence: script("raise_fence"),
             read_record: script("read_record"),
             write_record: script("write_record"),
+            shrink: script("shrink"),
             library,
             functions,
         }

@@ -15,6 +15,7 @@ mod pubsub;
 mod replicas;
 mod routes;
 mod sentinel;
+mod shrink;
 
 use std::fmt;
 use std::sync::Arc;
@@ -309,6 +310,7 @@ impl Backend for RedisBackend {
             fence_floor: true,
             records: true,
             admin: true,
+            shrink: true,
         }
     }
 
@@ -437,6 +439,10 @@ impl Backend for RedisBackend {
         inv.key(h).key(s).arg("limit").arg(limit);
         let held: i64 = self.invoke(&inv).await?;
         Ok(held.max(0) as u64)
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_lease(key, token, to).await // shrink.rs
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use crate::backend::LeaseMode;
-use crate::backend::admission::{self, Decision, Row};
+use crate::backend::admission::{self, Decision, Row, Shrink};
 use crate::key::{LockKey, OwnerToken};
 
 pub(super) const SCHEMA: &str = "
@@ -279,6 +279,30 @@ pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::
         .query_row(params![key, admission::MODE_SHARED, now], |r| r.get(0))?;
     tx.commit()?;
     Ok(held as u64)
+}
+
+/// One `BEGIN IMMEDIATE` transaction: `token`'s unexpired held lease of
+/// `key` takes the smaller mode `to` (see [`admission::shrunk`]); its
+/// fence and expiry stay.
+pub(super) fn shrink(conn: &mut Connection, key: &str, token: OwnerToken, to: LeaseMode) -> rusqlite::Result<Shrink> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let held: Option<(i64, i64, i64)> = tx
+        .prepare_cached(
+            "SELECT mode, weight, limit_n FROM holdfast_grants
+              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?3",
+        )?
+        .query_row(params![key, token.to_bytes(), now_ms()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((code, weight, limit)) = held else { return Ok(Shrink::NotHeld) };
+    let smaller = match admission::shrunk(admission::decode(code, weight, limit), to) {
+        Ok(mode) => mode,
+        Err(reason) => return Ok(Shrink::NotSmaller(reason)),
+    };
+    let (code, weight, limit) = admission::encode(smaller);
+    tx.prepare_cached("UPDATE holdfast_grants SET mode = ?3, weight = ?4, limit_n = ?5 WHERE key = ?1 AND token = ?2")?
+        .execute(params![key, token.to_bytes(), code, weight, limit])?;
+    tx.commit()?;
+    Ok(Shrink::Shrunk)
 }
 
 /// The highest fence floor [`raise_fence`] takes: 2^62, so that the file's

@@ -85,7 +85,7 @@ impl ZkBackend {
             if holding_in_queue(alive.iter().copied()) < alive.len() {
                 break;
             }
-            holding.push((path, u64::try_from(stat.czxid).unwrap_or(0), mode.is_exclusive()));
+            holding.push((path, nodes::fence_of(&data, stat.czxid), mode.is_exclusive()));
             if mode.is_exclusive() {
                 break;
             }

@@ -21,7 +21,7 @@ use zookeeper_client as zk;
 
 pub use config::{ZkAuth, ZkConfig, ZkTls};
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -170,6 +170,7 @@ impl Backend for ZkBackend {
             // Grants live on sessions: not an arbiter, so no records.
             records: false,
             admin: true,
+            shrink: true,
         }
     }
 
@@ -187,6 +188,10 @@ impl Backend for ZkBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         self.release_token(key, token).await
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_node(key, token, to).await // ops/shrink.rs
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {

@@ -117,18 +117,48 @@ pub fn marked_of(data: &[u8]) -> bool {
     text.split('\n').next().and_then(|first| first.split(' ').nth(2)) == Some("held")
 }
 
+/// The fence of a node's grant: its creation zxid, unless the node was
+/// made again in place by a shrink ([`shrunk_data`]), whose data carries the
+/// fence of the grant it replaced (`f=N` on the first line).
+pub fn fence_of(data: &[u8], czxid: i64) -> u64 {
+    let text = String::from_utf8_lossy(data);
+    let carried = text.split('\n').next().and_then(|first| first.split(' ').find_map(|f| f.strip_prefix("f=")));
+    carried.and_then(|f| f.parse().ok()).unwrap_or_else(|| u64::try_from(czxid).unwrap_or(0))
+}
+
 /// A node's data with its label replaced, and a share's limit and mark
-/// replaced where given.
+/// replaced where given (a fence carried by a shrunk node stays).
 pub fn rewrite(data: &[u8], limit: Option<u32>, marked: Option<bool>, label: &str) -> Vec<u8> {
     let text = String::from_utf8_lossy(data);
     let first = text.split('\n').next().unwrap_or_default();
     let token = first.split(' ').next().unwrap_or_default();
+    let fence = first.split(' ').find(|f| f.starts_with("f=")).map(|f| format!(" {f}")).unwrap_or_default();
     match (limit.or_else(|| limit_of(data)), marked.unwrap_or_else(|| marked_of(data))) {
-        (Some(limit), true) => format!("{token} {limit} held\n{label}"),
-        (Some(limit), false) => format!("{token} {limit}\n{label}"),
-        (None, _) => format!("{token}\n{label}"),
+        (Some(limit), true) => format!("{token} {limit} held{fence}\n{label}"),
+        (Some(limit), false) => format!("{token} {limit}{fence}\n{label}"),
+        (None, _) => format!("{token}{fence}\n{label}"),
     }
     .into_bytes()
+}
+
+/// The data of the node that replaces a shrunk one: the token, the share's
+/// limit, marked as holding (it was admitted), the fence of the grant it
+/// replaces, and the label.
+pub fn shrunk_data(token: OwnerToken, limit: u32, fence: u64, label: &str) -> Vec<u8> {
+    format!("{} {limit} held f={fence}\n{label}", token.to_hex()).into_bytes()
+}
+
+/// The name of the node that replaces `name` (of `token`) in `mode`: the
+/// same sequence number, so the same place in the queue while the queue is
+/// ordered by sequence; `None` past the wrap (ordered by creation there, so
+/// a new node would lose its place) or for a foreign name.
+pub fn renamed(name: &str, token: OwnerToken, mode: LeaseMode) -> Option<String> {
+    let (_, _, seq) = parse_name(name)?;
+    if !(0..=LAST_ORDERED_SEQUENCE).contains(&seq) {
+        return None;
+    }
+    let digits = name.rsplit('-').next()?;
+    Some(format!("{}{digits}", node_name_prefix(token, mode)))
 }
 
 /// A queue node's kind, token (hex) and the sequence number ZooKeeper
@@ -257,6 +287,16 @@ mod tests {
         let relabelled = rewrite(&resized, None, None, "them");
         assert_eq!((limit_of(&relabelled), marked_of(&relabelled)), (Some(5), true));
         assert!(!marked_of(&data));
+        // A shrunk node keeps its place and carries its grant's fence through rewrites.
+        let writer = format!("{}0000000042", node_name_prefix(t, LeaseMode::Writer));
+        let read = LeaseMode::Shared { weight: 1, limit: 8 };
+        let reader = renamed(&writer, t, read).expect("an ordered name");
+        assert_eq!((kind_of(&reader), sequence_of(&reader)), (NodeKind::Share(1), Some(42)));
+        let shrunk = shrunk_data(t, 8, 77, "me");
+        assert_eq!((fence_of(&shrunk, 99), limit_of(&shrunk), marked_of(&shrunk)), (77, Some(8), true));
+        assert_eq!(fence_of(&rewrite(&shrunk, Some(4), Some(false), "you"), 99), 77);
+        assert_eq!(fence_of(&data, 99), 99, "an unshrunk node's fence is its czxid");
+        assert_eq!(renamed(&format!("{}2147483647", node_name_prefix(t, LeaseMode::Writer)), t, read), None);
         assert_eq!(limit_of(&node_data(t, LeaseMode::Exclusive, "x 9")), None);
         for bad in ["sh0-", "sh-", "shx-", "xx-"] {
             assert_eq!(parse_name(&format!("{bad}{}-0000000001", t.to_hex())), None, "{bad}");

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use zookeeper_client as zk;
 
+mod shrink;
+
 use super::{STORE, Session, ZkBackend, map_err, nodes, timed};
 use crate::backend::{AcquireRequest, Grant, RenewRequest};
 use crate::error::{Error, Result};

@@ -57,7 +57,7 @@ impl ZkBackend {
             let kind = nodes::kind_of(name);
             let info = HolderInfo {
                 label: nodes::label_of(&data),
-                fence: u64::try_from(stat.czxid).unwrap_or(0),
+                fence: nodes::fence_of(&data, stat.czxid),
                 ttl_left: None,
                 weight: kind.mode(0).weight(),
             };

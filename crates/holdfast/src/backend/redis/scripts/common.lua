@@ -21,6 +21,11 @@
 --           channel: a release publishes there only before then.
 --       q = 1 once a fair waiter queued (Q may be non-empty); without it, and
 --           with H present, Q is empty and no script reads it.
+--       hf = "token fence": the fence of the exclusive grant of token, kept
+--           when a waiting reservation's place moves f past it while that
+--           grant is held; it counts only while o is that token (see
+--           holder_fence), so no grant needs to clear it. A raised floor
+--           clears it: the raise is the grant's fence from then on.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).
@@ -38,10 +43,28 @@ end
 -- read only the fields they use, into locals: each field read costs the
 -- server about 0.15 us, as much as a whole EXISTS).
 local function read_lock(h)
-  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q')
+  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q', 'hf')
   return { o = v[1], f = tonumber(v[2] or '0') or 0, x = tonumber(v[3] or '0') or 0,
            e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6], sx = tonumber(v[7] or '0') or 0,
-           w = tonumber(v[8] or '0') or 0, q = v[9] == '1' }
+           w = tonumber(v[8] or '0') or 0, q = v[9] == '1', hf = v[10] }
+end
+
+-- The fence of the exclusive grant in H (s: the lock as read): f, unless f
+-- moved past it while it was held (hf).
+local function holder_fence(s)
+  if s.hf and s.o then
+    local t, f = string.match(s.hf, '^(%S+) (%d+)$')
+    if t == s.o then return tonumber(f) end
+  end
+  return s.f
+end
+
+-- Keeps the fence of the exclusive grant held in H before f moves past it.
+local function keep_holder_fence(h, s, now_ms)
+  if s.o and s.x > now_ms and holder_fence(s) == s.f then
+    s.hf = s.o .. ' ' .. int(s.f)
+    redis.call('HSET', h, 'hf', s.hf)
+  end
 end
 
 -- Marks that a non-fair waiter waits on the lock's channel for up to
@@ -175,7 +198,7 @@ end
 -- counted from now, as the client counts it from the retry.
 local function regrant(h, s, now_ms, ttl_ms, keep_ms)
   write(h, s, now_ms + ttl_ms, keep_ms, 'x', int(now_ms + ttl_ms))
-  return {1, s.f}
+  return {1, holder_fence(s)}
 end
 
 local function parse_entry(v)

@@ -14,7 +14,7 @@ local now = math.floor(us / 1000)
 local s = read_lock(h)
 local had, fence = 0, 0
 if holder(s, now) then
-  had, fence = 1, s.f
+  had, fence = 1, holder_fence(s)
   local head = s.q and purge(q, e, now)
   if head then
     hand_to_head(h, q, e, s, head, now, us, keep, cprefix)

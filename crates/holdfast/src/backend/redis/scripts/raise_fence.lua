@@ -13,6 +13,10 @@ local s = read_lock(h)
 local now = math.floor(now_us() / 1000)
 local held = holds(s, sk, token, now, false)
 if held and floor > s.f then
+  -- A raise by the holder is its grant's fence from now on (RedLock writes
+  -- the fence it chose back to its members, and reads it in status): the
+  -- holder's kept fence, if any, gives way to f.
+  if s.hf then redis.call('HDEL', h, 'hf') end
   write(h, s, now, keep, 'f', int(floor))
 end
 return held and 1 or 0

@@ -13,7 +13,7 @@ local us = now_us()
 local now = math.floor(us / 1000)
 local rows, latest = read_shares(sk, now)
 local o = holder(s, now)
-if o then rows[#rows + 1] = { t = o, held = true, m = 0, w = 1, l = 0, ord = s.f } end
+if o then rows[#rows + 1] = { t = o, held = true, m = 0, w = 1, l = 0, ord = holder_fence(s) } end
 local d, v = decide(token, m, w, lim, rows)
 if d == 'held' then
   if o == token then return regrant(h, s, now, ttl, keep) end
@@ -47,6 +47,7 @@ if reserve then
   if not place then
     -- A new place, from the fence counter, so later places and fences are higher.
     place = next_fence(s, us)
+    keep_holder_fence(h, s, now)
     write(h, s, now + ttl, keep, 'f', int(place))
   end
   redis.call('HSET', sk, token, share_entry({ held = false, m = m, w = w, l = lim, ord = place, x = now + ttl, label = label }))

@@ -23,4 +23,4 @@ for i = 1, #kv, 2 do
 end
 local s = read_lock(h)
 if not holder(s, now_ms) then return {false, 0, 0, waiters, shares} end
-return {s.l or '', s.f, s.x - now_ms, waiters, shares}
+return {s.l or '', holder_fence(s), s.x - now_ms, waiters, shares}
