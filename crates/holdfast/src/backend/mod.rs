@@ -486,4 +486,27 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
         let _ = key;
         Err(crate::Error::Unsupported { store: self.name(), what: "forced release" })
     }
+
+    /// A [`HolderWatch`] of `key` fed by the store's own watch, or
+    /// `Ok(None)` where the store has none (the default; election
+    /// observers then poll [`status`](Self::status)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads and starts a watch, which dropping the
+    /// future or the stream stops.
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        let _ = key;
+        Ok(None)
+    }
 }
+
+/// The exclusive holders of a key as the store's watch reports them
+/// ([`Backend::watch_holders`]): each holder once, from the one at the
+/// start (if any), in increasing order of fence, including holders whose
+/// grant ended before anyone read the key's status. An `Err` item is a
+/// failed read, or a stretch the store cannot vouch for (its history was
+/// compacted, its connection lost events): holders may have been missed
+/// there, and the items after it start from a fresh read. The stream goes
+/// on after an error; dropping it stops the watch.
+pub type HolderWatch = futures::stream::BoxStream<'static, Result<HolderInfo>>;
