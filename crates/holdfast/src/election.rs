@@ -217,6 +217,10 @@ impl Election {
     ///   and ended between two reads is not seen (terms are fences, which
     ///   are not consecutive, so the gap cannot be told either).
     ///
+    /// A watch-fed stream that is not polled keeps the watch's events
+    /// until it is (ZooKeeper's client buffers them without bound): poll
+    /// it, or drop it.
+    ///
     /// # Cancel safety
     ///
     /// Cancel-safe: dropping the stream stops the reads and the watch.

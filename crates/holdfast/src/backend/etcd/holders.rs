@@ -187,7 +187,10 @@ impl Feed {
     fn apply(&mut self, resp: WatchResponse) {
         if resp.canceled() {
             if resp.compact_revision() > 0 {
-                tracing::debug!(compacted = resp.compact_revision(), "etcd holder watch compacted away; reading afresh");
+                tracing::debug!(
+                    compacted = resp.compact_revision(),
+                    "etcd holder watch compacted away; reading afresh"
+                );
                 (self.read, self.gap) = (true, true);
             } else {
                 tracing::debug!(reason = resp.cancel_reason(), "etcd holder watch cancelled; resuming it");

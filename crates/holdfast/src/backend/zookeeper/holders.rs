@@ -145,7 +145,8 @@ impl Feed {
         let session = self.sessions.get(config).await?;
         session.ready()?;
         let mode = zk::AddWatchMode::PersistentRecursive;
-        let watcher = timed(config.timeout, "watch", session.client.watch(&self.parent, mode)).await?.map_err(map_err)?;
+        let watcher =
+            timed(config.timeout, "watch", session.client.watch(&self.parent, mode)).await?.map_err(map_err)?;
         self.on = Some((session, watcher));
         self.read = true;
         self.disconnected = false;
