@@ -83,6 +83,17 @@ impl LockOptions {
     }
 }
 
+/// The holder label of a client built without one: `host:pid`.
+pub(crate) fn default_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,15 +112,4 @@ mod tests {
             );
         }
     }
-}
-
-/// The holder label of a client built without one: `host:pid`.
-pub(crate) fn default_label() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
 }
