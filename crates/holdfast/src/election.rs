@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, HolderWatch};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
@@ -80,8 +80,9 @@ impl Election {
         self
     }
 
-    /// Sets how often [`observe`](Self::observe) reads the leader (default
-    /// 100 ms).
+    /// Sets how often [`observe`](Self::observe) reads the leader on a
+    /// store without a watch (default 100 ms), and how long it waits
+    /// before asking again after a failed start of a watch.
     pub fn observe_every(mut self, every: Duration) -> Self {
         self.poll = every.max(Duration::from_millis(1));
         self
@@ -188,33 +189,116 @@ impl Election {
         Ok(status.holder.map(|h| Leader { value: h.label, term: h.fence }))
     }
 
-    /// A stream of leaders: each new term once, in increasing order of term,
-    /// read every [`observe_every`](Self::observe_every). A term that began
-    /// and ended between two reads is not seen (terms are fences, which are
-    /// not consecutive, so the gap cannot be told either); a store error
-    /// ends nothing and is yielded as an item.
+    /// A stream of leaders: each new term once, in increasing order of term;
+    /// a store error ends nothing and is yielded as an item.
+    ///
+    /// Where the store has a watch ([`Backend::watch_holders`]) the stream
+    /// is fed by it, and a term is seen even if it began and ended between
+    /// two reads of the leader:
+    ///
+    /// - **etcd**: one watch on the election's key range, from the revision
+    ///   of the first read: every term is seen, however short. A watch
+    ///   whose stream broke resumes from the last revision it saw and
+    ///   misses nothing; if that revision was compacted meanwhile, an error
+    ///   item says terms may have been missed, and the stream goes on from
+    ///   a fresh read (the leader of that moment is seen).
+    /// - **ZooKeeper**: a persistent recursive watch on the election's
+    ///   node. Every term is seen while the session stays connected,
+    ///   except that a term whose node was deleted before the observer's
+    ///   read of it came back (shorter than one round trip from the event)
+    ///   is an error item (its term and value are gone with the node), not
+    ///   a leader. Across a disconnection ZooKeeper may drop the watch's
+    ///   events: the observer reads the queue again, and if the leader it
+    ///   knew is gone, an error item says terms may have been missed before
+    ///   the current leader is yielded.
+    /// - **Other stores** (SQLite, Redis, PostgreSQL, MySQL, the
+    ///   composites) have no watch that carries grants: the leader is read
+    ///   every [`observe_every`](Self::observe_every), and a term that began
+    ///   and ended between two reads is not seen (terms are fences, which
+    ///   are not consecutive, so the gap cannot be told either).
+    ///
+    /// A watch-fed stream that is not polled keeps the watch's events
+    /// until it is (ZooKeeper's client buffers them without bound): poll
+    /// it, or drop it.
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: dropping the stream stops the reads.
+    /// Cancel-safe: dropping the stream stops the reads and the watch.
     pub fn observe(&self) -> impl Stream<Item = Result<Leader>> + Send + 'static {
-        let (election, poll) = (self.clone(), self.poll);
-        futures::stream::unfold((election, 0u64, true), move |(election, last, first)| async move {
-            if !first {
-                tokio::time::sleep(poll).await;
+        let observer = Observer { election: self.clone(), last: 0, source: Source::Start, pause: false };
+        futures::stream::unfold(observer, |mut observer| async move {
+            let item = observer.next().await;
+            Some((item, observer))
+        })
+    }
+}
+
+/// Where an observer's leaders come from.
+enum Source {
+    /// Not decided yet (or the watch ended): ask the store for a watch.
+    Start,
+    /// The store's watch.
+    Watch(HolderWatch),
+    /// No watch on this store: read the leader every `poll`.
+    Poll,
+}
+
+/// The state of an [`Election::observe`] stream.
+struct Observer {
+    election: Election,
+    /// The last term yielded: a leader is yielded only above it.
+    last: u64,
+    source: Source,
+    /// Wait one `poll` before the next store call (after a read, or after
+    /// an error, so that a store that keeps failing is not hammered).
+    pause: bool,
+}
+
+impl Observer {
+    async fn next(&mut self) -> Result<Leader> {
+        loop {
+            if std::mem::take(&mut self.pause) {
+                tokio::time::sleep(self.election.poll).await;
             }
-            let mut last = last;
-            loop {
-                match election.leader().await {
-                    Ok(Some(leader)) if leader.term > last => {
-                        last = leader.term;
-                        return Some((Ok(leader), (election, last, false)));
+            match &mut self.source {
+                Source::Start => {
+                    let backend = self.election.mutex.client().inner().backend.clone();
+                    let key = LockKey::new(self.election.name())?;
+                    match backend.watch_holders(&key).await {
+                        Ok(Some(watch)) => self.source = Source::Watch(watch),
+                        Ok(None) => self.source = Source::Poll,
+                        Err(e) => {
+                            self.pause = true;
+                            return Err(e);
+                        }
                     }
-                    Ok(_) => tokio::time::sleep(poll).await,
-                    Err(e) => return Some((Err(e), (election, last, false))),
+                }
+                Source::Watch(watch) => match watch.next().await {
+                    Some(Ok(holder)) if holder.fence > self.last => {
+                        self.last = holder.fence;
+                        return Ok(Leader { value: holder.label, term: holder.fence });
+                    }
+                    Some(Ok(_)) => {}
+                    // The watch goes on after an error (it restarts itself).
+                    Some(Err(e)) => return Err(e),
+                    None => {
+                        self.source = Source::Start;
+                        self.pause = true;
+                    }
+                },
+                Source::Poll => {
+                    self.pause = true;
+                    match self.election.leader().await {
+                        Ok(Some(leader)) if leader.term > self.last => {
+                            self.last = leader.term;
+                            return Ok(leader);
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
             }
-        })
+        }
     }
 }
 

@@ -11,6 +11,8 @@
 mod badinput;
 #[path = "core.rs"]
 mod core;
+#[path = "election_observers.rs"]
+mod election_observers;
 #[path = "etcd/main.rs"]
 mod etcd;
 #[path = "fallback.rs"]

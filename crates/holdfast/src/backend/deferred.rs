@@ -53,7 +53,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::ConnectFn;
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -327,5 +327,11 @@ impl Backend for Deferred {
 
     async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
         self.store()?.force_release(key).await
+    }
+
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        // Unconnected: an error (not "no watch"), so that an observer asks
+        // again once the store is there rather than polling for good.
+        self.store()?.watch_holders(key).await
     }
 }

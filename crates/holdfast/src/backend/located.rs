@@ -7,7 +7,9 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
+use futures::StreamExt;
+
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::Capabilities;
 use crate::error::Result;
 use crate::key::{LockKey, OwnerToken};
@@ -95,5 +97,11 @@ impl<B: Backend> Backend for Located<B> {
 
     async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
         self.at(self.inner.force_release(key).await)
+    }
+
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        let endpoint = self.endpoint.clone();
+        let watch = self.at(self.inner.watch_holders(key).await)?;
+        Ok(watch.map(|w| w.map(move |item| item.map_err(|e| e.at(&endpoint))).boxed()))
     }
 }

@@ -103,7 +103,7 @@ pub use admin::ForceReleased;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use admin::held_statuses;
 pub(crate) use deferred::connect_or_defer_with;
-pub use status::{HolderInfo, LockStatus};
+pub use status::{HolderInfo, HolderWatch, LockStatus};
 
 /// Opens the store a URL names: the registry's [`stores::connect`](crate::stores::connect),
 /// handed down to the composites (and to deferred members) so that they,
@@ -481,5 +481,18 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
         let _ = key;
         Err(crate::Error::Unsupported { store: self.name(), what: "forced release" })
+    }
+
+    /// A [`HolderWatch`] of `key` fed by the store's own watch, or
+    /// `Ok(None)` where the store has none (the default; election
+    /// observers then poll [`status`](Self::status)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads and starts a watch, which dropping the
+    /// future or the stream stops.
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        let _ = key;
+        Ok(None)
     }
 }

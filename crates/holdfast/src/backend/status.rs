@@ -1,8 +1,10 @@
-//! What [`Backend::status`](super::Backend::status) and
-//! [`Backend::list`](super::Backend::list) report: who holds a key.
+//! Who holds a key: the answer of [`Backend::status`](super::Backend::status)
+//! and the stream of [`Backend::watch_holders`](super::Backend::watch_holders).
 
-use crate::key::LockKey;
 use std::time::Duration;
+
+use crate::error::Result;
+use crate::key::LockKey;
 
 /// Who holds a key, as far as the store can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,3 +44,13 @@ pub struct HolderInfo {
     /// The lease's weight (1 for an exclusive lease).
     pub weight: u32,
 }
+
+/// The exclusive holders of a key as the store's watch reports them
+/// ([`Backend::watch_holders`](super::Backend::watch_holders)): each holder once, from the one at the
+/// start (if any), in increasing order of fence, including holders whose
+/// grant ended before anyone read the key's status. An `Err` item is a
+/// failed read, or a stretch the store cannot vouch for (its history was
+/// compacted, its connection lost events): holders may have been missed
+/// there, and the items after it start from a fresh read. The stream goes
+/// on after an error; dropping it stops the watch.
+pub type HolderWatch = futures::stream::BoxStream<'static, Result<HolderInfo>>;

@@ -5,6 +5,7 @@ mod acquire;
 mod admin;
 mod config;
 mod grants;
+mod holders;
 mod ops;
 #[cfg(test)]
 mod ops_props;
@@ -26,7 +27,7 @@ use ops::{Conn, map_err};
 use session::Sessions;
 use watch::KeyWatch;
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -219,5 +220,9 @@ impl Backend for EtcdBackend {
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         self.shared.relabel(key, token, label).await
+    }
+
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        Ok(Some(holders::watch(self.shared.conn.clone(), self.shared.prefix(key)))) // holders.rs
     }
 }

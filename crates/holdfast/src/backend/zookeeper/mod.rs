@@ -3,6 +3,7 @@
 
 mod admin;
 mod config;
+mod holders;
 mod nodes;
 #[cfg(test)]
 mod nodes_props;
@@ -21,7 +22,7 @@ use zookeeper_client as zk;
 
 pub use config::{ZkAuth, ZkConfig, ZkTls};
 
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch, LeaseMode, LockStatus, RenewRequest};
 use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
@@ -216,5 +217,9 @@ impl Backend for ZkBackend {
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         self.relabel_node(key, token, label).await
+    }
+
+    async fn watch_holders(&self, key: &LockKey) -> Result<Option<HolderWatch>> {
+        Ok(Some(holders::watch(self.clone(), key))) // holders.rs
     }
 }
