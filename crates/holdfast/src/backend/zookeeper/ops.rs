@@ -448,15 +448,34 @@ impl ZkBackend {
         // The probe's node, if its attempt is still tracked; one released
         // since the lookup is not held, and the root stands in for the
         // round trip that shows the session answering.
-        let node = self
-            .attempt_of(leases[probe].token)
-            .and_then(|a| a.node.map(|n| path_of(&self.parent_of(&a.key), &n.name)));
+        let node_path = || {
+            self.attempt_of(leases[probe].token).and_then(|a| a.node.map(|n| path_of(&self.parent_of(&a.key), &n.name)))
+        };
+        let node = node_path();
         let path = node.as_deref().unwrap_or(&self.cfg().root);
         let stat = timed(self.cfg().timeout, "renew", s.client.check_stat(path)).await?.map_err(map_err)?;
+        // A shrink replaces the node by one of another name on the same
+        // session, in one multi (ops/shrink.rs): a probe that read the old
+        // name finds it gone, even after the reply (this client records the
+        // new name only once the multi's reply is back). The token's node
+        // is then looked for among the key's nodes, whose names carry it.
+        let mut replaced = false;
+        if stat.is_none() && node.is_some() {
+            if let Some(a) = self.attempt_of(leases[probe].token) {
+                let parent = self.parent_of(&a.key);
+                replaced = match timed(self.cfg().timeout, "renew", s.client.get_children(&parent)).await? {
+                    Ok((children, _)) => children.iter().any(|c| nodes::is_of_token(c, leases[probe].token)),
+                    Err(zk::Error::NoNode) => false,
+                    Err(e) => return Err(map_err(e)),
+                };
+            }
+        }
         if !s.vouches() {
             return Err(Error::backend(STORE, true, "ZooKeeper session not connected"));
         }
-        held[probe] = node.is_some() && stat.is_some_and(|st| st.ephemeral_owner == s.id);
+        // Ephemeral nodes of this session only: a replaced node was created
+        // on it too (the multi runs on the grant's session).
+        held[probe] = node.is_some() && (replaced || stat.is_some_and(|st| st.ephemeral_owner == s.id));
         Ok(held)
     }
 }
