@@ -15,8 +15,8 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast::backend::mysql::MysqlBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::mysql::MysqlBackend;
 use holdfast::{Client, LockKey, OwnerToken};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolOpts, TxOpts};
@@ -25,7 +25,7 @@ use mysql_async::{Conn, OptsBuilder, Pool, PoolOpts, TxOpts};
 const RUN: Duration = Duration::from_secs(9);
 
 fn raw_pool(url: &str) -> Pool {
-    let c = holdfast::backend::mysql::MysqlConfig::from_url(url).expect("url");
+    let c = holdfast::stores::mysql::MysqlConfig::from_url(url).expect("url");
     let pass = c.password().map(str::to_owned);
     Pool::new(
         OptsBuilder::default()

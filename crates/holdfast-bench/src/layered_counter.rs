@@ -26,7 +26,7 @@ impl ServerCounter {
         match scheme.as_str() {
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => {
-                let cfg = holdfast::backend::postgres::PostgresConfig::from_url(url)?;
+                let cfg = holdfast::stores::postgres::PostgresConfig::from_url(url)?;
                 let (client, connection) =
                     cfg.connection_config().connect(tokio_postgres::NoTls).await.map_err(bench_error)?;
                 tokio::spawn(connection);

@@ -6,8 +6,8 @@
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::client::Client;
-use crate::error::{Error, Result};
-use crate::key::{LockKey, MAX_KEY_BYTES};
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, MAX_KEY_BYTES};
 
 /// Checks a key prefix for [`Client::list`]: at most [`MAX_KEY_BYTES`] bytes,
 /// no control characters (the rules of [`LockKey`], except that the empty

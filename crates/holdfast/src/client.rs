@@ -6,19 +6,19 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
+use crate::backend::wait::DEFAULT_STORE_RETRY;
 use crate::backend::{Backend, LockStatus};
-use crate::capability::Capabilities;
 use crate::election::Election;
-use crate::error::{Error, Result};
 use crate::guard::{Held, MutexGuard};
-use crate::key::LockKey;
 use crate::lease::Renewer;
-use crate::lock_options::LockOptions;
-use crate::metrics::{ClientMetrics, Op};
+use crate::lease::lock_options::LockOptions;
 use crate::mutex::Mutex;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
-use crate::wait::DEFAULT_STORE_RETRY;
+use crate::vocabulary::capability::Capabilities;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::LockKey;
+use crate::vocabulary::metrics::{ClientMetrics, Op};
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ pub struct ClientOptions {
     pub label: Option<String>,
     /// How long a waiting acquire rides out a store that fails (connection
     /// lost, failover, its session expired) before it fails with the store's
-    /// error; default 10 s. See the [waiting policy](crate::wait#the-waiting-policy).
+    /// error; default 10 s. See the [waiting policy](crate::backend::wait#the-waiting-policy).
     pub store_retry: Duration,
     /// The store's identity, as [`Client::store_id`] reports it; `None`: the
     /// redacted URL for a client opened from a URL, the store's name for one
@@ -93,7 +93,7 @@ pub(crate) struct ClientInner {
     pub(crate) renewer: Renewer,
     pub(crate) label: String,
     pub(crate) store_retry: Duration,
-    /// Metric handles (see [`crate::metrics`]).
+    /// Metric handles (see [`crate::vocabulary::metrics`]).
     pub(crate) metrics: Arc<ClientMetrics>,
     store_id: String,
     reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
@@ -129,7 +129,7 @@ impl Client {
     /// As for [`connect`](Self::connect).
     pub async fn connect_with(url: &str, mut options: ClientOptions) -> Result<Self> {
         let backend = crate::stores::connect(url).await?;
-        options.store_id.get_or_insert_with(|| crate::url_text::redact_url(url));
+        options.store_id.get_or_insert_with(|| crate::vocabulary::url_text::redact_url(url));
         Ok(Self::with_backend(backend, options))
     }
 
@@ -137,7 +137,7 @@ impl Client {
     /// [`store_id`](Self::store_id) is the one in `options`, or else the
     /// store's name.
     pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
-        let label = options.label.unwrap_or_else(crate::lock_options::default_label);
+        let label = options.label.unwrap_or_else(crate::lease::lock_options::default_label);
         let store_id = options.store_id.unwrap_or_else(|| backend.name().to_owned());
         let metrics = Arc::new(ClientMetrics::new(backend.name()));
         Client {

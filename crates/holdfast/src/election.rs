@@ -8,15 +8,15 @@ use futures::{Stream, StreamExt};
 
 use crate::backend::{Backend, HolderWatch};
 use crate::client::Client;
-use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
-use crate::key::LockKey;
-use crate::lock_options::LockOptions;
+use crate::lease::lock_options::LockOptions;
 use crate::mutex::Mutex;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::LockKey;
 
 /// The longest value a candidate may publish (a value is the grant's
 /// label, under the same rule: no NUL either).
-pub const MAX_VALUE_BYTES: usize = crate::key::MAX_LABEL_BYTES;
+pub const MAX_VALUE_BYTES: usize = crate::vocabulary::key::MAX_LABEL_BYTES;
 
 /// A named leader election. Cheap to clone; campaigns nothing by itself.
 ///
@@ -152,7 +152,7 @@ impl Election {
         loop {
             let leadership = match self.campaign(value.clone()).await {
                 Ok(leadership) => leadership,
-                Err(e) if crate::release::is_transient(&e) => {
+                Err(e) if e.is_transient() => {
                     tracing::warn!(election = %self.name(), error = %e, "campaign failed; trying again in 1s");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -303,7 +303,7 @@ impl Observer {
 }
 
 fn check_value(value: String) -> Result<String> {
-    crate::key::check_label(&value, "value")?;
+    crate::vocabulary::key::check_label(&value, "value")?;
     Ok(value)
 }
 

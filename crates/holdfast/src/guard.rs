@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use crate::backend::{LeaseMode, UNLIMITED};
 use crate::client::Client;
-use crate::error::{Error, Result};
 use crate::lease::LeaseState;
-use crate::metrics::LostCause;
-use crate::release::Release;
+use crate::lease::release::Release;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::metrics::LostCause;
 
 /// Why a lease was lost ([`Guard::lost_reason`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +208,7 @@ impl<K: GuardKind> Guard<K> {
     /// matching a history or the store's own records (`status`, logs)
     /// against this grant. Whoever has it can release the grant, so treat
     /// it like the guard itself.
-    pub fn token(&self) -> crate::key::OwnerToken {
+    pub fn token(&self) -> crate::vocabulary::key::OwnerToken {
         self.held.lease.token
     }
 

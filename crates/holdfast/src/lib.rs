@@ -66,62 +66,50 @@
 //!  WHERE item = $item AND last_fence < $fence;   -- 0 rows: a newer holder wrote first
 //! ```
 
+// The floors, from the ground up; each imports only the floors below it
+// (docs/design.md, "Floors").
 mod admin;
 pub mod backend;
-mod capability;
 mod client;
-mod composite_url;
+mod composites;
 mod election;
-#[cfg(feature = "simulation")]
-pub mod entropy;
-#[cfg(not(feature = "simulation"))]
-mod entropy;
-mod error;
-pub mod fallback;
 mod guard;
-mod key;
-pub mod layered;
 mod lease;
 mod lock;
-mod lock_options;
-pub mod metrics;
 mod multi;
 mod mutex;
-#[cfg(test)]
-mod prop_support;
-pub mod redlock;
-mod release;
 mod rwlock;
-mod secret;
 mod segmented;
 mod semaphore;
 mod shrink;
-mod store_error;
 pub mod stores;
-mod url_options;
-mod url_text;
-pub mod wait;
+mod vocabulary;
+
+pub use composites::{fallback, layered, redlock};
+#[cfg(feature = "simulation")]
+pub use vocabulary::entropy;
+pub use vocabulary::metrics;
 
 pub use admin::check_prefix;
 pub use backend::{ForceReleased, HolderInfo, LockStatus};
-pub use capability::{Capabilities, FenceDurability};
 pub use client::{Client, ClientOptions};
 pub use election::{Election, Leader, Leadership, MAX_VALUE_BYTES as MAX_ELECTION_VALUE_BYTES};
-pub use error::{BoxError, Error, Result};
 pub use guard::{
     Guard, GuardKind, LostReason, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,
 };
-pub use key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
 pub use lease::drift_margin as lease_drift_margin;
+pub use lease::lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
 pub use lock::Lock;
-pub use lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
 pub use multi::{MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use rwlock::{ReadLock, RwLock, WriteLock};
-pub use secret::Secret;
 pub use segmented::{AllSegmentsGuard, MAX_SEGMENTS, SegmentGuard, Segmented, route as segment_route, segment_key};
 pub use semaphore::Semaphore;
-pub use url_text::redact_url;
+pub use vocabulary::capability::{Capabilities, FenceDurability};
+pub use vocabulary::error::{BoxError, Error, Result};
+pub use vocabulary::key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
+pub use vocabulary::secret::Secret;
+pub use vocabulary::url_text::redact_url;
 
 /// The Rust blocks of the READMEs and of `docs/*.md`, compiled (and, unless
 /// `no_run`, run) as doctests by `cargo test`, so that what the pages show

@@ -10,17 +10,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backend::wait::{WaitFailure, wait_for_grant};
 use crate::backend::{AcquireRequest, Backend, LeaseMode};
 use crate::client::Client;
-use crate::error::{Error, Result};
 use crate::guard::{Guard, GuardKind, Held};
-use crate::key::{LockKey, OwnerToken, check_label, check_ttl};
 use crate::lease::Horizon;
+use crate::lease::lock_options::LockOptions;
+use crate::lease::release::Release;
 use crate::lease::{LeaseState, drift_margin};
-use crate::lock_options::LockOptions;
-use crate::metrics::{AcquireOutcome, KeyMetrics, Op, Probe};
-use crate::release::{Release, is_transient};
-use crate::wait::{WaitFailure, wait_for_grant};
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, OwnerToken, check_label, check_ttl};
+use crate::vocabulary::metrics::{AcquireOutcome, KeyMetrics, Op, Probe};
 
 /// A named lease handle of kind `K`: a [`Mutex`](crate::Mutex), a
 /// [`Semaphore`](crate::Semaphore), or one side of a
@@ -143,7 +143,7 @@ impl<K: GuardKind> Lock<K> {
 
     /// Waits for the lease: without limit, or at most
     /// [`LockOptions::wait_timeout`] if set. See the
-    /// [waiting policy](crate::wait#the-waiting-policy) for what happens when
+    /// [waiting policy](crate::backend::wait#the-waiting-policy) for what happens when
     /// the store fails while waiting.
     ///
     /// # Cancel safety
@@ -274,7 +274,7 @@ impl<K: GuardKind> Lock<K> {
                     // store that went silent is first noticed by this release:
                     // if it fails, the deadline found the store failing, not busy.
                     WaitFailure::Deadline => match release_failed {
-                        Some(e) if is_transient(&e) => e,
+                        Some(e) if e.is_transient() => e,
                         _ => Error::Timeout { key: self.key.clone(), waited: started.elapsed() },
                     },
                     WaitFailure::Store(e) => e,

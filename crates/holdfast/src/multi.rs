@@ -11,10 +11,10 @@ use futures::future::{join_all, select_all};
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
-use crate::key::{LockKey, check_ttl};
-use crate::lock_options::LockOptions;
+use crate::lease::lock_options::LockOptions;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, check_ttl};
 
 /// A lock over several keys, on one store or on several, granted all or
 /// nothing. Cheap to clone; holds nothing by itself.
@@ -179,7 +179,7 @@ impl MultiLock {
     /// Waits for every part, in the canonical order, holding the parts
     /// already granted while it waits for the next (which cannot deadlock
     /// with another multi-lock: see the [canonical order](MultiLock#the-canonical-order)).
-    /// Each part's wait follows the [waiting policy](crate::wait#the-waiting-policy).
+    /// Each part's wait follows the [waiting policy](crate::backend::wait#the-waiting-policy).
     ///
     /// # Errors
     ///

@@ -3,8 +3,8 @@
 
 use crate::client::Client;
 use crate::guard::{ReadKind, WriteKind};
+use crate::lease::lock_options::LockOptions;
 use crate::lock::Lock;
-use crate::lock_options::LockOptions;
 
 /// The read side of a [`RwLock`]: a [`Lock`] whose guard is a
 /// [`ReadGuard`](crate::ReadGuard), shared with other readers.

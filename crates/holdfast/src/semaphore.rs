@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
 use crate::guard::{Permit, PermitKind};
-use crate::key::LockKey;
 use crate::lock::{Lock, Waiting};
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::LockKey;
 
 /// A named distributed semaphore of N permits. Cheap to clone; holds no
 /// permit by itself. The builder methods and the one-permit acquire methods

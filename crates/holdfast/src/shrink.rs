@@ -7,9 +7,9 @@
 use std::sync::atomic::Ordering;
 
 use crate::backend::{LeaseMode, UNLIMITED};
-use crate::error::{Error, Result};
 use crate::guard::{Guard, Held, Permit, ReadGuard, ReadKind, WriteKind};
-use crate::metrics::LostCause;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::metrics::LostCause;
 
 impl Guard<WriteKind> {
     /// Turns this write lock into a read lock without letting a writer in

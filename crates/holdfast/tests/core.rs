@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use holdfast::backend::sqlite::SqliteBackend;
 use holdfast::backend::{AcquireRequest, Backend, Grant, LockStatus, RenewRequest};
+use holdfast::stores::sqlite::SqliteBackend;
 use holdfast::{Capabilities, Client, ClientOptions, Error, LockKey, LockOptions, OwnerToken};
 
 /// A real SQLite store that counts the renew calls reaching it and, while

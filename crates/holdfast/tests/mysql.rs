@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use holdfast::backend::mysql::MysqlBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::mysql::MysqlBackend;
 use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
 use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer, PASSWORD};
 

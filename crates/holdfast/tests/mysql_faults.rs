@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast::backend::mysql::MysqlBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::mysql::MysqlBackend;
 use holdfast::{LockKey, OwnerToken};
 use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer};
 use mysql_async::prelude::Queryable;

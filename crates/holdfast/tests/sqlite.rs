@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use holdfast::backend::sqlite::SqliteBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::sqlite::SqliteBackend;
 use holdfast::{Client, Error, LockKey, OwnerToken};
 
 /// Opens the store at `url` and makes one non-waiting acquire and, if

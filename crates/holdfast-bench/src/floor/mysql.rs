@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use holdfast::backend::mysql::MysqlConfig;
+use holdfast::stores::mysql::MysqlConfig;
 use holdfast::{Error, OwnerToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{OptsBuilder, Pool, PoolConstraints, PoolOpts, TxOpts};

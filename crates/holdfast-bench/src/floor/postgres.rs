@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use holdfast::backend::postgres::{PostgresBackend, PostgresConfig, SslMode};
+use holdfast::stores::postgres::{PostgresBackend, PostgresConfig, SslMode};
 use holdfast::{Error, OwnerToken, Result};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, NoTls, Statement};

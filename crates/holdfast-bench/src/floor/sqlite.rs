@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use holdfast::backend::sqlite::SqliteConfig;
+use holdfast::stores::sqlite::SqliteConfig;
 use holdfast::{Error, OwnerToken, Result};
 use rusqlite::{Connection, params};
 

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use holdfast::backend::zookeeper::ZkConfig;
+use holdfast::stores::zookeeper::ZkConfig;
 use holdfast::{Error, OwnerToken, Result};
 use zookeeper_client as zk;
 

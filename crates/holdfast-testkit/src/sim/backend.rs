@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use holdfast::backend::admission::Shrink;
+use holdfast::backend::wait::{Attempt, LocalWakeups, until_granted};
 use holdfast::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
-use holdfast::wait::{Attempt, LocalWakeups, until_granted};
 use holdfast::{Capabilities, Error, FenceDurability, LockKey, OwnerToken, Result};
 use tokio::sync::oneshot;
 

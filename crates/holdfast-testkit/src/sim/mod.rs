@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use holdfast::backend::Backend;
-use holdfast::wait::LocalWakeups;
+use holdfast::backend::wait::LocalWakeups;
 use tokio::time::Instant;
 
 pub use backend::SimBackend;
@@ -55,7 +55,7 @@ pub struct SimConfig {
     /// retryable error.
     pub op_timeout: Duration,
     /// The bounds of a waiter's fallback poll.
-    pub poll: holdfast::wait::PollBounds,
+    pub poll: holdfast::backend::wait::PollBounds,
     /// The most leases per renew call.
     pub renew_slice: usize,
     /// How far one fence counter reaches: per key, or the whole store (as
@@ -69,7 +69,10 @@ impl Default for SimConfig {
             store: 0,
             clock_rate: 1.0,
             op_timeout: Duration::from_millis(500),
-            poll: holdfast::wait::PollBounds { min: Duration::from_millis(50), max: Duration::from_millis(250) },
+            poll: holdfast::backend::wait::PollBounds {
+                min: Duration::from_millis(50),
+                max: Duration::from_millis(250),
+            },
             renew_slice: 64,
             counter_scope: CounterScope::PerKey,
         }

@@ -53,10 +53,10 @@ impl ForceReleased {
 pub(crate) async fn held_statuses(
     backend: &(impl super::Backend + ?Sized),
     keys: impl IntoIterator<Item = String>,
-) -> crate::error::Result<Vec<super::LockStatus>> {
+) -> crate::vocabulary::error::Result<Vec<super::LockStatus>> {
     let mut out = Vec::new();
     for key in keys {
-        let Ok(key) = crate::LockKey::new(key) else { continue };
+        let Ok(key) = crate::vocabulary::key::LockKey::new(key) else { continue };
         let status = backend.status(&key).await?;
         if status.holder.is_some() || !status.shared.is_empty() {
             out.push(status);

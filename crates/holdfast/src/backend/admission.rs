@@ -196,11 +196,11 @@ pub enum Shrink {
 
 impl Shrink {
     /// The answer of [`Backend::shrink`](crate::backend::Backend::shrink).
-    pub fn answer(self) -> crate::Result<bool> {
+    pub fn answer(self) -> crate::vocabulary::error::Result<bool> {
         match self {
             Shrink::Shrunk => Ok(true),
             Shrink::NotHeld => Ok(false),
-            Shrink::NotSmaller(reason) => Err(crate::Error::invalid("shrink", reason)),
+            Shrink::NotSmaller(reason) => Err(crate::vocabulary::error::Error::invalid("shrink", reason)),
         }
     }
 }

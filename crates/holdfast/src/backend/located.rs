@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use futures::StreamExt;
 
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch, LeaseMode, LockStatus, RenewRequest};
-use crate::capability::Capabilities;
-use crate::error::Result;
-use crate::key::{LockKey, OwnerToken};
+use crate::vocabulary::capability::Capabilities;
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::{LockKey, OwnerToken};
 
 /// `B`, with its endpoint put into its errors.
 pub(crate) struct Located<B> {

@@ -20,7 +20,7 @@
 //!   only with a grant or an error. It does **not** ride out store failures
 //!   itself: a transient failure (connection lost, session expired, failover)
 //!   is returned as a retryable [`Error::Backend`](crate::Error::Backend), and
-//!   the client's one waiting policy ([`crate::wait`]) decides whether to call
+//!   the client's one waiting policy ([`crate::backend::wait`]) decides whether to call
 //!   again with the same token. Deadlines are the client's: it drops the future.
 //! - An acquire (either kind) by a token that already holds the key (a retry
 //!   whose first reply was lost) returns the grant (the same fence, or a
@@ -73,21 +73,11 @@
 
 mod admin;
 pub mod admission;
-pub(crate) mod deferred;
-#[cfg(feature = "etcd")]
-pub mod etcd;
 pub(crate) mod located;
-#[cfg(feature = "mysql")]
-pub mod mysql;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
+#[cfg(test)]
+pub(crate) mod prop_modes;
 mod status;
-#[cfg(feature = "zookeeper")]
-pub mod zookeeper;
+pub mod wait;
 
 use std::fmt;
 use std::sync::Arc;
@@ -96,19 +86,18 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::Capabilities;
-use crate::error::Result;
-use crate::key::{LockKey, OwnerToken};
+use crate::vocabulary::capability::Capabilities;
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::{LockKey, OwnerToken};
 pub use admin::ForceReleased;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use admin::held_statuses;
-pub(crate) use deferred::connect_or_defer_with;
 pub use status::{HolderInfo, HolderWatch, LockStatus};
 
-/// Opens the store a URL names: the registry's [`stores::connect`](crate::stores::connect),
-/// handed down to the composites (and to deferred members) so that they,
-/// standing below the registry, can open the stores their own URL lists
-/// without importing it.
+/// Opens the store a URL names: the registry's
+/// [`stores::connect_or_defer`](crate::stores::connect_or_defer), handed
+/// down to the composites so that they, standing below the registry, can
+/// open the stores their own URL lists without importing it.
 pub type ConnectFn = for<'a> fn(&'a str) -> futures::future::BoxFuture<'a, Result<Arc<dyn Backend>>>;
 
 /// What kind of lease an acquire asks for: the one lease model every
@@ -216,7 +205,7 @@ pub struct AcquireRequest {
     /// An earlier attempt of this request failed with a retryable error and
     /// may have been applied: the store may already hold a grant or a queue
     /// entry for this token, so a store that queues waiters locally lets this
-    /// attempt go first (see [`until_granted`](crate::wait::until_granted)).
+    /// attempt go first (see [`until_granted`](crate::backend::wait::until_granted)).
     pub retry: bool,
 }
 
@@ -345,7 +334,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// One store call: dropped, it either changed the limit or did not.
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
         let _ = (key, limit);
-        Err(crate::Error::Unsupported { store: self.name(), what: "shared leases" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "shared leases" })
     }
 
     /// Replaces the label stored with `token`'s unexpired grant of `key`
@@ -357,7 +346,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// One store call: dropped, the label is either changed or not.
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         let _ = (key, token, label);
-        Err(crate::Error::Unsupported { store: self.name(), what: "changing a held grant's label" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "changing a held grant's label" })
     }
 
     /// If `token` holds an unexpired lease of `key` (exclusive or a held
@@ -382,7 +371,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// repeated raise changes nothing more.
     async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
         let _ = (key, token, floor);
-        Err(crate::Error::Unsupported { store: self.name(), what: "raising a fence floor" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "raising a fence floor" })
     }
 
     /// The record kept with `key` ([`write_record`](Self::write_record)),
@@ -402,7 +391,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Cancel-safe: it only reads.
     async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
         let _ = key;
-        Err(crate::Error::Unsupported { store: self.name(), what: "records kept with a key" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "records kept with a key" })
     }
 
     /// If `token` holds an unexpired exclusive lease of `key` (an
@@ -419,7 +408,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// writing the same value again changes nothing more.
     async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
         let _ = (key, token, value);
-        Err(crate::Error::Unsupported { store: self.name(), what: "records kept with a key" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "records kept with a key" })
     }
 
     /// Makes the lease `token` holds on `key` the smaller mode `to`, in one
@@ -444,7 +433,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// client then releases the lease by its token either way, or keeps it.
     async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
         let _ = (key, token, to);
-        Err(crate::Error::Unsupported {
+        Err(crate::vocabulary::error::Error::Unsupported {
             store: self.name(),
             what: "shrinking a held lease (downgrade, partial release)",
         })
@@ -466,7 +455,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// Cancel-safe: it only reads.
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
         let _ = prefix;
-        Err(crate::Error::Unsupported { store: self.name(), what: "listing held keys" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "listing held keys" })
     }
 
     /// Removes every held lease of `key` (exclusive and shared, whatever
@@ -480,7 +469,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// on most stores); calling it again removes the rest.
     async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
         let _ = key;
-        Err(crate::Error::Unsupported { store: self.name(), what: "forced release" })
+        Err(crate::vocabulary::error::Error::Unsupported { store: self.name(), what: "forced release" })
     }
 
     /// A [`HolderWatch`] of `key` fed by the store's own watch, or

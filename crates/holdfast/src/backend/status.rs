@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::error::Result;
-use crate::key::LockKey;
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::LockKey;
 
 /// Who holds a key, as far as the store can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::prop_support::config;
+use crate::vocabulary::prop_support::config;
 use tokio::time::Instant;
 
 use super::*;
 use crate::backend::Grant;
-use crate::key::{LockKey, OwnerToken};
-use crate::key::{MAX_TTL, MIN_TTL};
+use crate::vocabulary::key::{LockKey, OwnerToken};
+use crate::vocabulary::key::{MAX_TTL, MIN_TTL};
 
 /// A TTL in the accepted range, its ends often.
 fn accepted_ttl() -> impl Strategy<Value = Duration> {
@@ -38,7 +38,7 @@ fn any_duration() -> impl Strategy<Value = Duration> {
 fn lease(ttl: Duration, started: Instant, valid_for: Duration) -> LeaseState {
     let key = LockKey::new("props/lease").expect("key");
     let grant = Grant { valid_for, ..Grant::new(1, started.into_std(), ttl) };
-    LeaseState::new(key, OwnerToken::from_bytes([7; 16]), ttl, grant, crate::metrics::KeyMetrics::noop())
+    LeaseState::new(key, OwnerToken::from_bytes([7; 16]), ttl, grant, crate::vocabulary::metrics::KeyMetrics::noop())
 }
 
 proptest! {

@@ -3,10 +3,12 @@
 //! per client, which renews due leases in batched calls of bounded size and,
 //! on a session-bound store, releases a lease whose deadline passed
 //! unrenewed, is in [`renewer`]. The renewer stands on releasing
-//! (`crate::release`), which stands on [`state`] alone: no circle.
+//! (`crate::lease::release`), which stands on [`state`] alone: no circle.
 
 #[cfg(test)]
 mod drift_props;
+pub(crate) mod lock_options;
+pub(crate) mod release;
 mod renewer;
 pub(crate) mod state;
 

@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use super::state::LeaseState;
 use crate::backend::{Backend, RenewRequest};
-use crate::metrics::{LostCause, Op, StoreCounters};
-use crate::release::Release;
+use crate::lease::release::Release;
+use crate::vocabulary::metrics::{LostCause, Op, StoreCounters};
 
 struct Entry {
     lease: Arc<LeaseState>,

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Grant;
-use crate::key::{LockKey, OwnerToken};
-use crate::metrics::{Accounted, KeyMetrics, LostCause};
+use crate::vocabulary::key::{LockKey, OwnerToken};
+use crate::vocabulary::metrics::{Accounted, KeyMetrics, LostCause};
 
 /// The margin by which the client's view of a lease ends before the store's:
 /// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.

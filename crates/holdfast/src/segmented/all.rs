@@ -2,8 +2,8 @@
 //! moves of stock between segments.
 
 use super::{AllSegmentsGuard, Segmented};
-use crate::error::Result;
 use crate::multi::MultiLock;
+use crate::vocabulary::error::Result;
 
 impl Segmented {
     /// The [`MultiLock`] over every segment, with this handle's options.

@@ -5,9 +5,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
 use crate::guard::MutexGuard;
 use crate::multi::MultiGuard;
+use crate::vocabulary::error::{Error, Result};
 
 /// One held segment of a [`Segmented`](super::Segmented) lock: which
 /// segment, and its [`MutexGuard`]. Dropping it releases the segment.

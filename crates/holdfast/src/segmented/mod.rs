@@ -17,10 +17,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
-use crate::key::{LockKey, MAX_KEY_BYTES};
-use crate::lock_options::LockOptions;
+use crate::lease::lock_options::LockOptions;
 use crate::mutex::Mutex;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, MAX_KEY_BYTES};
 
 pub use guard::{AllSegmentsGuard, SegmentGuard};
 

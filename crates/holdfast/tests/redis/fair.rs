@@ -297,8 +297,8 @@ fn a_hand_off_message_carries_the_fence_only_to_clients_that_ask_for_it() {
 /// (a fallback chain) then finds it live when `acquire` returns.
 #[test]
 fn a_hand_off_grant_starts_before_its_request_and_is_valid_for_the_claim_window() {
-    use holdfast::backend::redis::RedisBackend;
     use holdfast::backend::{AcquireRequest, Backend};
+    use holdfast::stores::redis::RedisBackend;
     use holdfast::{LockKey, OwnerToken};
     let server = RedisServer::start();
     rt().block_on(async {

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use holdfast::backend::zookeeper::ZkBackend;
+use holdfast::stores::zookeeper::ZkBackend;
 use holdfast::{Client, ClientOptions, Error};
 use holdfast_testkit::servers::zookeeper::{TICK_MS, ZkServer};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use holdfast::Client;
 use tokio::task::JoinHandle;
 
-use holdfast::backend::zookeeper::ZkBackend;
+use holdfast::stores::zookeeper::ZkBackend;
 use holdfast_testkit::servers::zookeeper::{ZkServer, watches_by_path};
 
 use super::{client, raw, runtime};

@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn the_session_option_is_the_one_the_zookeeper_store_reads() {
         let ttl = MS(2000);
-        let parsed = holdfast::backend::zookeeper::ZkConfig::from_url(&zk_session_fitting("zk://h:1?poll_ms=5", ttl));
+        let parsed = holdfast::stores::zookeeper::ZkConfig::from_url(&zk_session_fitting("zk://h:1?poll_ms=5", ttl));
         assert_eq!(parsed.map(|c| c.session_timeout).ok(), Some(ttl));
     }
 }

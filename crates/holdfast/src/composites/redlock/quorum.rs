@@ -1,0 +1,272 @@
+//! The calls RedLock makes to its members: one round of tries on all of them
+//! at once, a round that waits on them in order, the fence write-back, and
+//! releases. Every call to a member is bounded, and every round uses a token
+//! of its own (see [`super::rounds`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::{Instant, timeout};
+
+use crate::backend::{AcquireRequest, Backend, Grant};
+use crate::lease::Horizon;
+use crate::lease::drift_margin;
+use crate::lease::release::Release;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, OwnerToken};
+
+/// One member's grant in a round.
+#[derive(Debug)]
+pub(super) struct Vote {
+    pub(super) member: usize,
+    pub(super) grant: Grant,
+}
+
+impl Vote {
+    /// When this member lets the grant go without a renewal.
+    fn ends(&self) -> std::time::Instant {
+        self.grant.attempt_started + self.grant.valid_for
+    }
+}
+
+/// The members and how long one call to a member may take.
+#[derive(Debug)]
+pub(super) struct Members {
+    pub(super) stores: Vec<Arc<dyn Backend>>,
+    pub(super) call_timeout: Duration,
+}
+
+/// The votes of a round of tries, and the first error a member returned.
+pub(super) struct Tally {
+    pub(super) votes: Vec<Vote>,
+    pub(super) failed: usize,
+    pub(super) error: Option<Error>,
+    /// The first member (in order) that answered.
+    pub(super) first_answering: Option<usize>,
+}
+
+impl Tally {
+    fn count(&mut self, member: usize, out: Result<Option<Grant>>) {
+        if out.is_ok() && self.first_answering.is_none() {
+            self.first_answering = Some(member);
+        }
+        match out {
+            Ok(Some(grant)) => self.votes.push(Vote { member, grant }),
+            Ok(None) => {}
+            Err(e) => {
+                self.failed += 1;
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Whether the first member that answered granted: waiters queue on it,
+    /// so a round that did not get it must not take the key past them.
+    pub(super) fn has_first(&self) -> bool {
+        self.first_answering.is_some_and(|first| self.votes.iter().any(|v| v.member == first))
+    }
+}
+
+/// How long the earliest of `held` stays usable (drift margin off), if at
+/// all: no member may be waited on past it.
+fn valid_left(held: &[Vote], ttl: Duration) -> Option<Duration> {
+    let ends = held.iter().map(Vote::ends).min()?;
+    let usable = Instant::from_std(ends.checked_sub(drift_margin(ttl))?);
+    let left = usable.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
+}
+
+fn timed_out(store: &'static str, what: &str, after: Duration) -> Error {
+    Error::backend(store, true, format!("RedLock member: no reply to {what} within {after:?}"))
+}
+
+impl Members {
+    pub(super) fn majority(&self) -> usize {
+        self.stores.len() / 2 + 1
+    }
+
+    /// Bounds one member call; a call that runs out is a retryable error
+    /// (it may still be applied: its round's token is released later).
+    async fn call<T>(
+        &self,
+        member: usize,
+        what: &str,
+        call: impl Future<Output = Result<T>>,
+        limit: Duration,
+    ) -> Result<T> {
+        match timeout(limit, call).await {
+            Ok(out) => out,
+            Err(_) => Err(timed_out(self.stores[member].name(), what, limit)),
+        }
+    }
+
+    /// One try on every member at once, with `req` (a round's token).
+    pub(super) async fn try_all(&self, req: &AcquireRequest) -> Tally {
+        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
+        self.try_from(req, 0, &mut tally).await;
+        tally
+    }
+
+    /// One try for a waiter: the members in order until one answers, and
+    /// the rest at once only if that one granted. A waiter that does not get
+    /// the first member touches no other, so no majority forms for a round
+    /// that would not count (a `status` or an election's observer would see
+    /// a holder that never held).
+    pub(super) async fn try_queued(&self, req: &AcquireRequest) -> Tally {
+        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
+        for (member, store) in self.stores.iter().enumerate() {
+            let out = self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await;
+            let answered = out.is_ok();
+            tally.count(member, out);
+            if answered {
+                if tally.has_first() {
+                    self.try_from(req, member + 1, &mut tally).await;
+                }
+                break;
+            }
+        }
+        tally
+    }
+
+    /// Tries the members from `first` on at once, counting them in `tally`.
+    async fn try_from(&self, req: &AcquireRequest, first: usize, tally: &mut Tally) {
+        let calls = self.stores.iter().enumerate().skip(first).map(|(i, store)| async move {
+            (i, self.call(i, "acquire", store.try_acquire(req), self.call_timeout).await)
+        });
+        for (member, out) in join_all(calls).await {
+            tally.count(member, out);
+        }
+    }
+
+    /// Waits on the members in their order (the same in every client, so
+    /// that two waiters never hold each other's next member) until a
+    /// majority granted. Each wait is woken by that member's own
+    /// notification and lasts no longer than the earliest grant so far stays
+    /// valid; a member that fails is passed over. Returns the grants had,
+    /// fewer than a majority if no majority could be had in time.
+    pub(super) async fn wait_in_order(&self, req: &AcquireRequest) -> Vec<Vote> {
+        let majority = self.majority();
+        let mut held: Vec<Vote> = Vec::new();
+        for member in 0..self.stores.len() {
+            if held.len() >= majority || self.stores.len() - member < majority - held.len() {
+                break;
+            }
+            let limit = if held.is_empty() {
+                // Nothing held yet: wait as long as a lease lasts, then start over.
+                req.ttl
+            } else {
+                match valid_left(&held, req.ttl) {
+                    Some(left) => left,
+                    None => break,
+                }
+            };
+            let store = &self.stores[member];
+            if let Ok(grant) = self.call(member, "acquire", store.acquire(req), limit).await {
+                held.push(Vote { member, grant });
+            }
+        }
+        held
+    }
+
+    /// A try after a split vote (the members that answered each granted
+    /// someone, no one a majority): the members in their order, the same in
+    /// every client, like a waiter's. The first member that answers must
+    /// grant, or this try stops there (its holder is the one that can
+    /// win); each later member is waited on (woken by its notification, the
+    /// rival's first round being on its way out) for at most `limit` and
+    /// while the grants so far stay valid. Two clients never hold each
+    /// other's next member, so one of them gets a majority. Returns the
+    /// grants had.
+    pub(super) async fn try_in_order(&self, req: &AcquireRequest, limit: Duration) -> Vec<Vote> {
+        let majority = self.majority();
+        let mut held: Vec<Vote> = Vec::new();
+        for member in 0..self.stores.len() {
+            if held.len() >= majority || self.stores.len() - member < majority - held.len() {
+                break;
+            }
+            let store = &self.stores[member];
+            if held.is_empty() {
+                match self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await {
+                    Ok(Some(grant)) => held.push(Vote { member, grant }),
+                    Ok(None) => break,
+                    // Down: the next member is the first that answers.
+                    Err(_) => {}
+                }
+                continue;
+            }
+            let Some(left) = valid_left(&held, req.ttl) else { break };
+            if let Ok(grant) = self.call(member, "acquire", store.acquire(req), left.min(limit)).await {
+                held.push(Vote { member, grant });
+            }
+        }
+        held
+    }
+
+    /// Completes a round that has a majority: the fence is the highest any
+    /// granting member issued; it is written back, with max, to every
+    /// granting member that issued a lower one, and the grant counts only if
+    /// a majority holds it after the write-back with validity left, drift
+    /// included. (The model in `crates/holdfast-models` shows each weaker
+    /// order breaking the fence: no write-back, an overwriting one, or
+    /// validity checked before it.)
+    pub(super) async fn complete(&self, req: &AcquireRequest, votes: Vec<Vote>) -> Option<Grant> {
+        let fence = votes.iter().map(|v| v.grant.fence).max()?;
+        let raises = votes.iter().map(|v| async move {
+            if v.grant.fence >= fence {
+                // Its counter already stands at the fence.
+                return true;
+            }
+            let raise = self.stores[v.member].raise_fence(&req.key, req.token, fence);
+            matches!(self.call(v.member, "raise_fence", raise, self.call_timeout).await, Ok(true))
+        });
+        let acked: Vec<&Vote> =
+            votes.iter().zip(join_all(raises).await).filter(|(_, ok)| *ok).map(|(v, _)| v).collect();
+        let majority = self.majority();
+        if acked.len() < majority {
+            return None;
+        }
+        // The lease holds while a majority of members hold it: until the
+        // majority-th latest end among them.
+        let mut ends: Vec<std::time::Instant> = acked.iter().map(|v| v.ends()).collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let ends = ends[majority - 1];
+        let started = acked.iter().map(|v| v.grant.attempt_started).min()?;
+        let valid_for = ends.saturating_duration_since(started);
+        let usable_until = Instant::from_std(ends).checked_sub(drift_margin(valid_for))?;
+        (Instant::now() < usable_until).then(|| Grant::new(fence, started, valid_for))
+    }
+
+    /// Releases every round token on every member at once. The lock is
+    /// free once fewer than a majority can still hold it: then the release
+    /// succeeds, and a member that failed is released again in the
+    /// background until its lease (`ttl`) has surely run out. Otherwise the
+    /// first error (the caller retries the whole release: it is idempotent
+    /// on the members that succeeded).
+    pub(super) async fn release_all(&self, key: &LockKey, rounds: &[OwnerToken], ttl: Duration) -> Result<bool> {
+        let calls = rounds.iter().flat_map(|&token| {
+            self.stores.iter().enumerate().map(move |(i, store)| async move {
+                (i, token, self.call(i, "release", store.release(key, token), self.call_timeout).await)
+            })
+        });
+        let mut released = false;
+        let mut failed: Vec<(usize, OwnerToken, Error)> = Vec::new();
+        for (member, token, out) in join_all(calls).await {
+            match out {
+                Ok(r) => released |= r,
+                Err(e) => failed.push((member, token, e)),
+            }
+        }
+        let mut failed_members: Vec<usize> = failed.iter().map(|(m, _, _)| *m).collect();
+        failed_members.dedup();
+        if failed_members.len() >= self.majority() {
+            return Err(failed.swap_remove(0).2);
+        }
+        let horizon = Horizon::At(Instant::now() + ttl + 2 * drift_margin(ttl));
+        for (member, token, _) in failed {
+            let backend = self.stores[member].clone();
+            let _ = Release { backend, key: key.clone(), token, horizon: horizon.clone(), observed: None }.spawn();
+        }
+        Ok(released)
+    }
+}

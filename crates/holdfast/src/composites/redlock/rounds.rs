@@ -1,0 +1,95 @@
+//! Which member tokens each acquisition used.
+//!
+//! Every round of a RedLock acquisition asks the members with a token of its
+//! own. A round that fails releases its grants, and that release may be
+//! delayed on the network; were the next round to reuse the token, a late
+//! release could delete the next round's grant on that member while the
+//! client counted it in its majority. So rounds never share a token, and this
+//! table remembers, per client token, every round token sent (released
+//! together at the end) and the one that holds (renewed).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::vocabulary::key::{LockKey, OwnerToken};
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// Every round token sent for this acquisition, in order.
+    sent: Vec<OwnerToken>,
+    /// The round token of the grant the client was given.
+    holding: Option<OwnerToken>,
+    /// The lease TTL asked for (a round's leases last at most this long
+    /// after its last request).
+    ttl: Duration,
+}
+
+/// The round tokens of every acquisition in flight or held, by key and
+/// client token.
+#[derive(Debug, Default)]
+pub(super) struct Rounds {
+    entries: Mutex<HashMap<(LockKey, OwnerToken), Entry>>,
+}
+
+impl Rounds {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(LockKey, OwnerToken), Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The token of the next round: the holding one if the client retries an
+    /// acquisition it was granted (its reply was lost), so the members extend
+    /// that grant; a fresh one otherwise, recorded before it is sent.
+    pub(super) fn next(&self, key: &LockKey, client: OwnerToken, ttl: Duration) -> OwnerToken {
+        let mut entries = self.entries();
+        let entry = entries.entry((key.clone(), client)).or_default();
+        entry.ttl = entry.ttl.max(ttl);
+        if let Some(holding) = entry.holding {
+            return holding;
+        }
+        let round = OwnerToken::random();
+        entry.sent.push(round);
+        round
+    }
+
+    /// `round` won: renewals go to it.
+    pub(super) fn granted(&self, key: &LockKey, client: OwnerToken, round: OwnerToken) {
+        if let Some(entry) = self.entries().get_mut(&(key.clone(), client)) {
+            entry.holding = Some(round);
+        }
+    }
+
+    /// The round token that holds for `client`, if it was granted.
+    pub(super) fn holding(&self, key: &LockKey, client: OwnerToken) -> Option<OwnerToken> {
+        self.entries().get(&(key.clone(), client)).and_then(|e| e.holding)
+    }
+
+    /// Forgets `client`'s acquisition and returns it: every round token it
+    /// sent, the holding one, and the TTL.
+    pub(super) fn take(&self, key: &LockKey, client: OwnerToken) -> Taken {
+        let entry = self.entries().remove(&(key.clone(), client)).unwrap_or_default();
+        Taken { sent: entry.sent, holding: entry.holding, ttl: entry.ttl }
+    }
+
+    /// Puts back what [`take`](Self::take) returned, for a release that
+    /// must be retried.
+    pub(super) fn restore(&self, key: &LockKey, client: OwnerToken, taken: Taken) {
+        let mut entries = self.entries();
+        let entry = entries.entry((key.clone(), client)).or_default();
+        for t in taken.sent {
+            if !entry.sent.contains(&t) {
+                entry.sent.push(t);
+            }
+        }
+        entry.holding = entry.holding.or(taken.holding);
+        entry.ttl = entry.ttl.max(taken.ttl);
+    }
+}
+
+/// An acquisition taken out of the table, to release.
+#[derive(Debug)]
+pub(super) struct Taken {
+    pub(super) sent: Vec<OwnerToken>,
+    pub(super) holding: Option<OwnerToken>,
+    pub(super) ttl: Duration,
+}

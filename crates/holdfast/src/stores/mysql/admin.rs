@@ -1,0 +1,90 @@
+//! The admin calls on MySQL/MariaDB: the held keys under a prefix and the
+//! forced release. Their statements are built at the call from the
+//! namespace's checked table names (admin calls are rare); every value is
+//! a bound parameter.
+
+use mysql_async::TxOpts;
+use mysql_async::prelude::Queryable;
+
+use super::MysqlBackend;
+use crate::backend::ForceReleased;
+use crate::backend::LockStatus;
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::LockKey;
+
+/// The shares' gate token (see `shares`): all zero bytes, drawn by no client.
+const GATE: [u8; 16] = [0; 16];
+
+impl MysqlBackend {
+    /// Every key under `prefix` with an unexpired lease row (an exclusive
+    /// holder, or the gate that held shares keep at least as long as
+    /// themselves), then each one's status. The read walks the primary key
+    /// from the prefix on: O(rows from there), one status read per key.
+    pub(super) async fn list_held(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        let l = self.config.leases_table();
+        let sql = format!(
+            "SELECT lock_key FROM `{l}` WHERE lock_key >= ? AND SUBSTRING(lock_key, 1, ?) = ?
+               AND expires_at > UTC_TIMESTAMP(6) ORDER BY lock_key"
+        );
+        let p = prefix.as_bytes();
+        let keys: Vec<Vec<u8>> = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                conn.exec(sql.as_str(), (p, p.len() as u64, p)).await
+            })
+            .await?;
+        crate::backend::held_statuses(self, keys.into_iter().filter_map(|k| String::from_utf8(k).ok())).await
+    }
+
+    /// One transaction: the namespace's fence counter locked first (as every
+    /// grant and gate change takes it first: no deadlock, no grant of the
+    /// namespace until commit), then the key's lease row (the exclusive
+    /// holder, or the shares' gate) and its held shares deleted
+    /// (reservations stay). The counter is untouched, so the next grant's
+    /// fence is above the removed ones; the holders' renewals find no row
+    /// and fail. Waiters poll and are woken in this process as by a release.
+    pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
+        let (l, f, s) = (self.config.leases_table(), self.config.fence_table(), self.config.shares_table());
+        let lock_counter = format!("SELECT value FROM `{f}` WHERE id = 0 FOR UPDATE");
+        let read_lease =
+            format!("SELECT token, fence, expires_at > UTC_TIMESTAMP(6) FROM `{l}` WHERE lock_key = ? FOR UPDATE");
+        let del_lease = format!("DELETE FROM `{l}` WHERE lock_key = ?");
+        let read_shares = format!(
+            "SELECT fence, expires_at > UTC_TIMESTAMP(6) FROM `{s}` WHERE lock_key = ? AND held = 1 FOR UPDATE"
+        );
+        let del_shares = format!("DELETE FROM `{s}` WHERE lock_key = ? AND held = 1");
+        let k = key.as_str().as_bytes();
+        let out = self
+            .retry_contention(|| {
+                self.timed(async {
+                    let mut conn = self.conn().await?;
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    tx.exec_drop(lock_counter.as_str(), ()).await?;
+                    let mut out = ForceReleased::free();
+                    let lease: Option<(Vec<u8>, u64, u8)> = tx.exec_first(read_lease.as_str(), (k,)).await?;
+                    if let Some((token, fence, live)) = lease {
+                        tx.exec_drop(del_lease.as_str(), (k,)).await?;
+                        if live == 1 && token[..] != GATE[..] {
+                            out.add(fence, true);
+                        }
+                    }
+                    let shares: Vec<(u64, u8)> = tx.exec(read_shares.as_str(), (k,)).await?;
+                    if !shares.is_empty() {
+                        tx.exec_drop(del_shares.as_str(), (k,)).await?;
+                    }
+                    for (fence, live) in shares {
+                        if live == 1 {
+                            out.add(fence, false);
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok(out)
+                })
+            })
+            .await?;
+        for _ in out.fences() {
+            self.wakeups.wake_one(key.as_str());
+        }
+        Ok(out)
+    }
+}

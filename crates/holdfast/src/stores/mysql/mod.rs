@@ -1,0 +1,492 @@
+//! The MySQL/MariaDB store: lease rows on InnoDB with the server's clock. See `docs.md`.
+#![doc = include_str!("docs.md")]
+
+mod admin;
+mod config;
+mod error;
+mod shares;
+mod shrink;
+mod sql;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
+
+pub use config::{MysqlConfig, SslMode};
+
+use crate::backend::wait::{self, Attempt, LocalWakeups};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
+use crate::vocabulary::capability::{Capabilities, FenceDurability};
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, OwnerToken};
+use error::{is_contention, map_err};
+
+const STORE: &str = "mysql";
+
+/// Least time between two sweeps of long-expired rows by one client.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Wake-ups shared by every backend of the same server, database and
+/// namespace in this process, so a release through one client wakes a
+/// waiter of another client at once.
+fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<LocalWakeups>>>> = OnceLock::new();
+    let mut reg = REGISTRY.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(w) = reg.get(id).and_then(Weak::upgrade) {
+        return w;
+    }
+    reg.retain(|_, w| w.strong_count() > 0);
+    let w = Arc::new(LocalWakeups::default());
+    reg.insert(id.to_owned(), Arc::downgrade(&w));
+    w
+}
+
+/// The MySQL/MariaDB store.
+#[derive(Clone)]
+pub struct MysqlBackend {
+    pool: Pool,
+    /// Renewal's own connections: a renewal never waits for a connection
+    /// that acquisitions hold, so load on the client cannot delay it into
+    /// lost leases.
+    renew_pool: Pool,
+    config: Arc<MysqlConfig>,
+    sql: Arc<sql::Statements>,
+    shares: Arc<shares::ShareSql>,
+    wakeups: Arc<LocalWakeups>,
+    /// Held while a sweep of long-expired rows runs, with when the last one
+    /// started: one sweep at a time per client, at most one per `SWEEP_EVERY`.
+    sweep_turn: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    fence_durability: FenceDurability,
+}
+
+impl fmt::Debug for MysqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlBackend").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl MysqlBackend {
+    /// Connects to the store a `mysql://` URL names, creating its tables if missing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(MysqlConfig::from_url(url)?).await
+    }
+
+    /// Connects, creates the lease and fence tables if missing
+    /// (`CREATE TABLE IF NOT EXISTS`), and reads the server's commit
+    /// durability setting.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: takes no lock; a dropped call may leave the namespace's
+    /// tables created (creation is idempotent).
+    pub async fn open(config: MysqlConfig) -> Result<Self> {
+        let endpoint = config.endpoint();
+        Self::open_inner(config).await.map_err(|e| e.at(&endpoint))
+    }
+
+    async fn open_inner(config: MysqlConfig) -> Result<Self> {
+        config::check_namespace(&config.namespace)?;
+        let ssl = match config.ssl_mode {
+            SslMode::Disabled => None,
+            mode => {
+                let mut ssl = SslOpts::default();
+                if let Some(ca) = &config.ssl_ca {
+                    ssl = ssl.with_root_certs(vec![ca.clone().into()]);
+                }
+                Some(match mode {
+                    SslMode::Required => {
+                        ssl.with_danger_accept_invalid_certs(true).with_danger_skip_domain_validation(true)
+                    }
+                    SslMode::VerifyCa => ssl.with_danger_skip_domain_validation(true),
+                    _ => ssl,
+                })
+            }
+        };
+        let pool_opts = PoolOpts::default()
+            .with_constraints(PoolConstraints::new(0, config.pool_max).unwrap_or_default())
+            // Keep idle connections up to `pool_max` for a minute (with the
+            // default of 0 the pool closes every connection above the minimum
+            // as soon as it is returned, and each call would reconnect).
+            .with_inactive_connection_ttl(Duration::from_secs(60))
+            // No session state is kept between calls, so no reset (it would
+            // cost a round trip per call and drop the prepared statements).
+            // A connection returned inside a transaction is rolled back by
+            // the pool before reuse.
+            .with_reset_connection(false);
+        let opts = OptsBuilder::default()
+            .ip_or_hostname(config.host.clone())
+            .tcp_port(config.port)
+            .user(Some(config.user.clone()))
+            .pass(config.password().map(str::to_owned))
+            .db_name(Some(config.database.clone()))
+            .stmt_cache_size(64)
+            // Row lock waits end within the call's own bound (the server
+            // default is 50 s); a lock wait timeout counts as contention.
+            .init(vec![format!("SET SESSION innodb_lock_wait_timeout = {}", config.timeout.as_secs().clamp(1, 600))])
+            // On loopback the driver would otherwise reconnect through the
+            // server's Unix socket; with TLS asked for, stay on TCP.
+            .prefer_socket(ssl.is_none())
+            .ssl_opts(ssl)
+            .pool_opts(pool_opts);
+        // Up to two renewal slices at once on connections of their own.
+        let renew_opts = opts.clone().pool_opts(
+            PoolOpts::default()
+                .with_constraints(PoolConstraints::new(0, 2).unwrap_or_default())
+                .with_inactive_connection_ttl(Duration::from_secs(60))
+                .with_reset_connection(false),
+        );
+        let statements = sql::Statements::new(
+            &config.leases_table(),
+            &config.fence_table(),
+            &config.shares_table(),
+            &config.records_table(),
+        );
+        let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
+        let wakeups =
+            shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
+        let backend = MysqlBackend {
+            pool: Pool::new(opts),
+            renew_pool: Pool::new(renew_opts),
+            config: Arc::new(config),
+            sql: Arc::new(statements),
+            shares: Arc::new(share_sql),
+            wakeups,
+            sweep_turn: Arc::default(),
+            fence_durability: FenceDurability::Durable,
+        };
+        let flush = backend
+            .timed(async {
+                let mut conn = backend.pool.get_conn().await?;
+                for stmt in backend.sql.schema.iter().chain([&backend.shares.schema]) {
+                    conn.query_drop(stmt.as_str()).await?;
+                }
+                conn.query_first::<Option<i64>, _>("SELECT @@innodb_flush_log_at_trx_commit").await
+            })
+            .await?;
+        let fence_durability = match flush.flatten() {
+            // 1: fsync at every commit (the default). 3 (MariaDB): the same.
+            Some(1 | 3) => FenceDurability::Durable,
+            // 2: written at commit, fsynced once a second: a server crash
+            // keeps commits, an OS crash may lose the last second.
+            Some(2) => FenceDurability::ProcessCrash,
+            // 0: even a server crash may lose the last second of grants.
+            _ => FenceDurability::Volatile,
+        };
+        Ok(MysqlBackend { fence_durability, ..backend })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MysqlConfig {
+        &self.config
+    }
+
+    /// Deletes up to 32 lease rows that expired more than a minute ago (their
+    /// holders vanished and nobody took the keys since); returns how many.
+    /// Every 64th release runs this in the background, so the lease table
+    /// holds about one row per held key without a separate cleanup job.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: one statement that either ran or did not; it only deletes
+    /// rows of leases that expired long ago.
+    pub async fn sweep_expired(&self) -> Result<u64> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            sql::sweep(&mut conn, &self.sql).await
+        })
+        .await
+    }
+
+    /// Best effort, in the background so that it can never delay or fail a
+    /// release: rows of holders that vanished long ago. A sweep that finds
+    /// the previous one still running (a slow server) or that comes within
+    /// `SWEEP_EVERY` of it is skipped, so sweeps never queue up on the server.
+    fn maybe_sweep(&self) {
+        let Ok(mut last) = self.sweep_turn.clone().try_lock_owned() else { return };
+        if last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _turn = last;
+            if let Err(e) = this.sweep_expired().await {
+                tracing::debug!(error = %e, "sweep of long-expired rows failed");
+            }
+        });
+    }
+
+    /// Runs an idempotent call again after a deadlock or lock wait timeout
+    /// (InnoDB rolled the statement back; trying again is what it asks for).
+    async fn retry_contention<T, F, Fut>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut tries = 0;
+        loop {
+            match f().await {
+                Err(e) if is_contention(&e) && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_micros(rand::random_range(100..2000))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Runs `f` with the configured bound; a timeout is a retryable error.
+    async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.config.timeout, f).await {
+            Ok(r) => r.map_err(map_err),
+            Err(_) => Err(Error::backend(
+                STORE,
+                true,
+                format!("no answer from {}:{} within {:?}", self.config.host, self.config.port, self.config.timeout),
+            )),
+        }
+    }
+
+    async fn conn(&self) -> mysql_async::Result<Conn> {
+        self.pool.get_conn().await
+    }
+
+    async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let key = req.key.as_str();
+        let outcome = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                // A waiter first looks without locking anything, so waiting
+                // costs one primary-key read, not a write transaction.
+                if peek_first {
+                    if let Some(left) = sql::peek_busy(&mut conn, &self.sql, key, req.token).await? {
+                        return Ok(sql::Acquired::Busy { expires_in: Some(left) });
+                    }
+                }
+                sql::acquire(&mut conn, &self.sql, key, req.token, req.ttl, &req.label).await
+            })
+            .await?;
+        Ok(match outcome {
+            sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
+            sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
+        })
+    }
+
+    /// One attempt of a writer or a share (see `shares`); a waiting one
+    /// (`reserve`) leaves a reservation when refused.
+    async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let key = req.key.as_str();
+        let ask = || shares::Ask { key, token: req.token, mode: req.mode, ttl: req.ttl, label: &req.label, reserve };
+        let outcome = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                shares::acquire(&mut conn, &self.shares, ask()).await
+            })
+            .await?;
+        match outcome {
+            shares::Shared::Granted(fence) => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
+            shares::Shared::Busy(expires_in) => Ok(Attempt::Busy { expires_in }),
+            shares::Shared::Conflict(reason) => Err(Error::Conflict { key: key.to_owned(), reason }),
+        }
+    }
+
+    /// An attempt made while waiting: a deadlock or lock wait timeout is
+    /// contention for the key and counts as busy, so the wait goes on. Any
+    /// other error, retryable or not (a server that went away), is the
+    /// caller's: counted as busy it would turn a dead store into an endless
+    /// wait, or a timeout that reads as "busy".
+    async fn waiting_attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+        let attempt = match req.mode {
+            LeaseMode::Exclusive => self.attempt(req, peek_first).await,
+            _ => self.attempt_shared(req, true).await,
+        };
+        match attempt {
+            Err(e) if is_contention(&e) => Ok(Attempt::Busy { expires_in: None }),
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MysqlBackend {
+    fn name(&self) -> &'static str {
+        STORE
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fence_durability: self.fence_durability,
+            shared_leases: true,
+            fence_floor: true,
+            records: true,
+            admin: true,
+            shrink: true,
+            ..Capabilities::minimal()
+        }
+    }
+
+    async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
+        // A deadlock or lock wait timeout is contention: try again a
+        // couple of times before reporting it.
+        let attempt = || async {
+            match req.mode {
+                LeaseMode::Exclusive => self.attempt(req, false).await,
+                _ => self.attempt_shared(req, false).await,
+            }
+        };
+        match self.retry_contention(attempt).await? {
+            Attempt::Granted(g) => Ok(Some(g)),
+            Attempt::Busy { .. } => Ok(None),
+        }
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
+        let wakeup = self.wakeups.subscribe(req.key.as_str());
+        let mut first = true;
+        wait::until_granted(&wakeup, req, self.config.poll, || {
+            let peek = !std::mem::take(&mut first);
+            self.waiting_attempt(req, peek)
+        })
+        .await
+    }
+
+    async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        // Deleting by token is idempotent, so a deadlock victim just retries.
+        let released = self
+            .retry_contention(|| {
+                self.timed(async {
+                    let mut conn = self.conn().await?;
+                    if sql::release(&mut conn, &self.sql, key.as_str(), token).await? {
+                        return Ok(true);
+                    }
+                    // Not a grant of the lease row: maybe a share or a reservation.
+                    Ok(shares::release(&mut conn, &self.shares, key.as_str(), token).await?.unwrap_or(false))
+                })
+            })
+            .await?;
+        self.wakeups.wake_one(key.as_str());
+        self.maybe_sweep();
+        Ok(released)
+    }
+
+    async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
+        self.shrink_lease(key, token, to).await // shrink.rs
+    }
+
+    async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
+        // Extending to "TTL from now" again is harmless, so retry deadlocks.
+        self.retry_contention(|| {
+            self.timed(async {
+                let mut conn = self.renew_pool.get_conn().await?;
+                let mut held = sql::renew(&mut conn, &self.sql, &batch).await?;
+                // Leases not in the lease table: shares (or lost grants).
+                let rest: Vec<usize> = (0..held.len()).filter(|&i| !held[i]).collect();
+                if !rest.is_empty() {
+                    let asked: Vec<_> = rest.iter().map(|&i| (batch[i].0.as_str(), batch[i].1, batch[i].2)).collect();
+                    for (i, extended) in rest.into_iter().zip(shares::renew(&mut conn, &self.shares, &asked).await?) {
+                        held[i] = extended;
+                    }
+                }
+                Ok(held)
+            })
+        })
+        .await
+    }
+
+    async fn status(&self, key: &LockKey) -> Result<LockStatus> {
+        let holder = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                sql::holder(&mut conn, &self.sql, key.as_str()).await
+            })
+            .await?;
+        let listed = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                shares::list(&mut conn, &self.shares, key.as_str()).await
+            })
+            .await?;
+        let mut status = LockStatus {
+            holder: holder.map(|(label, fence, left)| HolderInfo { label, fence, ttl_left: Some(left), weight: 1 }),
+            ..LockStatus::free(key)
+        };
+        for (label, fence, left, weight, limit) in listed {
+            status.limit = Some(u32::try_from(limit).unwrap_or(u32::MAX));
+            let weight = u32::try_from(weight).unwrap_or(u32::MAX);
+            status.shared.push(HolderInfo { label, fence, ttl_left: Some(left), weight });
+        }
+        Ok(status)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        self.list_held(prefix).await // admin.rs
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
+        self.force(key).await // admin.rs
+    }
+
+    async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            shares::resize(&mut conn, &self.shares, key.as_str(), limit).await
+        })
+        .await
+    }
+
+    async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        self.timed(async {
+            let mut conn = self.conn().await?;
+            shares::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
+        })
+        .await
+    }
+
+    async fn raise_fence(&self, key: &LockKey, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > sql::MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the MySQL store takes"),
+            ));
+        }
+        // Raising to a floor twice is raising once, so a deadlock victim retries.
+        self.retry_contention(|| {
+            self.timed(async {
+                let mut conn = self.conn().await?;
+                sql::raise_fence(&mut conn, &self.sql, key.as_str(), token, floor).await
+            })
+        })
+        .await
+    }
+
+    async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
+        self.timed(async { sql::read_record(&mut self.conn().await?, &self.sql, key.as_str()).await }).await
+    }
+
+    async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
+        // Writing one value twice is writing it once, so a deadlock victim retries.
+        self.retry_contention(|| {
+            self.timed(async {
+                sql::write_record(&mut self.conn().await?, &self.sql, key.as_str(), token, value).await
+            })
+        })
+        .await
+    }
+}

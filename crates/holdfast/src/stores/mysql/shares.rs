@@ -1,0 +1,381 @@
+//! Shared leases (writers, semaphore permits, readers) on MySQL/MariaDB.
+//!
+//! The mutex keeps its statements on the lease table. Shares and
+//! reservations live in `<namespace>_shares`, one row per (key, token), and
+//! the key's lease row is their **gate**: while shares are held it carries
+//! the token [`GATE`] (drawn by no client) and an expiry no earlier than any
+//! held share's, so the mutex's statements see the key as held without
+//! reading the shares table.
+//!
+//! Every transaction that grants or moves a gate down first locks the
+//! namespace's fence counter row, as the mutex's grant does, so grants and
+//! gate changes of a namespace never interleave; reads of rows are locking
+//! reads (`FOR UPDATE`), which see the latest committed rows. Renewal only
+//! moves shares and gates up, in one transaction per slice.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, TxOpts, Value};
+
+use crate::backend::LeaseMode;
+use crate::backend::admission::{self, Decision, Row};
+use crate::vocabulary::key::OwnerToken;
+
+/// A row of the shares table as `rows` reads it: token, mode code, weight,
+/// limit, held, fence, microseconds left.
+type ShareRow = (Vec<u8>, u8, u64, u64, u8, u64, Option<i64>);
+
+/// The token of a key's lease row while shares hold the key.
+pub(super) const GATE: [u8; 16] = [0; 16];
+
+/// The statements of shared leases.
+#[derive(Debug)]
+pub(super) struct ShareSql {
+    pub(super) schema: String,
+    lock_counter: String,
+    fence_next: String,
+    gate: String,
+    rows: String,
+    upsert: String,
+    gate_to_shares: String,
+    grant_writer: String,
+    extend_writer: String,
+    extend_share: String,
+    drop_own: String,
+    own: String,
+    latest: String,
+    shrink: String,
+    list: String,
+    resize: String,
+    relabel_lease: String,
+    relabel_share: String,
+    owns: String,
+    renew_share: String,
+    gate_up: String,
+    lock_gate: String,
+    held_weight: String,
+}
+
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+impl ShareSql {
+    /// Statements over `<leases>`, `<fence>` and `<shares>`, all validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str) -> Self {
+        let (l, f, s) = (format!("`{leases}`"), format!("`{fence}`"), format!("`{shares}`"));
+        let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at)");
+        ShareSql {
+            schema: format!(
+                "CREATE TABLE IF NOT EXISTS {s} (
+                    lock_key   VARBINARY(256) NOT NULL,
+                    token      BINARY(16) NOT NULL,
+                    mode       TINYINT UNSIGNED NOT NULL,
+                    weight     BIGINT UNSIGNED NOT NULL,
+                    limit_n    BIGINT UNSIGNED NOT NULL,
+                    held       TINYINT UNSIGNED NOT NULL,
+                    fence      BIGINT UNSIGNED NOT NULL,
+                    label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+                    expires_at DATETIME(6) NOT NULL,
+                    PRIMARY KEY (lock_key, token)
+                ) ENGINE=InnoDB"
+            ),
+            lock_counter: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
+            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(value + 1) WHERE id = 0"),
+            gate: format!("SELECT token, fence, {left} FROM {l} WHERE lock_key = ? AND expires_at > {NOW} FOR UPDATE"),
+            rows: format!(
+                "SELECT token, mode, weight, limit_n, held, fence, {left} FROM {s}
+                 WHERE lock_key = ? AND expires_at > {NOW} FOR UPDATE"
+            ),
+            upsert: format!(
+                "INSERT INTO {s} (lock_key, token, mode, weight, limit_n, held, fence, label, expires_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
+                     held = VALUES(held), fence = VALUES(fence), label = VALUES(label),
+                     expires_at = VALUES(expires_at)"
+            ),
+            // expires_at is assigned before token, so it sees the old token.
+            gate_to_shares: format!(
+                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+                 VALUES (?, ?, ?, '', {NOW} + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE
+                     expires_at = IF(token = VALUES(token) AND expires_at > {NOW},
+                                     GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
+                     token = VALUES(token), fence = VALUES(fence), label = ''"
+            ),
+            grant_writer: format!(
+                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+                 VALUES (?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE token = VALUES(token), fence = VALUES(fence), label = VALUES(label),
+                     expires_at = VALUES(expires_at)"
+            ),
+            extend_writer: format!(
+                "UPDATE {l} SET expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE lock_key = ? AND token = ?"
+            ),
+            extend_share: format!(
+                "UPDATE {s} SET expires_at = {NOW} + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ? AND token = ? AND held = 1"
+            ),
+            drop_own: format!("DELETE FROM {s} WHERE lock_key = ? AND token = ?"),
+            own: format!("SELECT held, expires_at > {NOW} FROM {s} WHERE lock_key = ? AND token = ?"),
+            latest: format!(
+                "SELECT MAX({left}) FROM {s} WHERE lock_key = ? AND held = 1 AND expires_at > {NOW} FOR UPDATE"
+            ),
+            shrink: format!(
+                "UPDATE {l} SET expires_at = IF(? IS NULL, '1970-01-01', {NOW} + INTERVAL ? MICROSECOND)
+                 WHERE lock_key = ? AND token = ?"
+            ),
+            list: format!(
+                "SELECT label, fence, {left}, weight, limit_n FROM {s}
+                 WHERE lock_key = ? AND held = 1 AND expires_at > {NOW} ORDER BY fence"
+            ),
+            resize: format!(
+                "UPDATE {s} SET limit_n = ? WHERE lock_key = ? AND mode = {m} AND expires_at > {NOW}",
+                m = admission::MODE_SHARED
+            ),
+            relabel_lease: format!("UPDATE {l} SET label = ? WHERE lock_key = ? AND token = ? AND expires_at > {NOW}"),
+            relabel_share: format!(
+                "UPDATE {s} SET label = ? WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {NOW}"
+            ),
+            owns: format!(
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > {NOW})
+                     OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
+                                AND expires_at > {NOW})"
+            ),
+            renew_share: format!(
+                "UPDATE {s} SET expires_at = {NOW} + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {NOW}"
+            ),
+            lock_gate: format!("SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? FOR UPDATE"),
+            gate_up: format!(
+                "UPDATE {l} SET expires_at = GREATEST(expires_at, {NOW} + INTERVAL ? MICROSECOND)
+                 WHERE lock_key = ? AND token = ?"
+            ),
+            held_weight: format!(
+                "SELECT CAST(COALESCE(SUM(weight), 0) AS SIGNED) FROM {s}
+                 WHERE lock_key = ? AND held = 1 AND mode = {m} AND expires_at > {NOW}",
+                m = admission::MODE_SHARED
+            ),
+        }
+    }
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// What a shared acquire decided.
+pub(super) enum Shared {
+    Granted(u64),
+    Busy(Option<Duration>),
+    Conflict(String),
+}
+
+/// A request, as the shared acquire needs it.
+pub(super) struct Ask<'a> {
+    pub(super) key: &'a str,
+    pub(super) token: OwnerToken,
+    pub(super) mode: LeaseMode,
+    pub(super) ttl: Duration,
+    pub(super) label: &'a str,
+    pub(super) reserve: bool,
+}
+
+/// One transaction: lock the counter, read the gate and the shares with
+/// locking reads, decide, write.
+pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysql_async::Result<Shared> {
+    let Ask { key, token, mode, ttl, label, reserve } = ask;
+    let (tok, k) = (token.to_bytes(), key.as_bytes());
+    let label: String = label.chars().take(255).collect();
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(q.lock_counter.as_str(), ()).await?;
+    let mut rows = Vec::new();
+    let mut soonest: Option<i64> = None;
+    let gate: Option<(Vec<u8>, u64, Option<i64>)> = tx.exec_first(q.gate.as_str(), (k,)).await?;
+    let mut gate_holder = None;
+    if let Some((t, fence, left)) = gate.filter(|(t, _, _)| t[..] != GATE[..]) {
+        let t: [u8; 16] = t.try_into().unwrap_or(GATE);
+        gate_holder = Some(t);
+        soonest = left;
+        rows.push(Row { token: t, mode: LeaseMode::Exclusive, held: true, order: fence });
+    }
+    let shares: Vec<ShareRow> = tx.exec(q.rows.as_str(), (k,)).await?;
+    for (t, m, w, l, held, fence, left) in shares {
+        if held == 1 {
+            soonest = match (soonest, left) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        rows.push(Row {
+            token: t.try_into().unwrap_or(GATE),
+            mode: admission::decode(m.into(), w as i64, l as i64),
+            held: held == 1,
+            order: fence,
+        });
+    }
+    let (code, weight, limit) = admission::encode(mode);
+    let ttl_us = micros(ttl);
+    // The share row, held or a reservation, at `order` (its fence or place).
+    let upsert = |held: bool, order: u64| {
+        let row: Vec<Value> = vec![
+            k.into(),
+            tok[..].into(),
+            code.into(),
+            weight.into(),
+            limit.into(),
+            u8::from(held).into(),
+            order.into(),
+            label.as_str().into(),
+            ttl_us.into(),
+        ];
+        Params::Positional(row)
+    };
+    let outcome = match admission::decide(tok, mode, &rows) {
+        Decision::AlreadyHeld { fence } => {
+            if gate_holder == Some(tok) {
+                tx.exec_drop(q.extend_writer.as_str(), (ttl_us, k, &tok[..])).await?;
+            } else {
+                tx.exec_drop(q.extend_share.as_str(), (ttl_us, k, &tok[..])).await?;
+                tx.exec_drop(q.gate_to_shares.as_str(), (k, &GATE[..], fence, ttl_us)).await?;
+            }
+            Shared::Granted(fence)
+        }
+        Decision::Grant => {
+            tx.exec_drop(q.fence_next.as_str(), ()).await?;
+            let Some(fence) = tx.last_insert_id() else {
+                tx.rollback().await?;
+                return Err(mysql_async::Error::Other("the server did not report the new fence value".into()));
+            };
+            if mode.is_exclusive() {
+                tx.exec_drop(q.grant_writer.as_str(), (k, &tok[..], fence, &label, ttl_us)).await?;
+                tx.exec_drop(q.drop_own.as_str(), (k, &tok[..])).await?;
+            } else {
+                tx.exec_drop(q.upsert.as_str(), upsert(true, fence)).await?;
+                tx.exec_drop(q.gate_to_shares.as_str(), (k, &GATE[..], fence, ttl_us)).await?;
+            }
+            Shared::Granted(fence)
+        }
+        Decision::Refuse { reserve: true, keep_order } if reserve => {
+            let place = match keep_order {
+                Some(place) => place,
+                None => {
+                    tx.exec_drop(q.fence_next.as_str(), ()).await?;
+                    tx.last_insert_id().unwrap_or(0)
+                }
+            };
+            tx.exec_drop(q.upsert.as_str(), upsert(false, place)).await?;
+            tx.commit().await?;
+            return Ok(Shared::Busy(soonest.map(|us| Duration::from_micros(us.max(0) as u64))));
+        }
+        Decision::Refuse { .. } => {
+            tx.rollback().await?;
+            return Ok(Shared::Busy(soonest.map(|us| Duration::from_micros(us.max(0) as u64))));
+        }
+        Decision::Conflict(reason) => {
+            tx.rollback().await?;
+            return Ok(Shared::Conflict(reason));
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// Deletes the share or reservation of `token`: `Some(live)` if there was
+/// one (`live`: an unexpired held share), then moves the gate down if it
+/// was held.
+pub(super) async fn release(
+    conn: &mut Conn,
+    q: &ShareSql,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<Option<bool>> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let own: Option<(u8, Option<i64>)> = tx.exec_first(q.own.as_str(), (k, &tok[..])).await?;
+    let Some((held, live)) = own else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
+    if held == 1 {
+        // The counter first, as every grant takes it first (no deadlock):
+        // no grant or other shrink of this namespace runs until commit.
+        tx.exec_drop(q.lock_counter.as_str(), ()).await?;
+    }
+    tx.exec_drop(q.drop_own.as_str(), (k, &tok[..])).await?;
+    if held == 1 {
+        // The gate down to the latest remaining share, read with locks (a
+        // renewal in flight waits for them, then moves the gate up again).
+        let latest: Option<Option<i64>> = tx.exec_first(q.latest.as_str(), (k,)).await?;
+        let latest = latest.flatten();
+        tx.exec_drop(q.shrink.as_str(), (latest, latest, k, &GATE[..])).await?;
+    }
+    tx.commit().await?;
+    Ok(Some(held == 1 && live == Some(1)))
+}
+
+/// Extends the listed shares still held, and their gates, in one
+/// transaction; true for each extended.
+pub(super) async fn renew(
+    conn: &mut Conn,
+    q: &ShareSql,
+    leases: &[(&str, OwnerToken, Duration)],
+) -> mysql_async::Result<Vec<bool>> {
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let mut out = Vec::with_capacity(leases.len());
+    for (key, token, ttl) in leases {
+        let (k, tok, us) = (key.as_bytes(), token.to_bytes(), micros(*ttl));
+        // The gate row first, as acquisitions lock it before the shares.
+        tx.exec_drop(q.lock_gate.as_str(), (k, &GATE[..])).await?;
+        tx.exec_drop(q.renew_share.as_str(), (us, k, &tok[..])).await?;
+        let extended = tx.affected_rows() == 1;
+        if extended {
+            tx.exec_drop(q.gate_up.as_str(), (us, k, &GATE[..])).await?;
+        }
+        out.push(extended);
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// The held shares of `key`: (label, fence, time left, weight, limit).
+pub(super) async fn list(
+    conn: &mut Conn,
+    q: &ShareSql,
+    key: &str,
+) -> mysql_async::Result<Vec<(String, u64, Duration, u64, u64)>> {
+    let rows: Vec<(String, u64, Option<i64>, u64, u64)> = conn.exec(q.list.as_str(), (key.as_bytes(),)).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(l, f, us, w, n)| (l, f, Duration::from_micros(us.unwrap_or(0).max(0) as u64), w, n))
+        .collect())
+}
+
+/// Records `limit` with the key's live shares; returns the weight held.
+pub(super) async fn resize(conn: &mut Conn, q: &ShareSql, key: &str, limit: u32) -> mysql_async::Result<u64> {
+    conn.exec_drop(q.resize.as_str(), (limit, key.as_bytes())).await?;
+    let held: Option<i64> = conn.exec_first(q.held_weight.as_str(), (key.as_bytes(),)).await?;
+    Ok(held.unwrap_or(0).max(0) as u64)
+}
+
+/// Changes the label of `token`'s live grant or share; true if it had one.
+pub(super) async fn relabel(
+    conn: &mut Conn,
+    q: &ShareSql,
+    key: &str,
+    token: OwnerToken,
+    label: &str,
+) -> mysql_async::Result<bool> {
+    let label: String = label.chars().take(255).collect();
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    conn.exec_drop(q.relabel_lease.as_str(), (&label, k, &tok[..])).await?;
+    if conn.affected_rows() == 1 {
+        return Ok(true);
+    }
+    conn.exec_drop(q.relabel_share.as_str(), (&label, k, &tok[..])).await?;
+    if conn.affected_rows() == 1 {
+        return Ok(true);
+    }
+    // MySQL counts a row set to the value it had as unchanged.
+    let owns: Option<i64> = conn.exec_first(q.owns.as_str(), (k, &tok[..], k, &tok[..])).await?;
+    Ok(owns == Some(1))
+}

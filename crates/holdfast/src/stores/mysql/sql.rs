@@ -1,0 +1,382 @@
+//! The MySQL/MariaDB statements. Every value is a bound parameter of a
+//! prepared statement; the only text built at run time is the two table
+//! names, from a namespace checked against `[A-Za-z_][A-Za-z0-9_]*` and
+//! quoted with backticks.
+//!
+//! Time is the server's: `UTC_TIMESTAMP(6)` (the statement's start, in UTC,
+//! so the session `time_zone` and DST never matter), expiries are
+//! `DATETIME(6)` in UTC.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, TxOpts, Value};
+
+use crate::vocabulary::key::OwnerToken;
+
+/// Most leases per renewal statement (two placeholders each), far under the
+/// server's limit of 65535 placeholders per statement.
+pub(super) const RENEW_CHUNK: usize = 256;
+
+/// Most rows one sweep deletes.
+const SWEEP_ROWS: usize = 32;
+
+/// The statement texts of one namespace.
+#[derive(Debug)]
+pub(super) struct Statements {
+    pub(super) schema: Vec<String>,
+    fence_next: String,
+    grant: String,
+    peek: String,
+    release: String,
+    sweep_find: String,
+    sweep_delete: String,
+    renew_one: String,
+    holder: String,
+    lock_fence: String,
+    raise_fence: String,
+    holds: String,
+    holds_exclusive: String,
+    read_record: String,
+    write_record: String,
+    leases: String,
+}
+
+impl Statements {
+    /// Statements over `<leases>`, `<fence>`, `<shares>` and `<records>`,
+    /// all already validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str, records: &str) -> Self {
+        let l = format!("`{leases}`");
+        let f = format!("`{fence}`");
+        let s = format!("`{shares}`");
+        let r = format!("`{records}`");
+        Statements {
+            schema: vec![
+                // lock_key is VARBINARY: keys compare as exact bytes, so 'A',
+                // 'a' and 'a ' are three keys (no collation folds case or
+                // trailing spaces). 256 bytes = MAX_KEY_BYTES.
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {l} (
+                        lock_key   VARBINARY(256) NOT NULL,
+                        token      BINARY(16) NOT NULL,
+                        fence      BIGINT UNSIGNED NOT NULL,
+                        label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+                        expires_at DATETIME(6) NOT NULL,
+                        PRIMARY KEY (lock_key),
+                        KEY expires_at (expires_at)
+                    ) ENGINE=InnoDB"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {f} (
+                        id    TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+                        value BIGINT UNSIGNED NOT NULL
+                    ) ENGINE=InnoDB"
+                ),
+                format!("INSERT IGNORE INTO {f} (id, value) VALUES (0, 0)"),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {r} (
+                        lock_key VARBINARY(256) NOT NULL PRIMARY KEY,
+                        value    BIGINT UNSIGNED NOT NULL
+                    ) ENGINE=InnoDB"
+                ),
+            ],
+            // The OK packet of this UPDATE carries the new value as its
+            // insert id; LAST_INSERT_ID() is the same value for the next
+            // statement of the session. It locks the namespace's one counter
+            // row until the transaction ends: grants are serialised, so two
+            // acquire transactions never lock lease rows against each other.
+            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(value + 1) WHERE id = 0"),
+            // Insert, or take over an expired row (or our own row, when a
+            // retry follows an attempt whose reply was lost). `expires_at` is
+            // assigned last, so every condition sees the old expiry; once
+            // `token` is assigned the later conditions stay true. Affected
+            // rows: 1 inserted, 2 taken over, 0 busy (row left as it was).
+            grant: format!(
+                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+                 VALUES (?, ?, LAST_INSERT_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+                 ON DUPLICATE KEY UPDATE
+                   token = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(token), token),
+                   fence = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(fence), fence),
+                   label = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(label), label),
+                   expires_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token),
+                                   VALUES(expires_at), expires_at)"
+            ),
+            // Busy only for another token: a retry after a lost reply goes on
+            // to the transaction, which hands the grant back.
+            peek: format!(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
+                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> ?"
+            ),
+            release: format!("DELETE FROM {l} WHERE lock_key = ? AND token = ?"),
+            // A plain read (no locks) finds the rows; the delete then locks
+            // only them, by primary key. A locking range over the expiry
+            // index would also lock the first entry past its end: the oldest
+            // live lease, the next one renewal extends (see `sweep`).
+            sweep_find: format!(
+                "SELECT lock_key FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
+            ),
+            // The expiry is checked again under the row lock: a key taken
+            // over since the read has a live row, which stays. Always
+            // `SWEEP_ROWS` placeholders, so that one prepared statement serves.
+            sweep_delete: format!(
+                "DELETE FROM {l} WHERE lock_key IN ({}) AND expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
+                vec!["?"; SWEEP_ROWS].join(", ")
+            ),
+            renew_one: format!(
+                "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            // Not the gate of shares (the all-zero token, see `shares`).
+            holder: format!(
+                "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
+                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> X'00000000000000000000000000000000'"
+            ),
+            // Locks the counter row (as every grant does first): a grant in
+            // flight has committed its fence before the holder check reads,
+            // and none starts until the raise commits.
+            lock_fence: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
+            // An unchanged value is not written.
+            raise_fence: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
+            // An unexpired exclusive lease (the gate's token is all zero
+            // bytes, which no client draws) or a held share.
+            holds: format!(
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                     OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
+                                AND expires_at > UTC_TIMESTAMP(6))"
+            ),
+            // An unexpired exclusive lease (not the gate) or a held writer.
+            holds_exclusive: format!(
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                     OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND mode <> {shared}
+                                AND expires_at > UTC_TIMESTAMP(6))",
+                shared = crate::backend::admission::MODE_SHARED
+            ),
+            read_record: format!("SELECT value FROM {r} WHERE lock_key = ?"),
+            write_record: format!(
+                "INSERT INTO {r} (lock_key, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)"
+            ),
+            leases: l,
+        }
+    }
+
+    fn renew_many(&self, n: usize) -> String {
+        format!(
+            "UPDATE {} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+             WHERE (lock_key, token) IN ({}) AND expires_at > UTC_TIMESTAMP(6)",
+            self.leases,
+            vec!["(?, ?)"; n].join(", ")
+        )
+    }
+
+    fn held_many(&self, n: usize) -> String {
+        format!(
+            "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND expires_at > UTC_TIMESTAMP(6)",
+            self.leases,
+            vec!["(?, ?)"; n].join(", ")
+        )
+    }
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn left(us: Option<i64>) -> Duration {
+    Duration::from_micros(us.unwrap_or(0).max(0) as u64)
+}
+
+/// The outcome of one acquire attempt.
+pub(super) enum Acquired {
+    Granted { fence: u64 },
+    Busy { expires_in: Option<Duration> },
+}
+
+/// Time left on an unexpired holder of `key` other than `token`, without
+/// locking anything (a consistent read). `None`: free, expired or ours.
+pub(super) async fn peek_busy(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<Option<Duration>> {
+    let us: Option<Option<i64>> = conn.exec_first(s.peek.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
+    Ok(us.map(left))
+}
+
+/// One short transaction: next fence, insert or take over an expired row,
+/// commit if granted, roll back (fence unchanged) if busy.
+pub(super) async fn acquire(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+    ttl: Duration,
+    label: &str,
+) -> mysql_async::Result<Acquired> {
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(s.fence_next.as_str(), ()).await?;
+    let fence = tx.last_insert_id();
+    let label: String = label.chars().take(255).collect();
+    tx.exec_drop(s.grant.as_str(), (key.as_bytes(), &token.to_bytes()[..], label, micros(ttl))).await?;
+    match (tx.affected_rows(), fence) {
+        (1 | 2, Some(fence)) => {
+            tx.commit().await?;
+            Ok(Acquired::Granted { fence })
+        }
+        (1 | 2, None) => {
+            // Cannot happen on a server that reports LAST_INSERT_ID(expr);
+            // never grant without knowing the fence.
+            tx.rollback().await?;
+            Err(mysql_async::Error::Other("the server did not report the new fence value".into()))
+        }
+        _ => {
+            tx.rollback().await?;
+            Ok(Acquired::Busy { expires_in: None })
+        }
+    }
+}
+
+/// The highest fence floor [`raise_fence`] takes: 2^62. The counter is a
+/// `BIGINT UNSIGNED` and would hold more, but a counter near 2^64 would fail
+/// every later grant (out of range), and fences above `i64::MAX` break
+/// readers that keep them signed; 2^62 leaves 2^62 fences above any floor.
+/// Real floors are fences of other stores (a Redis fence, microseconds since
+/// 1970, reaches 2^62 in the year 148,000).
+pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
+
+/// One short transaction: if `token` holds an unexpired lease of `key`
+/// (exclusive or shared, not a reservation; read under the counter's lock),
+/// the namespace's fence counter raised to `floor` if it is lower (never
+/// lowered), so every later grant of any key of the namespace gets a fence
+/// above it; whether it held (a token that holds nothing raises nothing).
+/// The caller checked `floor` against [`MAX_FENCE_FLOOR`].
+pub(super) async fn raise_fence(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+    floor: u64,
+) -> mysql_async::Result<bool> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    // Lock the counter row first, so that no grant in flight commits between
+    // the holder check and the raise.
+    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    let held = tx.exec_first::<i64, _, _>(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
+    if held {
+        tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
+    }
+    tx.commit().await?;
+    Ok(held)
+}
+
+/// The record kept with `key`, if one was written.
+pub(super) async fn read_record(conn: &mut Conn, s: &Statements, key: &str) -> mysql_async::Result<Option<u64>> {
+    conn.exec_first(s.read_record.as_str(), (key.as_bytes(),)).await
+}
+
+/// One short transaction: if `token` holds an unexpired exclusive lease of
+/// `key` (exclusive or a writer; read under the counter's lock, as in
+/// [`raise_fence`], so no grant commits between the check and the write),
+/// the record kept with `key` set to `value`; whether it held.
+pub(super) async fn write_record(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+    value: u64,
+) -> mysql_async::Result<bool> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    let held = tx.exec_first::<i64, _, _>(s.holds_exclusive.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
+    if held {
+        tx.exec_drop(s.write_record.as_str(), (k, value)).await?;
+    }
+    tx.commit().await?;
+    Ok(held)
+}
+
+/// Deletes the row of `token`; true if it owned one (not taken over).
+pub(super) async fn release(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<bool> {
+    conn.exec_drop(s.release.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
+    Ok(conn.affected_rows() == 1)
+}
+
+/// Deletes a few rows of holders that vanished more than a minute ago.
+///
+/// Two statements, so that the delete locks nothing but the rows it deletes.
+/// As one `DELETE ... WHERE expires_at < ... LIMIT n`, each sweep held a
+/// next-key lock on the oldest live lease's index entry while it scanned;
+/// with 100,000 leases renewed, the index fills with entries that purge has
+/// not yet removed, a sweep scanned (and locked) them for seconds, and
+/// renewals queued behind it until leases expired.
+pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Result<u64> {
+    let mut keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
+    let Some(last) = keys.last().cloned() else { return Ok(0) };
+    keys.resize(SWEEP_ROWS, last);
+    conn.exec_drop(s.sweep_delete.as_str(), Params::Positional(keys.into_iter().map(Value::Bytes).collect())).await?;
+    Ok(conn.affected_rows())
+}
+
+/// Extends every listed lease its token still holds: one `UPDATE` per TTL
+/// value and chunk (usually exactly one), plus one `SELECT` only when some
+/// lease was not extended, to tell which.
+pub(super) async fn renew(
+    conn: &mut Conn,
+    s: &Statements,
+    leases: &[(String, OwnerToken, Duration)],
+) -> mysql_async::Result<Vec<bool>> {
+    let mut held = vec![false; leases.len()];
+    if let [(key, token, ttl)] = leases {
+        conn.exec_drop(s.renew_one.as_str(), (micros(*ttl), key.as_bytes(), &token.to_bytes()[..])).await?;
+        held[0] = conn.affected_rows() == 1;
+        return Ok(held);
+    }
+    let mut by_ttl: Vec<(Duration, Vec<usize>)> = Vec::new();
+    for (i, (_, _, ttl)) in leases.iter().enumerate() {
+        match by_ttl.iter_mut().find(|(t, _)| t == ttl) {
+            Some((_, idx)) => idx.push(i),
+            None => by_ttl.push((*ttl, vec![i])),
+        }
+    }
+    for (ttl, idx) in by_ttl {
+        for chunk in idx.chunks(RENEW_CHUNK) {
+            let mut params = vec![Value::Int(micros(ttl))];
+            for &i in chunk {
+                params.push(Value::Bytes(leases[i].0.as_bytes().to_vec()));
+                params.push(Value::Bytes(leases[i].1.to_bytes().to_vec()));
+            }
+            conn.exec_drop(s.renew_many(chunk.len()), Params::Positional(params.clone())).await?;
+            if conn.affected_rows() as usize == chunk.len() {
+                chunk.iter().for_each(|&i| held[i] = true);
+                continue;
+            }
+            // Rows extended just now are unexpired; rows not extended had
+            // expired (or were gone) and nobody else ever writes our token,
+            // so they cannot have become ours since.
+            params.remove(0);
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = conn.exec(s.held_many(chunk.len()), Params::Positional(params)).await?;
+            for &i in chunk {
+                let (key, token) = (leases[i].0.as_bytes(), leases[i].1.to_bytes());
+                held[i] = rows.iter().any(|(k, t)| k == key && t[..] == token[..]);
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// The unexpired holder of `key`: (label, fence, time left).
+pub(super) async fn holder(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+) -> mysql_async::Result<Option<(String, u64, Duration)>> {
+    let row: Option<(String, u64, Option<i64>)> = conn.exec_first(s.holder.as_str(), (key.as_bytes(),)).await?;
+    Ok(row.map(|(label, fence, us)| (label, fence, left(us))))
+}

@@ -1,0 +1,82 @@
+//! The admin calls on PostgreSQL: the held keys under a prefix and the
+//! forced release, each built from the namespace's checked, quoted names
+//! (as in [`Statements`](super::statements::Statements)) at the call: admin calls
+//! are rare, so they keep no prepared statements.
+
+use tokio_postgres::types::Type;
+
+use super::PostgresBackend;
+use super::error::map_err;
+use super::shares::GATE;
+use crate::backend::ForceReleased;
+use crate::backend::LockStatus;
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::LockKey;
+
+impl PostgresBackend {
+    fn admin_tables(&self) -> (String, String) {
+        let c = &self.inner.config;
+        (format!("\"{}\".\"{}\"", c.schema, c.table), format!("\"{}\".\"{}_shares\"", c.schema, c.table))
+    }
+
+    /// Every key under `prefix` with an unexpired lease row (an exclusive
+    /// holder, or the gate row that held shares keep at least as long as
+    /// themselves), then each one's status. One pass over the lease table
+    /// (its rows are the held keys plus rows expired less than a minute ago,
+    /// which the sweep removes), then one status read per key.
+    pub(super) async fn list_held(&self, prefix: &str) -> Result<Vec<LockStatus>> {
+        let (t, _) = self.admin_tables();
+        let sql =
+            format!("SELECT key FROM {t} WHERE starts_with(key, $1) AND expires_at > clock_timestamp() ORDER BY key");
+        let rows = self
+            .transaction("list", async |c| c.query_typed(&sql, &[(&prefix, Type::TEXT)]).await.map_err(map_err))
+            .await?;
+        let keys = rows.iter().map(|row| row.try_get::<_, String>(0).map_err(map_err)).collect::<Result<Vec<_>>>()?;
+        crate::backend::held_statuses(self, keys).await
+    }
+
+    /// One transaction: the key's lease row locked (as every shared acquire
+    /// locks it first), then deleted (the exclusive holder, or the shares'
+    /// gate), its held shares deleted (reservations stay), and the waiters
+    /// told at commit by the channel every release uses. The namespace's
+    /// fence counter is untouched, so the next grant's fence is above the
+    /// removed ones; the holders' renewals find no row and fail.
+    pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
+        let (t, s) = self.admin_tables();
+        let lock_row = format!("SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE");
+        let del_lease =
+            format!("DELETE FROM {t} WHERE key = $1 RETURNING token, fence, expires_at > clock_timestamp()");
+        let del_shares =
+            format!("DELETE FROM {s} WHERE key = $1 AND held RETURNING fence, expires_at > clock_timestamp()");
+        let (k, gate, channel) = (key.as_str(), GATE.to_vec(), &self.inner.channel);
+        let out = self
+            .transaction("force_release", async |c| {
+                c.query_typed(&lock_row, &[(&k, Type::TEXT)]).await.map_err(map_err)?;
+                let mut out = ForceReleased::free();
+                for row in c.query_typed(&del_lease, &[(&k, Type::TEXT)]).await.map_err(map_err)? {
+                    let token: Vec<u8> = row.try_get(0).map_err(map_err)?;
+                    let live: bool = row.try_get(2).map_err(map_err)?;
+                    if live && token != gate {
+                        out.add(row.try_get::<_, i64>(1).map_err(map_err)?.max(0) as u64, true);
+                    }
+                }
+                for row in c.query_typed(&del_shares, &[(&k, Type::TEXT)]).await.map_err(map_err)? {
+                    if row.try_get::<_, bool>(1).map_err(map_err)? {
+                        out.add(row.try_get::<_, i64>(0).map_err(map_err)?.max(0) as u64, false);
+                    }
+                }
+                if !out.was_free() {
+                    c.query_typed("SELECT pg_notify($1, $2)", &[(channel, Type::TEXT), (&k, Type::TEXT)])
+                        .await
+                        .map_err(map_err)?;
+                }
+                Ok(out)
+            })
+            .await?;
+        // As a release: without a live listener, a local waiter is woken directly.
+        if !out.was_free() && !self.listening() {
+            self.inner.wakeups.wake_one(key.as_str());
+        }
+        Ok(out)
+    }
+}

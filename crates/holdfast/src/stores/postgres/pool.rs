@@ -1,0 +1,150 @@
+//! The statement connections: a few pipelined connections, one per key hash.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio_postgres::Client as PgClient;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::config::Prepared;
+use super::error::map_err;
+use super::pooler;
+use crate::vocabulary::error::Result;
+
+/// A few statement connections. tokio-postgres pipelines concurrent
+/// statements on one connection and the server runs them in order; as every
+/// statement is a short autocommit one, no caller holds a connection while
+/// it waits for a key.
+///
+/// Statements about one key always use the same connection (chosen by a hash
+/// of the key), so the release that cleans up after a dropped acquire runs
+/// after that acquire on the server, never before it (on two connections the
+/// release could overtake the acquire and leave an orphan grant).
+pub(super) struct Pool {
+    /// Where and how to connect.
+    pub(super) pg: tokio_postgres::Config,
+    /// The TLS connector (also used by the listener).
+    pub(super) tls: MakeRustlsConnect,
+    /// One lazily (re)opened connection per slot.
+    pub(super) slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
+    /// Renewal's own connection: renewals never queue behind the acquires
+    /// pipelined on the slots, so a client acquiring at full speed still
+    /// renews in time. (A renewal and a release of one key may then run in
+    /// either order; a renewal after the release finds no row, and the
+    /// client ignores it for a lease it released.)
+    pub(super) renewal: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection of shared-lease transactions (a transaction needs a
+    /// connection to itself; the slots are shared by pipelined statements),
+    /// and the turn to use it: held for a whole transaction.
+    pub(super) txn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    pub(super) txn_turn: tokio::sync::Mutex<()>,
+    /// Round-robin position for statements about no single key.
+    pub(super) next: AtomicUsize,
+    /// Where named prepared statements may be used.
+    pub(super) prepared: Prepared,
+}
+
+/// One statement connection and the statements prepared on it.
+pub(super) struct Conn {
+    /// The connection.
+    pub(super) client: PgClient,
+    /// Whether named prepared statements may be used on it.
+    pub(super) named: bool,
+    /// The statements prepared on it, indexed by [`Stmt`](super::statements::Stmt).
+    pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; super::statements::Stmt::COUNT],
+    /// Left inside a transaction by a caller that gave up: not to be used again.
+    pub(super) broken: std::sync::atomic::AtomicBool,
+}
+
+/// Errors that mean a named prepared statement is not where it was prepared
+/// (with `prepared=true` behind a pooler that moved us to another server
+/// connection): nothing ran.
+pub(super) fn statement_lost(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| matches!(c.code(), "26000" | "42P05" | "08P01"))
+}
+
+impl Pool {
+    /// The connection for statements about `key`, or any (round-robin) for `None`.
+    pub(super) async fn get(&self, key: Option<&str>) -> Result<Arc<Conn>> {
+        let i = match key {
+            Some(k) => (fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize,
+            None => self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len(),
+        };
+        self.open_in(&self.slots[i], false).await
+    }
+
+    /// The renewal connection.
+    pub(super) async fn renewal(&self) -> Result<Arc<Conn>> {
+        self.open_in(&self.renewal, true).await
+    }
+
+    /// The transaction connection (hold [`txn_turn`](Self::txn_turn) while using it).
+    pub(super) async fn txn(&self) -> Result<Arc<Conn>> {
+        self.open_in(&self.txn, false).await
+    }
+
+    /// The live connection of `slot`, opened if there is none; `renewal`:
+    /// the renewal connection (see the plan settings below).
+    async fn open_in(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>, renewal: bool) -> Result<Arc<Conn>> {
+        let mut slot = slot.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed() && !c.broken.load(Ordering::Relaxed)) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let (client, connection) = self.pg.connect(self.tls.clone()).await.map_err(map_err)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres connection ended");
+            }
+        });
+        let named = match self.prepared {
+            Prepared::Always => true,
+            Prepared::Never => false,
+            Prepared::Auto => {
+                let direct = pooler::is_direct(&client).await.map_err(map_err)?;
+                if !direct {
+                    tracing::debug!("postgres connection goes through a pooler: unnamed statements only");
+                }
+                direct
+            }
+        };
+        // A named statement switches to a generic plan after five runs,
+        // planned against the table as it is then: after the table was
+        // emptied and analysed (autovacuum after any burst), a sequential
+        // scan, kept while the table grows to 100k rows (every statement a
+        // full scan). Our statements all find rows by primary key, so on a
+        // session of our own the planner is told to use the index always;
+        // plans stay cached. (Not through a pooler: the setting would reach
+        // other clients' sessions; statements there are unnamed and planned
+        // for the table as it is at each call.)
+        //
+        // The renewal connection runs only the renew statement, which joins
+        // its batch (a few hundred keys) with their rows. On statistics taken
+        // while the table was churned almost empty (issue 34), the planner
+        // expects one row on each side and picks a nested loop that compares
+        // every row with every key of the batch (65,280 comparisons, 35-55 ms
+        // per 256 leases); a hash or merge join of the batch with its rows
+        // grows with the batch only, so nested loops are off there.
+        //
+        // JIT is off on every session of ours: `enable_seqscan = off` makes a
+        // plan that must scan (the sweep of expired rows) cost over 10^10,
+        // far above `jit_above_cost`, and the server then spent 516 ms
+        // compiling a sweep that scans 100,000 rows in 52 ms. Lock
+        // statements are short; none gains from compiled expressions.
+        if named && (self.prepared == Prepared::Auto || pooler::is_direct(&client).await.map_err(map_err)?) {
+            let settings = if renewal {
+                "SET enable_seqscan = off; SET enable_nestloop = off; SET jit = off"
+            } else {
+                "SET enable_seqscan = off; SET jit = off"
+            };
+            client.batch_execute(settings).await.map_err(map_err)?;
+        }
+        let conn = Arc::new(Conn { client, named, prepared: Default::default(), broken: Default::default() });
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}

@@ -1,0 +1,410 @@
+//! Shared leases (writers, semaphore permits, readers) on PostgreSQL.
+//!
+//! The mutex keeps its one-statement path on the lease table. Shares and
+//! reservations live in `<table>_shares`, one row per (key, token), and the
+//! key's lease row is their **gate**: while shares are held it carries the
+//! token [`GATE`] (drawn by no client) and an expiry no earlier than any held
+//! share's, so the mutex's statements see the key as held without reading
+//! the shares table, and a mutex grant takes the gate row's lock, which
+//! every shared transaction holds from its first statement to its commit.
+//!
+//! A shared acquire is one transaction on a connection of its own: lock (or
+//! create) the gate row, read the key's shares, decide by the lease model's
+//! one admission rule ([`admission::decide`]) and write. Releasing a share
+//! is the release statement (which deletes it and notifies) followed by a
+//! transaction that shrinks the gate to the latest remaining share, read
+//! after the gate's lock was taken, so a share granted meanwhile is seen.
+//! Until that shrink lands the gate is only longer than needed.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client as PgClient;
+use tokio_postgres::types::Type;
+
+use super::PostgresBackend;
+use super::config::PostgresConfig;
+use super::error::{map_err, timed_out};
+use super::pool::Conn;
+use crate::backend::admission::{self, Decision, Row};
+use crate::backend::wait::Attempt;
+use crate::backend::{AcquireRequest, Grant, HolderInfo, LeaseMode};
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::{LockKey, OwnerToken};
+
+/// The token of a key's lease row while shares hold the key.
+pub(super) const GATE: [u8; 16] = [0; 16];
+
+/// The statements of shared leases (schema and table names checked and
+/// quoted as in [`Statements`](super::statements::Statements); all values bound).
+#[derive(Debug)]
+pub(super) struct ShareSql {
+    lock_gate: String,
+    rows: String,
+    fence_next: String,
+    upsert: String,
+    gate_to_shares: String,
+    grant_writer: String,
+    extend_writer: String,
+    extend_share: String,
+    drop_reservation: String,
+    mark_wanted: String,
+    lock_row: String,
+    shrink: String,
+    notify: String,
+    list: String,
+    resize: String,
+    relabel: String,
+}
+
+const LEFT_MS: &str = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8";
+const UNTIL: &str = "clock_timestamp() + $2::int8 * interval '1 millisecond'";
+
+impl ShareSql {
+    pub(super) fn new(config: &PostgresConfig) -> Self {
+        let schema = format!("\"{}\"", config.schema);
+        let t = format!("{schema}.\"{}\"", config.table);
+        let f = format!("{schema}.\"{}_fence\"", config.table);
+        let s = format!("{schema}.\"{}_shares\"", config.table);
+        ShareSql {
+            // Creates an expired gate row if the key has none; either way the
+            // row is locked until commit.
+            lock_gate: format!(
+                "INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+                 VALUES ($1, $2, 0, '', clock_timestamp(), timestamptz 'epoch', false)
+                 ON CONFLICT (key) DO UPDATE SET wanted = l.wanted
+                 RETURNING token, fence, expires_at > clock_timestamp(), {LEFT_MS}"
+            ),
+            rows: format!(
+                "SELECT token, mode, weight, limit_n, held, fence, {LEFT_MS}
+                 FROM {s} WHERE key = $1 AND expires_at > clock_timestamp()"
+            ),
+            fence_next: format!("UPDATE {f} SET value = value + 1 WHERE id = 0 RETURNING value"),
+            upsert: format!(
+                "INSERT INTO {s} (key, token, mode, weight, limit_n, held, fence, label, acquired_at, expires_at)
+                 VALUES ($1, $3, $4, $5, $6, $7, $8, $9, clock_timestamp(), {UNTIL})
+                 ON CONFLICT (key, token) DO UPDATE SET mode = excluded.mode, weight = excluded.weight,
+                     limit_n = excluded.limit_n, held = excluded.held, fence = excluded.fence,
+                     label = excluded.label, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"
+            ),
+            gate_to_shares: format!(
+                "UPDATE {t} SET fence = $4, label = '',
+                     expires_at = greatest(CASE WHEN token = $3 THEN expires_at ELSE timestamptz 'epoch' END, {UNTIL}),
+                     token = $3
+                 WHERE key = $1"
+            ),
+            grant_writer: format!(
+                "UPDATE {t} SET token = $3, fence = $4, label = $5, acquired_at = clock_timestamp(),
+                     expires_at = {UNTIL}, wanted = $6
+                 WHERE key = $1"
+            ),
+            extend_writer: format!("UPDATE {t} SET expires_at = {UNTIL} WHERE key = $1 AND token = $3"),
+            extend_share: format!("UPDATE {s} SET expires_at = {UNTIL} WHERE key = $1 AND token = $3 AND held"),
+            drop_reservation: format!("DELETE FROM {s} WHERE key = $1 AND token = $2"),
+            mark_wanted: format!("UPDATE {t} SET wanted = true WHERE key = $1"),
+            lock_row: format!("SELECT wanted FROM {t} WHERE key = $1 FOR UPDATE"),
+            shrink: format!(
+                "UPDATE {t} SET expires_at = coalesce(
+                     (SELECT max(expires_at) FROM {s} WHERE key = $1 AND held), timestamptz 'epoch')
+                 WHERE key = $1 AND token = $2
+                 RETURNING wanted"
+            ),
+            notify: "SELECT pg_notify($1, $2)".to_owned(),
+            list: format!(
+                "SELECT label, fence, {LEFT_MS}, weight, limit_n FROM {s}
+                 WHERE key = $1 AND held AND expires_at > clock_timestamp() ORDER BY fence"
+            ),
+            resize: format!(
+                "WITH u AS (
+                     UPDATE {s} SET limit_n = $2
+                     WHERE key = $1 AND mode = {mode} AND expires_at > clock_timestamp()
+                     RETURNING held, weight
+                 )
+                 SELECT coalesce(sum(weight) FILTER (WHERE held), 0)::int8 FROM u",
+                mode = admission::MODE_SHARED
+            ),
+            relabel: format!(
+                "WITH a AS (
+                     UPDATE {t} SET label = $3 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+                     RETURNING 1
+                 ), b AS (
+                     UPDATE {s} SET label = $3
+                     WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp()
+                     RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
+            ),
+        }
+    }
+}
+
+/// Closes the transaction connection unless disarmed: a caller that gave
+/// up (timeout, dropped future, failed `ROLLBACK`) may have left it inside a
+/// transaction, holding row locks (the key's gate row, the namespace's fence
+/// counter once it drew a fence) that every grant of a free key waits for.
+/// Marking it broken is not enough: the connection would stay open, idle in
+/// that transaction, until the next shared call replaced it, and the lock
+/// statements queued behind a wait for those row locks would time out until
+/// then. So it leaves its slot here and, with the caller's last handle,
+/// closes (after the statement in flight, if any, which is cancelled: the
+/// connection runs nothing else); the server rolls the transaction back.
+struct Spoiled<'a> {
+    conn: Option<Arc<Conn>>,
+    slot: &'a tokio::sync::Mutex<Option<Arc<Conn>>>,
+    tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+impl Drop for Spoiled<'_> {
+    fn drop(&mut self) {
+        let Some(c) = self.conn.take() else { return };
+        c.broken.store(true, Ordering::Relaxed);
+        // The caller holds the transaction turn, which every user of the
+        // slot takes first: the slot is free.
+        if let Ok(mut slot) = self.slot.try_lock() {
+            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
+                *slot = None;
+            }
+        }
+        // A statement still running (waiting for a row lock, say) would
+        // keep the connection, and its transaction, open until it ends.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (token, tls) = (c.client.cancel_token(), self.tls.clone());
+            rt.spawn(async move {
+                if let Err(e) = token.cancel_query(tls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned transaction's statement failed");
+                }
+            });
+        }
+    }
+}
+
+/// What a shared acquire transaction decided.
+enum Outcome {
+    Granted(u64),
+    Busy(Option<i64>),
+    Conflict(String),
+}
+
+impl PostgresBackend {
+    /// Runs `work` in one transaction on the transaction connection, within
+    /// `op_timeout`.
+    pub(super) async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
+        let timeout = self.inner.config.op_timeout;
+        let run = async {
+            let _turn = self.inner.pool.txn_turn.lock().await;
+            let conn = self.inner.pool.txn().await?;
+            let pool = &self.inner.pool;
+            let mut spoiled = Spoiled { conn: Some(conn.clone()), slot: &pool.txn, tls: &pool.tls };
+            conn.client.batch_execute("BEGIN").await.map_err(map_err)?;
+            let out = work(&conn.client).await;
+            conn.client.batch_execute(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }).await.map_err(map_err)?;
+            spoiled.conn = None;
+            out
+        };
+        tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
+    }
+
+    /// One attempt of a writer or a share; a waiting attempt (`reserve`)
+    /// leaves a reservation when refused.
+    pub(super) async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let sql = &self.inner.shares;
+        let key = req.key.as_str();
+        let token = req.token.to_bytes();
+        let (tok, gate) = (token.to_vec(), GATE.to_vec());
+        let ttl_ms = req.ttl.as_millis() as i64;
+        let (mode, weight, limit) = admission::encode(req.mode);
+        let mode = mode as i16;
+        let outcome = self
+            .transaction("acquire", async |c| {
+                let g = c
+                    .query_typed_one(&sql.lock_gate, &[(&key, Type::TEXT), (&gate, Type::BYTEA)])
+                    .await
+                    .map_err(map_err)?;
+                let gate_token: Vec<u8> = g.try_get(0).map_err(map_err)?;
+                let gate_fence: i64 = g.try_get(1).map_err(map_err)?;
+                let gate_live: bool = g.try_get(2).map_err(map_err)?;
+                let mut soonest: Option<i64> = None;
+                let mut rows = Vec::new();
+                if gate_live && gate_token != GATE {
+                    let token = gate_token.clone().try_into().unwrap_or(GATE);
+                    rows.push(Row { token, mode: LeaseMode::Exclusive, held: true, order: gate_fence as u64 });
+                    soonest = Some(g.try_get(3).map_err(map_err)?);
+                }
+                for r in c.query_typed(&sql.rows, &[(&key, Type::TEXT)]).await.map_err(map_err)? {
+                    let t: Vec<u8> = r.try_get(0).map_err(map_err)?;
+                    let held: bool = r.try_get(4).map_err(map_err)?;
+                    if held {
+                        let left: i64 = r.try_get(6).map_err(map_err)?;
+                        soonest = Some(soonest.map_or(left, |s| s.min(left)));
+                    }
+                    rows.push(Row {
+                        token: t.try_into().unwrap_or(GATE),
+                        mode: admission::decode(
+                            r.try_get::<_, i16>(1).map_err(map_err)?.into(),
+                            r.try_get(2).map_err(map_err)?,
+                            r.try_get(3).map_err(map_err)?,
+                        ),
+                        held,
+                        order: r.try_get::<_, i64>(5).map_err(map_err)? as u64,
+                    });
+                }
+                let others_wait = rows.iter().any(|r| !r.held && r.token != token);
+                let fence_next = async || -> Result<i64> {
+                    c.query_typed_one(&sql.fence_next, &[]).await.map_err(map_err)?.try_get(0).map_err(map_err)
+                };
+                let base = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&ttl_ms, Type::INT8)];
+                // The share row, held or a reservation, at `order` (its fence or place).
+                let upsert = async |held: bool, order: i64| -> Result<()> {
+                    let row = [
+                        base[0].clone(),
+                        base[1].clone(),
+                        (&tok, Type::BYTEA),
+                        (&mode, Type::INT2),
+                        (&weight, Type::INT8),
+                        (&limit, Type::INT8),
+                        (&held, Type::BOOL),
+                        (&order, Type::INT8),
+                        (&req.label, Type::TEXT),
+                    ];
+                    c.query_typed(&sql.upsert, &row).await.map_err(map_err).map(|_| ())
+                };
+                Ok(match admission::decide(token, req.mode, &rows) {
+                    Decision::AlreadyHeld { fence } => {
+                        // A retry whose reply was lost: the lease counted from now.
+                        let stmt = if gate_token == token { &sql.extend_writer } else { &sql.extend_share };
+                        c.query_typed(stmt, &[base[0].clone(), base[1].clone(), (&tok, Type::BYTEA)])
+                            .await
+                            .map_err(map_err)?;
+                        if gate_token != token {
+                            let f = fence as i64;
+                            c.query_typed(
+                                &sql.gate_to_shares,
+                                &[base[0].clone(), base[1].clone(), (&gate, Type::BYTEA), (&f, Type::INT8)],
+                            )
+                            .await
+                            .map_err(map_err)?;
+                        }
+                        Outcome::Granted(fence)
+                    }
+                    Decision::Grant => {
+                        let fence = fence_next().await?;
+                        if req.mode.is_exclusive() {
+                            c.query_typed(
+                                &sql.grant_writer,
+                                &[
+                                    base[0].clone(),
+                                    base[1].clone(),
+                                    (&tok, Type::BYTEA),
+                                    (&fence, Type::INT8),
+                                    (&req.label, Type::TEXT),
+                                    (&others_wait, Type::BOOL),
+                                ],
+                            )
+                            .await
+                            .map_err(map_err)?;
+                            c.query_typed(&sql.drop_reservation, &[(&key, Type::TEXT), (&tok, Type::BYTEA)])
+                                .await
+                                .map_err(map_err)?;
+                        } else {
+                            upsert(true, fence).await?;
+                            c.query_typed(
+                                &sql.gate_to_shares,
+                                &[base[0].clone(), base[1].clone(), (&gate, Type::BYTEA), (&fence, Type::INT8)],
+                            )
+                            .await
+                            .map_err(map_err)?;
+                        }
+                        Outcome::Granted(fence as u64)
+                    }
+                    Decision::Refuse { reserve: true, keep_order } if reserve => {
+                        let place = match keep_order {
+                            Some(place) => place as i64,
+                            None => fence_next().await?,
+                        };
+                        upsert(false, place).await?;
+                        // So that the releases that may admit it notify.
+                        c.query_typed(&sql.mark_wanted, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
+                        Outcome::Busy(soonest)
+                    }
+                    Decision::Refuse { .. } => Outcome::Busy(soonest),
+                    Decision::Conflict(reason) => Outcome::Conflict(reason),
+                })
+            })
+            .await?;
+        match outcome {
+            Outcome::Granted(fence) => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
+            Outcome::Busy(left) => {
+                Ok(Attempt::Busy { expires_in: Some(Duration::from_millis(left.unwrap_or(0).max(0) as u64)) })
+            }
+            Outcome::Conflict(reason) => Err(Error::Conflict { key: key.to_owned(), reason }),
+        }
+    }
+
+    /// After a held share was released: the gate down to the latest
+    /// remaining share (or expired), and the waiters told.
+    pub(super) async fn shrink_gate(&self, key: &str) -> Result<()> {
+        let sql = &self.inner.shares;
+        let gate = GATE.to_vec();
+        self.transaction("release", async |c| {
+            c.query_typed(&sql.lock_row, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
+            let rows =
+                c.query_typed(&sql.shrink, &[(&key, Type::TEXT), (&gate, Type::BYTEA)]).await.map_err(map_err)?;
+            if rows.iter().any(|r| r.try_get::<_, bool>(0).unwrap_or(true)) {
+                c.query_typed(&sql.notify, &[(&self.inner.channel, Type::TEXT), (&key, Type::TEXT)])
+                    .await
+                    .map_err(map_err)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The key's held shares and the limit recorded with them.
+    pub(super) async fn shares_of(&self, key: &LockKey) -> Result<(Vec<HolderInfo>, Option<u32>)> {
+        let sql = &self.inner.shares;
+        let key = key.as_str();
+        let rows = self
+            .transaction("status", async |c| c.query_typed(&sql.list, &[(&key, Type::TEXT)]).await.map_err(map_err))
+            .await?;
+        let mut limit = None;
+        let mut shares = Vec::with_capacity(rows.len());
+        for r in rows {
+            let left: i64 = r.try_get(2).map_err(map_err)?;
+            let l: i64 = r.try_get(4).map_err(map_err)?;
+            limit = Some(l.clamp(0, i64::from(u32::MAX)) as u32);
+            shares.push(HolderInfo {
+                label: r.try_get(0).map_err(map_err)?,
+                fence: r.try_get::<_, i64>(1).map_err(map_err)? as u64,
+                ttl_left: Some(Duration::from_millis(left.max(0) as u64)),
+                weight: r.try_get::<_, i64>(3).map_err(map_err)?.clamp(0, i64::from(u32::MAX)) as u32,
+            });
+        }
+        Ok((shares, limit))
+    }
+
+    /// [`Backend::resize`](crate::backend::Backend::resize).
+    pub(super) async fn resize_shares(&self, key: &LockKey, limit: u32) -> Result<u64> {
+        let (sql, key, limit) = (&self.inner.shares, key.as_str(), i64::from(limit));
+        self.transaction("resize", async |c| {
+            let row =
+                c.query_typed_one(&sql.resize, &[(&key, Type::TEXT), (&limit, Type::INT8)]).await.map_err(map_err)?;
+            Ok(row.try_get::<_, i64>(0).map_err(map_err)?.max(0) as u64)
+        })
+        .await
+    }
+
+    /// [`Backend::relabel`](crate::backend::Backend::relabel).
+    pub(super) async fn relabel_lease(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
+        let (sql, key, tok) = (&self.inner.shares, key.as_str(), token.to_bytes().to_vec());
+        self.transaction("relabel", async |c| {
+            let row = c
+                .query_typed_one(&sql.relabel, &[(&key, Type::TEXT), (&tok, Type::BYTEA), (&label, Type::TEXT)])
+                .await
+                .map_err(map_err)?;
+            Ok(row.try_get::<_, i64>(0).map_err(map_err)? > 0)
+        })
+        .await
+    }
+}

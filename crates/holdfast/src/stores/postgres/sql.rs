@@ -1,0 +1,301 @@
+//! The PostgreSQL store's calls (the statements' text is in
+//! `statements.rs`). Each lock operation is ONE statement in its own
+//! (implicit) transaction, sent with the extended protocol's unnamed
+//! statement (`query_typed`: Parse/Bind/Execute/Sync in one round trip), so
+//! nothing depends on session state and a transaction-pooling PgBouncer can
+//! hand every statement to a different server connection.
+//!
+//! Only two identifiers are ever interpolated: the schema and the table name,
+//! checked by [`check_ident`](super::config::check_ident) (`[a-z_][a-z0-9_]*`)
+//! and double-quoted. Keys, tokens, labels, TTLs and the channel name are
+//! always bind parameters.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::error::{map_err, timed_out};
+use super::pool::statement_lost;
+#[cfg(doc)]
+use super::statements::Statements;
+use super::statements::Stmt;
+use super::{PostgresBackend, STORE};
+use crate::backend::wait::Attempt;
+use crate::backend::{AcquireRequest, Grant};
+use crate::vocabulary::capability::FenceDurability;
+use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::OwnerToken;
+
+/// Cancels the statement running on a connection when dropped armed: a
+/// statement the client stopped waiting for must not run on at the server.
+struct CancelOnDrop(Option<(tokio_postgres::CancelToken, tokio_postgres_rustls::MakeRustlsConnect)>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some((token, tls)) = self.0.take() else { return };
+        // Best effort, off the caller's path; needs a runtime (a statement
+        // dropped outside one was never polled on a server anyway).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = token.cancel_query(tls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned statement failed");
+                }
+            });
+        }
+    }
+}
+
+/// The highest fence floor [`raise_fence`](PostgresBackend::raise_fence_to)
+/// takes: 2^62, so that the namespace's counter (a signed `bigint`) keeps
+/// 2^62 fences above any floor and can never overflow. Real floors are
+/// fences of other stores (a Redis fence, microseconds since 1970, reaches
+/// 2^62 in the year 148,000).
+pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
+
+impl PostgresBackend {
+    /// Creates the namespace if needed; returns the fence durability the
+    /// server's settings give.
+    pub(super) async fn init(&self) -> Result<FenceDurability> {
+        let i = &self.inner;
+        let timeout = i.config.op_timeout;
+        let fut = async {
+            let c = i.pool.get(None).await?;
+            let row = c
+                .client
+                .query_typed_one(
+                    "SELECT to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND EXISTS (
+                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
+                            current_setting('fsync'), current_setting('synchronous_commit'),
+                            to_regclass($4) IS NOT NULL",
+                    &[
+                        (&i.sql.lease_regclass, Type::TEXT),
+                        (&i.sql.fence_regclass, Type::TEXT),
+                        (&i.sql.shares_regclass, Type::TEXT),
+                        (&i.sql.records_regclass, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(map_err)?;
+            let exists: bool = row.try_get(0).map_err(map_err)?;
+            if !exists {
+                if !i.config.create {
+                    return Err(Error::backend(
+                        STORE,
+                        false,
+                        format!(
+                            "tables {} / {} / {} do not exist and create=false; run the migration in the store docs",
+                            i.sql.lease_regclass, i.sql.fence_regclass, i.sql.shares_regclass
+                        ),
+                    ));
+                }
+                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+            } else if i.config.create && !row.try_get::<_, bool>(3).map_err(map_err)? {
+                // A namespace made before records existed: only record
+                // calls need the table, so without `create` it stays as it
+                // is and they fail naming it.
+                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+            }
+            let fsync: String = row.try_get(1).map_err(map_err)?;
+            let sync_commit: String = row.try_get(2).map_err(map_err)?;
+            Ok(match (fsync.as_str(), sync_commit.as_str()) {
+                (_, "off") => FenceDurability::Volatile,
+                ("on", _) => FenceDurability::Durable,
+                _ => FenceDurability::ProcessCrash,
+            })
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out("connecting and creating tables", timeout))?
+    }
+
+    /// Runs one statement on a pooled connection, within `op_timeout`.
+    /// `key` picks the connection (see [`Pool`](super::pool::Pool)); `None` for multi-key statements.
+    pub(super) async fn query(
+        &self,
+        what: &str,
+        key: Option<&str>,
+        stmt: Stmt,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        let timeout = self.inner.config.op_timeout;
+        let sql = self.inner.sql.get(stmt);
+        // One timer for the connection and the statement: a timer entry is
+        // registered and removed per call, and this is the hot path.
+        let fut = async {
+            let c = match stmt {
+                Stmt::Renew => self.inner.pool.renewal().await?,
+                _ => self.inner.pool.get(key).await?,
+            };
+            // A renewal abandoned here (timed out, or its caller dropped) is
+            // cancelled on the server too: an abandoned renewal of thousands of
+            // rows would otherwise run on, and its retry wait on its row locks.
+            // Nothing else is: a cancel request ends whatever its connection runs
+            // when it arrives, and the other statements share their connection
+            // with other keys' statements and with the release that cleans up
+            // after them (renewal has a connection of its own; a cancel that
+            // lands on another renewal there fails that renewal call, which the
+            // renewer retries like any failed renewal).
+            let cancels = matches!(stmt, Stmt::Renew);
+            let mut cancel = CancelOnDrop(cancels.then(|| (c.client.cancel_token(), self.inner.pool.tls.clone())));
+            let outcome = self.run(&c, stmt, sql, params).await;
+            cancel.0 = None;
+            outcome
+        };
+        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
+    }
+
+    /// Sends one statement on `c`: its named prepared statement where
+    /// allowed (prepared on first use; the parameter types are only
+    /// collected then), else the unnamed one.
+    async fn run(
+        &self,
+        c: &super::pool::Conn,
+        stmt: Stmt,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        if c.named && self.inner.prepared.load(Ordering::Relaxed) {
+            let prepare = || {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                async move { c.client.prepare_typed(sql, &types).await }
+            };
+            let outcome = match c.prepared[stmt as usize].get_or_try_init(prepare).await {
+                Ok(st) => c.client.query_raw(st, params.iter().map(|(v, _)| *v)).await,
+                Err(e) => Err(e),
+            };
+            let outcome = match outcome {
+                Ok(stream) => stream.try_collect::<Vec<Row>>().await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(rows) => return Ok(rows),
+                Err(e) if statement_lost(&e) => {
+                    // Nothing ran; from now on use unnamed statements.
+                    tracing::warn!(error = %e, "prepared statements do not work here (a pooler without support \
+                         for them?); using unnamed statements (prepared=auto or false skips this)");
+                    self.inner.prepared.store(false, Ordering::Relaxed);
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        }
+        c.client.query_typed(sql, params).await.map_err(map_err)
+    }
+
+    /// One acquire statement. A waiting attempt (`waiting`: the task is
+    /// registered in [`WaitingKeys`](super::listener::WaitingKeys)) that
+    /// finds the key busy marks the row `wanted`, so its release will
+    /// NOTIFY; if it could not (the row changed since the statement's
+    /// snapshot), it asks to be retried at once rather than sleep through an
+    /// unannounced release.
+    ///
+    /// An attempt that is not waiting sends the shorter
+    /// [`acquire_free`](Statements::acquire_free): it registers nothing.
+    pub(super) async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
+        let started = Instant::now();
+        let token = req.token.to_bytes();
+        let token = &token[..];
+        let ttl_ms = req.ttl.as_millis() as i64;
+        let key = req.key.as_str();
+        let register = waiting;
+        // Other waiters of this key in this client: the new row starts wanted.
+        let others_wait = self.inner.waiting.count(key) > usize::from(waiting);
+        let rows = if waiting {
+            let params: [(&(dyn ToSql + Sync), Type); 6] = [
+                (&key, Type::TEXT),
+                (&token, Type::BYTEA),
+                (&ttl_ms, Type::INT8),
+                (&req.label, Type::TEXT),
+                (&register, Type::BOOL),
+                (&others_wait, Type::BOOL),
+            ];
+            self.query("acquire", Some(key), Stmt::Acquire, &params).await?
+        } else {
+            let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                (&key, Type::TEXT),
+                (&token, Type::BYTEA),
+                (&ttl_ms, Type::INT8),
+                (&req.label, Type::TEXT),
+                (&others_wait, Type::BOOL),
+            ];
+            self.query("acquire", Some(key), Stmt::AcquireFree, &params).await?
+        };
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "acquire returned no row"))?;
+        let granted: Option<i64> = row.try_get(0).map_err(map_err)?;
+        let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
+        let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
+        let registered: bool = row.try_get(3).map_err(map_err)?;
+        let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
+        Ok(match granted.or(mine) {
+            Some(fence) => Attempt::Granted(Grant::new(fence as u64, started, req.ttl)),
+            None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
+            None => Attempt::Busy { expires_in: left },
+        })
+    }
+
+    /// One statement: if `token` holds an unexpired lease of `key`
+    /// (exclusive or shared, not a reservation), the namespace's fence
+    /// counter raised to `floor` if it is lower (never lowered), so every
+    /// later grant of any key of the namespace gets a fence above it; whether
+    /// it held (a token that holds nothing raises nothing).
+    pub(super) async fn raise_fence_to(&self, key: &str, token: OwnerToken, floor: u64) -> Result<bool> {
+        if floor > MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{floor} is above 2^62, the highest floor the PostgreSQL store takes"),
+            ));
+        }
+        // At most 2^62: fits the signed bigint column.
+        let floor = floor as i64;
+        let token = token.to_bytes().to_vec();
+        let rows = self
+            .query(
+                "raise fence",
+                Some(key),
+                Stmt::RaiseFence,
+                &[(&key, Type::TEXT), (&token, Type::BYTEA), (&floor, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "raise fence returned no row"))?;
+        row.try_get(0).map_err(map_err)
+    }
+
+    /// The record kept with `key`, if one was written (the `u64` is
+    /// stored in the signed `bigint` bit for bit).
+    pub(super) async fn read_record_of(&self, key: &str) -> Result<Option<u64>> {
+        let rows = self.query("read record", Some(key), Stmt::ReadRecord, &[(&key, Type::TEXT)]).await?;
+        rows.first().map(|row| row.try_get::<_, i64>(0).map(|v| v as u64).map_err(map_err)).transpose()
+    }
+
+    /// One statement: the record kept with `key` set to `value` if `token`
+    /// holds an unexpired exclusive lease of `key`; whether it held.
+    pub(super) async fn write_record_of(&self, key: &str, token: OwnerToken, value: u64) -> Result<bool> {
+        let (token, value) = (token.to_bytes().to_vec(), value as i64);
+        let rows = self
+            .query(
+                "write record",
+                Some(key),
+                Stmt::WriteRecord,
+                &[(&key, Type::TEXT), (&token, Type::BYTEA), (&value, Type::INT8)],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "write record returned no row"))?;
+        row.try_get(0).map_err(map_err)
+    }
+
+    /// At most once a minute per client: delete a few rows whose holders
+    /// vanished long ago and whose keys nobody took since.
+    pub(super) async fn maybe_sweep(&self) {
+        let i = &self.inner;
+        let now = i.epoch.elapsed().as_millis() as u64;
+        let last = i.last_sweep_ms.load(Ordering::Relaxed);
+        if (last != 0 && now.saturating_sub(last) < 60_000)
+            || i.last_sweep_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        if let Err(e) = self.query("sweep", None, Stmt::Sweep, &[]).await {
+            tracing::debug!(error = %e, "sweep of expired lease rows failed");
+        }
+    }
+}
