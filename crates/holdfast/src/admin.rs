@@ -53,7 +53,7 @@ impl Client {
     /// Cancel-safe: it only reads.
     pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<LockStatus>> {
         let prefix = check_prefix(prefix.unwrap_or(""))?;
-        let mut all = self.inner().backend.list(prefix).await?;
+        let mut all = self.core().backend.list(prefix).await?;
         all.retain(|s| s.key.starts_with(prefix) && (s.holder.is_some() || !s.shared.is_empty()));
         all.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(all)
@@ -84,6 +84,6 @@ impl Client {
     /// calling it again removes the rest and is otherwise harmless.
     pub async fn force_release(&self, key: &str) -> Result<ForceReleased> {
         let key = LockKey::new(key)?;
-        self.inner().backend.force_release(&key).await
+        self.core().backend.force_release(&key).await
     }
 }

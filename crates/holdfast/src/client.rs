@@ -1,24 +1,20 @@
 //! The client: one store connection, its renewal task, and the lock builders.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::wait::DEFAULT_STORE_RETRY;
 use crate::backend::{Backend, LockStatus};
 use crate::election::Election;
-use crate::guard::{Held, MutexGuard};
-use crate::lease::Renewer;
+use crate::guard::MutexGuard;
+use crate::held::ClientCore;
 use crate::lease::lock_options::LockOptions;
 use crate::mutex::Mutex;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::vocabulary::capability::Capabilities;
 use crate::vocabulary::error::{Error, Result};
-use crate::vocabulary::key::LockKey;
-use crate::vocabulary::metrics::{ClientMetrics, Op};
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]
@@ -85,25 +81,14 @@ impl ClientOptions {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) renewer: Renewer,
-    pub(crate) label: String,
-    pub(crate) store_retry: Duration,
-    /// Metric handles (see [`crate::vocabulary::metrics`]).
-    pub(crate) metrics: Arc<ClientMetrics>,
-    store_id: String,
-    reentrant: StdMutex<HashMap<(String, String), Weak<Held>>>,
+    core: Arc<ClientCore>,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("backend", &self.inner.backend)
-            .field("label", &self.inner.label)
+            .field("backend", &self.core.backend)
+            .field("label", &self.core.label)
             .finish_non_exhaustive()
     }
 }
@@ -139,59 +124,48 @@ impl Client {
     pub fn with_backend(backend: Arc<dyn Backend>, options: ClientOptions) -> Self {
         let label = options.label.unwrap_or_else(crate::lease::lock_options::default_label);
         let store_id = options.store_id.unwrap_or_else(|| backend.name().to_owned());
-        let metrics = Arc::new(ClientMetrics::new(backend.name()));
-        Client {
-            inner: Arc::new(ClientInner {
-                renewer: Renewer::new(backend.clone(), metrics.counters.clone()),
-                metrics,
-                backend,
-                label,
-                store_retry: options.store_retry,
-                store_id,
-                reentrant: StdMutex::default(),
-            }),
-        }
+        Client { core: Arc::new(ClientCore::new(backend, label, options.store_retry, store_id)) }
     }
 
     /// A mutex on `key` with default [`LockOptions`]. Nothing is checked or
     /// sent until an acquire.
     pub fn mutex(&self, key: impl Into<String>) -> Mutex {
-        Mutex::new(self.clone(), key.into(), LockOptions::default())
+        Mutex::new(self.core.clone(), key.into(), LockOptions::default())
     }
 
     /// A mutex on `key` with the given options (the builder methods on
     /// [`Mutex`] change them further).
     pub fn mutex_with_options(&self, key: impl Into<String>, options: LockOptions) -> Mutex {
-        Mutex::new(self.clone(), key.into(), options)
+        Mutex::new(self.core.clone(), key.into(), options)
     }
 
     /// A semaphore of `permits` permits on `key` with default [`LockOptions`]
     /// (see [`Semaphore`] for how the count lives with the key). Nothing is
     /// checked or sent until an acquire; 0 permits is refused there.
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore::new(self.clone(), key.into(), LockOptions::default()).with_permits(permits)
+        Semaphore::new(self.core.clone(), key.into(), LockOptions::default()).with_permits(permits)
     }
 
     /// A leader election named `name` (its lock key) with default
     /// [`LockOptions`].
     pub fn election(&self, name: impl Into<String>) -> Election {
-        Election::new(self.clone(), name.into(), LockOptions::default())
+        Election::new(self.core.clone(), name.into(), LockOptions::default())
     }
 
     /// A leader election named `name` with the given options for its
     /// leadership lease.
     pub fn election_with_options(&self, name: impl Into<String>, options: LockOptions) -> Election {
-        Election::new(self.clone(), name.into(), options)
+        Election::new(self.core.clone(), name.into(), options)
     }
 
     /// A read-write lock on `key` with default [`LockOptions`].
     pub fn rwlock(&self, key: impl Into<String>) -> RwLock {
-        RwLock::new(self.clone(), key.into(), LockOptions::default())
+        RwLock::new(self.core.clone(), key.into(), LockOptions::default())
     }
 
     /// A read-write lock on `key` with the given options for both sides.
     pub fn rwlock_with_options(&self, key: impl Into<String>, options: LockOptions) -> RwLock {
-        RwLock::new(self.clone(), key.into(), options)
+        RwLock::new(self.core.clone(), key.into(), options)
     }
 
     /// Runs `work` while holding `key`, then releases it.
@@ -240,23 +214,17 @@ impl Client {
     ///
     /// Cancel-safe: it only reads.
     pub async fn status(&self, key: &str) -> Result<LockStatus> {
-        let key = LockKey::new(key)?;
-        let call = tracing::debug_span!("store", store = self.store_name(), op = "status");
-        let status = tracing::Instrument::instrument(self.inner.backend.status(&key), call).await;
-        if let Err(e) = &status {
-            self.inner.metrics.counters.store_error(Op::Status, e);
-        }
-        status
+        self.core.status(key).await
     }
 
     /// The store's declared capabilities.
     pub fn capabilities(&self) -> Capabilities {
-        self.inner.backend.capabilities()
+        self.core.backend.capabilities()
     }
 
     /// The store's name (`"sqlite"`, `"redis"`, ...).
     pub fn store_name(&self) -> &'static str {
-        self.inner.backend.name()
+        self.core.backend.name()
     }
 
     /// The store's identity: the one set with [`ClientOptions::with_store_id`],
@@ -266,45 +234,16 @@ impl Client {
     /// [multi-lock](crate::MultiLock) orders its parts by key, then by this,
     /// and refuses two parts with the same key and identity.
     pub fn store_id(&self) -> &str {
-        &self.inner.store_id
+        &self.core.store_id
     }
 
     /// How many leases this client is renewing now.
     pub fn renewing_leases(&self) -> usize {
-        self.inner.renewer.len()
+        self.core.renewer.len()
     }
 
-    pub(crate) fn inner(&self) -> &ClientInner {
-        &self.inner
-    }
-
-    /// Takes one more hold of a live reentrant grant of `owner` on `key`.
-    pub(crate) fn reenter(&self, key: &LockKey, owner: &str) -> Option<Arc<Held>> {
-        let map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
-        let held = map.get(&(key.as_str().to_owned(), owner.to_owned()))?.upgrade()?;
-        if held.lease.is_lost() || held.holds.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        held.holds.fetch_add(1, Ordering::AcqRel);
-        Some(held)
-    }
-
-    pub(crate) fn register_reentrant(&self, owner: &str, held: &Arc<Held>) {
-        let mut map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, w| w.strong_count() > 0);
-        map.insert((held.lease.key.as_str().to_owned(), owner.to_owned()), Arc::downgrade(held));
-    }
-
-    /// Drops one hold of a reentrant grant; true if it was the last.
-    pub(crate) fn leave_reentrant(&self, owner: &str, held: &Held) -> bool {
-        let mut map = self.inner.reentrant.lock().unwrap_or_else(|p| p.into_inner());
-        let last = held.holds.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last {
-            let k = (held.lease.key.as_str().to_owned(), owner.to_owned());
-            if map.get(&k).is_some_and(|w| std::ptr::eq(w.as_ptr(), held)) {
-                map.remove(&k);
-            }
-        }
-        last
+    /// What this client shares with its locks and guards.
+    pub(crate) fn core(&self) -> &Arc<ClientCore> {
+        &self.core
     }
 }

@@ -2,13 +2,14 @@
 //! where the store queues) whose grant carries the candidate's value as its
 //! label; the term is the grant's fence.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 
 use crate::backend::{Backend, HolderWatch};
-use crate::client::Client;
 use crate::guard::MutexGuard;
+use crate::held::ClientCore;
 use crate::lease::lock_options::LockOptions;
 use crate::mutex::Mutex;
 use crate::vocabulary::error::{Error, Result};
@@ -64,8 +65,8 @@ pub struct Leader {
 }
 
 impl Election {
-    pub(crate) fn new(client: Client, name: String, opts: LockOptions) -> Self {
-        Election { mutex: Mutex::new(client, name, opts), poll: Duration::from_millis(100) }
+    pub(crate) fn new(core: Arc<ClientCore>, name: String, opts: LockOptions) -> Self {
+        Election { mutex: Mutex::new(core, name, opts), poll: Duration::from_millis(100) }
     }
 
     /// The election's name (its lock key).
@@ -99,7 +100,7 @@ impl Election {
     /// withdraws the candidacy, leaving no grant and no queue entry.
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
         let value = check_value(value.into())?;
-        let fair = self.mutex.client().capabilities().fair;
+        let fair = self.mutex.core().backend.capabilities().fair;
         let mut candidate = self.mutex.clone().fair(fair);
         candidate.label = Some(value.clone());
         let guard = candidate.acquire().await?;
@@ -185,7 +186,7 @@ impl Election {
     ///
     /// Cancel-safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        let status = self.mutex.client().status(self.name()).await?;
+        let status = self.mutex.core().status(self.name()).await?;
         Ok(status.holder.map(|h| Leader { value: h.label, term: h.fence }))
     }
 
@@ -262,7 +263,7 @@ impl Observer {
             }
             match &mut self.source {
                 Source::Start => {
-                    let backend = self.election.mutex.client().inner().backend.clone();
+                    let backend = self.election.mutex.core().backend.clone();
                     let key = LockKey::new(self.election.name())?;
                     match backend.watch_holders(&key).await {
                         Ok(Some(watch)) => self.source = Source::Watch(watch),

@@ -6,13 +6,11 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::backend::{LeaseMode, UNLIMITED};
-use crate::client::Client;
-use crate::lease::LeaseState;
-use crate::lease::release::Release;
+use crate::held::Held;
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::metrics::LostCause;
 
@@ -53,48 +51,6 @@ impl fmt::Display for LostReason {
             LostReason::Expired => "no renewal succeeded before the lease ran out",
             LostReason::SessionEnded => "the store's session that held the lease ended",
         })
-    }
-}
-
-/// What reentrant guards of one grant share.
-#[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) client: Client,
-    pub(crate) lease: Arc<LeaseState>,
-    /// The lease's id in the client's renewer.
-    pub(crate) renewal: u64,
-    pub(crate) owner: Option<String>,
-    /// Live guards of this grant; only a reentrant lock has more than one.
-    pub(crate) holds: AtomicU32,
-    /// The lease's weight (a permit count; 1 for the other kinds): lowered
-    /// by [`Permit::release_some`](crate::Permit::release_some).
-    pub(crate) weight: AtomicU32,
-}
-
-impl Held {
-    /// Drops one hold; true if it was the last, and the grant must go.
-    fn drop_hold(&self) -> bool {
-        match &self.owner {
-            Some(owner) => self.client.leave_reentrant(owner, self),
-            None => self.holds.fetch_sub(1, Ordering::AcqRel) == 1,
-        }
-    }
-
-    fn release(&self) -> Release {
-        self.client.inner().renewer.deregister(self.renewal);
-        Release {
-            backend: self.client.inner().backend.clone(),
-            key: self.lease.key.clone(),
-            token: self.lease.token,
-            horizon: self.lease.release_horizon(),
-            observed: Some(self.lease.clone()),
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.lease.metrics.leases_held.decrement(1);
     }
 }
 
@@ -213,7 +169,7 @@ impl<K: GuardKind> Guard<K> {
     }
 
     pub(crate) fn backend(&self) -> &dyn crate::backend::Backend {
-        self.held.client.inner().backend.as_ref()
+        self.held.core.backend.as_ref()
     }
 
     /// The key.
@@ -336,7 +292,7 @@ impl<K: GuardKind> Guard<K> {
         self.released = true;
         if self.held.drop_hold() {
             self.held.lease.mark_ended();
-            self.held.client.inner().renewer.stop_renewing(self.held.renewal);
+            self.held.core.renewer.stop_renewing(self.held.renewal);
         }
     }
 }

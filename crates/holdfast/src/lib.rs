@@ -74,6 +74,7 @@ mod client;
 mod composites;
 mod election;
 mod guard;
+mod held;
 mod lease;
 mod lock;
 mod multi;

@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use crate::backend::wait::{WaitFailure, wait_for_grant};
 use crate::backend::{AcquireRequest, Backend, LeaseMode};
-use crate::client::Client;
-use crate::guard::{Guard, GuardKind, Held};
+use crate::guard::{Guard, GuardKind};
+use crate::held::{ClientCore, Held};
 use crate::lease::Horizon;
 use crate::lease::lock_options::LockOptions;
 use crate::lease::release::Release;
@@ -29,7 +29,7 @@ use crate::vocabulary::metrics::{AcquireOutcome, KeyMetrics, Op, Probe};
 /// The builder methods and acquire methods here are the same for every
 /// kind; the guard is a [`Guard`] of the same kind.
 pub struct Lock<K: GuardKind> {
-    client: Client,
+    core: Arc<ClientCore>,
     key: String,
     pub(crate) opts: LockOptions,
     /// The weight each acquisition asks for (permits; 1 for the other kinds).
@@ -45,7 +45,7 @@ pub struct Lock<K: GuardKind> {
 impl<K: GuardKind> Clone for Lock<K> {
     fn clone(&self) -> Self {
         Lock {
-            client: self.client.clone(),
+            core: self.core.clone(),
             key: self.key.clone(),
             opts: self.opts.clone(),
             label: self.label.clone(),
@@ -74,8 +74,8 @@ pub(crate) enum Waiting {
 }
 
 impl<K: GuardKind> Lock<K> {
-    pub(crate) fn new(client: Client, key: String, opts: LockOptions) -> Self {
-        Lock { client, key, opts, weight: 1, limit: 1, label: None, kind: PhantomData }
+    pub(crate) fn new(core: Arc<ClientCore>, key: String, opts: LockOptions) -> Self {
+        Lock { core, key, opts, weight: 1, limit: 1, label: None, kind: PhantomData }
     }
 
     /// Sets the lease TTL.
@@ -176,13 +176,13 @@ impl<K: GuardKind> Lock<K> {
         self.acquire_inner(Waiting::Until(deadline)).await?.ok_or_else(|| unreachable_busy(&self.key))
     }
 
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn core(&self) -> &Arc<ClientCore> {
+        &self.core
     }
 
     pub(crate) async fn acquire_inner(&self, waiting: Waiting) -> Result<Option<Guard<K>>> {
         let started = Instant::now();
-        let inner = self.client.inner();
+        let inner = &self.core;
         let metrics = inner.metrics.key(&self.key);
         let span = tracing::debug_span!(
             "acquire",
@@ -216,7 +216,7 @@ impl<K: GuardKind> Lock<K> {
         let key = LockKey::new(self.key.clone())?;
         let ttl = check_ttl(self.opts.ttl)?;
         let interval = self.opts.renew_interval()?;
-        let inner = self.client.inner();
+        let inner = &self.core;
         let caps = inner.backend.capabilities();
         let mode = K::mode(self.weight, self.limit);
         check_mode(mode)?;
@@ -230,7 +230,7 @@ impl<K: GuardKind> Lock<K> {
             });
         }
         if let Some(owner) = &self.opts.owner {
-            if let Some(held) = self.client.reenter(&key, owner) {
+            if let Some(held) = self.core.reenter(&key, owner) {
                 return Ok(Some(Guard::new(held)));
             }
         }
@@ -304,7 +304,7 @@ impl<K: GuardKind> Lock<K> {
         let renewal = inner.renewer.register(lease.clone(), renew, max_hold);
         metrics.leases_held.increment(1);
         let held = Arc::new(Held {
-            client: self.client.clone(),
+            core: self.core.clone(),
             lease,
             renewal,
             owner: self.opts.owner.clone(),
@@ -312,7 +312,7 @@ impl<K: GuardKind> Lock<K> {
             weight: AtomicU32::new(self.weight),
         });
         if let Some(owner) = &self.opts.owner {
-            self.client.register_reentrant(owner, &held);
+            self.core.register_reentrant(owner, &held);
         }
         Ok(Some(Guard::new(held)))
     }

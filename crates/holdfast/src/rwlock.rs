@@ -1,10 +1,11 @@
 //! The distributed read-write lock: readers share the key, a writer excludes
 //! everyone, and a waiting writer holds back later readers.
 
-use crate::client::Client;
 use crate::guard::{ReadKind, WriteKind};
+use crate::held::ClientCore;
 use crate::lease::lock_options::LockOptions;
 use crate::lock::Lock;
+use std::sync::Arc;
 
 /// The read side of a [`RwLock`]: a [`Lock`] whose guard is a
 /// [`ReadGuard`](crate::ReadGuard), shared with other readers.
@@ -45,14 +46,14 @@ pub type WriteLock = Lock<WriteKind>;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    client: Client,
+    core: Arc<ClientCore>,
     key: String,
     opts: LockOptions,
 }
 
 impl RwLock {
-    pub(crate) fn new(client: Client, key: String, opts: LockOptions) -> Self {
-        RwLock { client, key, opts }
+    pub(crate) fn new(core: Arc<ClientCore>, key: String, opts: LockOptions) -> Self {
+        RwLock { core, key, opts }
     }
 
     /// The key.
@@ -62,11 +63,11 @@ impl RwLock {
 
     /// The read side, with this lock's options.
     pub fn read(&self) -> ReadLock {
-        Lock::new(self.client.clone(), self.key.clone(), self.opts.clone())
+        Lock::new(self.core.clone(), self.key.clone(), self.opts.clone())
     }
 
     /// The write side, with this lock's options.
     pub fn write(&self) -> WriteLock {
-        Lock::new(self.client.clone(), self.key.clone(), self.opts.clone())
+        Lock::new(self.core.clone(), self.key.clone(), self.opts.clone())
     }
 }

@@ -109,7 +109,7 @@ impl Lock<PermitKind> {
             return Err(Error::invalid("permits", "a semaphore needs at least 1 permit"));
         }
         let key = LockKey::new(self.key())?;
-        let held = self.client().inner().backend.resize(&key, permits).await?;
+        let held = self.core().backend.resize(&key, permits).await?;
         self.limit = permits;
         Ok(held)
     }

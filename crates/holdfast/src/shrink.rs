@@ -7,7 +7,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::backend::{LeaseMode, UNLIMITED};
-use crate::guard::{Guard, Held, Permit, ReadGuard, ReadKind, WriteKind};
+use crate::guard::{Guard, Permit, ReadGuard, ReadKind, WriteKind};
+use crate::held::Held;
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::metrics::LostCause;
 
@@ -106,7 +107,7 @@ impl Permit {
 /// I/O, asks the store, and marks the lease lost if the store no longer had it.
 async fn shrink(held: &Held, to: LeaseMode) -> Result<()> {
     let lease = &held.lease;
-    let backend = &held.client.inner().backend;
+    let backend = &held.core.backend;
     if held.owner.is_some() {
         // The client joins later reentrant acquires of the owner to this
         // grant: a write acquire would join a read lease.
