@@ -5,8 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::check::{FREE_BOUND, Findings, Row};
-use super::findings::{RESTART_WEAKNESS, finding_words, weakness_note};
+use super::findings::{FREE_BOUND, Findings, RESTART_WEAKNESS, Row, finding_words, weakness_note};
 use super::record::{Micros, Record};
 
 /// A duration for people, in the unit that reads best: `750 µs`, `1.5 ms`,

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_routing::Slot;
@@ -20,7 +21,6 @@ use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::secret::Secret;
 use crate::vocabulary::url_text::redact_url;
 
-use super::config::RedisConfig;
 use super::map_err;
 
 /// The scheme of Cluster URLs.
@@ -93,12 +93,13 @@ pub(super) fn parse(main: &str) -> Result<ClusterSettings> {
     Ok(ClusterSettings { nodes, username, password })
 }
 
-/// A client of the cluster `settings` names, speaking `protocol`, with the
-/// timeouts of `config`; pushes (pub/sub messages, disconnections) go to
+/// A client of the cluster `settings` names, speaking `protocol`, with
+/// `config`'s timeouts (`connect` for a connection, `response` for a
+/// reply); pushes (pub/sub messages, disconnections) go to
 /// `push` when given (RESP3 only).
 pub(super) fn client(
     settings: &ClusterSettings,
-    config: &RedisConfig,
+    (connect, response): (Duration, Duration),
     protocol: ProtocolVersion,
     push: Option<impl redis::aio::AsyncPushSender>,
 ) -> Result<ClusterClient> {
@@ -111,8 +112,8 @@ pub(super) fn client(
     }
     let mut builder = ClusterClientBuilder::new(nodes)
         .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true))
-        .connection_timeout(config.connect_timeout)
-        .response_timeout(config.timeout)
+        .connection_timeout(connect)
+        .response_timeout(response)
         .use_protocol(protocol);
     if let Some(user) = &settings.username {
         builder = builder.username(user);

@@ -317,12 +317,18 @@ pub(super) async fn open(config: &RedisConfig, push: impl redis::aio::AsyncPushS
                 .map_err(map_err)
         };
         let none = None::<fn(redis::PushInfo) -> Result<(), redis::aio::SendError>>;
-        let commands = super::cluster::client(settings, config, ProtocolVersion::RESP2, none)?;
+        let commands =
+            super::cluster::client(settings, (config.connect_timeout, config.timeout), ProtocolVersion::RESP2, none)?;
         return Ok(Links {
             conn: connect(commands.clone(), "connecting to the cluster", true).await?,
             renew_conn: connect(commands, "connecting the renewal connection to the cluster", true).await?,
             push_conn: connect(
-                super::cluster::client(settings, config, ProtocolVersion::RESP3, Some(push))?,
+                super::cluster::client(
+                    settings,
+                    (config.connect_timeout, config.timeout),
+                    ProtocolVersion::RESP3,
+                    Some(push),
+                )?,
                 "connecting the pub/sub connection to the cluster",
                 false,
             )
