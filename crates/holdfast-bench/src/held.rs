@@ -75,7 +75,7 @@ impl HeldOptions {
         if self.probe_every.is_zero() {
             return Err(Error::invalid("probe_every", "must be above zero"));
         }
-        holdfast::check_ttl(self.lease_ttl).map(|_| ())
+        holdfast::LockOptions::check_ttl(self.lease_ttl).map(|_| ())
     }
 
     fn idle_probe(&self) -> Duration {

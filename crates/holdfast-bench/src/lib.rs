@@ -272,8 +272,8 @@ impl BenchOptions {
         if self.warm_up.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("warm-up", "must be above zero"));
         }
-        holdfast::check_ttl(self.ttl)?;
-        holdfast::check_ttl(self.lease_ttl)?;
+        holdfast::LockOptions::check_ttl(self.ttl)?;
+        holdfast::LockOptions::check_ttl(self.lease_ttl)?;
         if self.workloads.is_empty() && self.held.is_none() && self.hot.is_none() {
             return Err(Error::invalid("workloads", "name at least one workload"));
         }

@@ -161,7 +161,7 @@ impl BenchReport {
         leases: Vec<LeaseResult>,
     ) -> Self {
         let mut report = BenchReport {
-            url: holdfast::redact_url(&opts.url),
+            url: holdfast::stores::redact_url(&opts.url),
             store: store.to_owned(),
             floor,
             fair: opts.fair,
@@ -329,7 +329,7 @@ impl fmt::Display for BenchReport {
 
 #[cfg(test)]
 mod tests {
-    use holdfast::redact_url as redact;
+    use holdfast::stores::redact_url as redact;
 
     #[test]
     fn passwords_are_hidden() {

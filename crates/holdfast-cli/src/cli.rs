@@ -215,7 +215,7 @@ pub struct DemoArgs {
     /// Split the stock evenly over N segments, each under its own lock (`KEY/seg-I`) with its own
     /// witness; a buyer is routed to a segment by a hash of their id and falls over to the next
     /// segment with stock when theirs is empty. `--segments 1` is the one-lock baseline.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=holdfast::MAX_SEGMENTS as i64))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=holdfast::Segmented::MAX_SEGMENTS as i64))]
     pub segments: Option<u32>,
     /// Buyer tasks per worker process, each buying one item at a time.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]

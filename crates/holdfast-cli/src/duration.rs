@@ -9,15 +9,15 @@ pub fn parse(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses a lease TTL: a duration within the library's
-/// [`MIN_TTL`](holdfast::MIN_TTL)..=[`MAX_TTL`](holdfast::MAX_TTL), refused in
+/// [`MIN_TTL`](holdfast::LockOptions::MIN_TTL)..=[`MAX_TTL`](holdfast::LockOptions::MAX_TTL), refused in
 /// human units (`between 50ms and 1day`) at parse time.
 pub fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse(s)?;
-    if d < holdfast::MIN_TTL || d > holdfast::MAX_TTL {
+    if d < holdfast::LockOptions::MIN_TTL || d > holdfast::LockOptions::MAX_TTL {
         return Err(format!(
             "a lease TTL must be between {} and {}",
-            humantime::format_duration(holdfast::MIN_TTL),
-            humantime::format_duration(holdfast::MAX_TTL)
+            humantime::format_duration(holdfast::LockOptions::MIN_TTL),
+            humantime::format_duration(holdfast::LockOptions::MAX_TTL)
         ));
     }
     Ok(d)

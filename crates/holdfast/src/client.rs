@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::wait::DEFAULT_STORE_RETRY;
-use crate::backend::{Backend, LockStatus};
+use crate::backend::{Backend, ForceReleased, LockStatus};
 use crate::election::Election;
 use crate::guard::MutexGuard;
 use crate::held::ClientCore;
@@ -15,6 +15,7 @@ use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::vocabulary::capability::Capabilities;
 use crate::vocabulary::error::{Error, Result};
+use crate::vocabulary::key::LockKey;
 
 /// Settings of a [`Client`].
 #[derive(Debug, Clone)]
@@ -229,7 +230,7 @@ impl Client {
 
     /// The store's identity: the one set with [`ClientOptions::with_store_id`],
     /// or else the URL the client was opened with, passwords hidden
-    /// ([`redact_url`](crate::redact_url)), or else (a client built with
+    /// ([`redact_url`](crate::stores::redact_url)), or else (a client built with
     /// [`with_backend`](Self::with_backend)) the store's name. A
     /// [multi-lock](crate::MultiLock) orders its parts by key, then by this,
     /// and refuses two parts with the same key and identity.
@@ -240,6 +241,68 @@ impl Client {
     /// How many leases this client is renewing now.
     pub fn renewing_leases(&self) -> usize {
         self.core.renewer.len()
+    }
+
+    // Admin calls, for people on call: list the held keys, free a key whose
+    // holder is gone. Not for applications' locking paths: a forced release
+    // breaks the mutual exclusion a holder believes it has (its fence still
+    // protects a fenced resource, and its `lost()` fires at its next renewal).
+
+    /// Every key under `prefix` (`None`: every key) that has an unexpired
+    /// lease, with its holder, shared leases, fences, TTL left and waiters,
+    /// sorted by key: the admin view behind `holdfast list`.
+    ///
+    /// # Cost
+    ///
+    /// An admin call, not for a locking path: it reads every key under the
+    /// prefix (O(keys held there), plus the key's status where the store
+    /// needs a second read), in pages where the store pages (Redis `SCAN`
+    /// on every master, an etcd range, ZooKeeper children, one SQL query).
+    /// Narrow it with a prefix on a store with many held keys.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad prefix (see [`LockKey::check_prefix`]);
+    /// [`Error::Unsupported`] on a store that cannot list (the composites
+    /// other than those that say so).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only reads.
+    pub async fn list(&self, prefix: Option<&str>) -> Result<Vec<LockStatus>> {
+        let prefix = LockKey::check_prefix(prefix.unwrap_or(""))?;
+        let mut all = self.core().backend.list(prefix).await?;
+        all.retain(|s| s.key.starts_with(prefix) && (s.holder.is_some() || !s.shared.is_empty()));
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(all)
+    }
+
+    /// Frees `key` whatever its owner: removes its exclusive lease and its
+    /// shared leases, and returns their fences ([`ForceReleased::was_free`]
+    /// if nothing was held). For a key whose holder is gone, without waiting
+    /// out its lease.
+    ///
+    /// After it returns, the key can be granted again at once, with a fence
+    /// above every removed one; waiters are woken as by a release (and
+    /// keep their places in the queue); the old holder's next renewal fails,
+    /// so its `lost()` fires by then at the latest (until then it may still
+    /// believe it holds the key: its fence is what a fenced resource must
+    /// check).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for a bad key; [`Error::Unsupported`] on a
+    /// store that cannot (see [`list`](Self::list)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped, it removed all, some or none of the key's leases (one
+    /// script or transaction on Redis and the SQL stores: all or none; on
+    /// etcd one transaction; on ZooKeeper one delete per holding node);
+    /// calling it again removes the rest and is otherwise harmless.
+    pub async fn force_release(&self, key: &str) -> Result<ForceReleased> {
+        let key = LockKey::new(key)?;
+        self.core().backend.force_release(&key).await
     }
 
     /// What this client shares with its locks and guards.

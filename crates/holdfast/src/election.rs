@@ -17,7 +17,7 @@ use crate::vocabulary::key::LockKey;
 
 /// The longest value a candidate may publish (a value is the grant's
 /// label, under the same rule: no NUL either).
-pub const MAX_VALUE_BYTES: usize = crate::vocabulary::key::MAX_LABEL_BYTES;
+pub(crate) const MAX_VALUE_BYTES: usize = crate::vocabulary::key::MAX_LABEL_BYTES;
 
 /// A named leader election. Cheap to clone; campaigns nothing by itself.
 ///
@@ -65,6 +65,9 @@ pub struct Leader {
 }
 
 impl Election {
+    /// The longest value a candidate publishes, in bytes.
+    pub const MAX_VALUE_BYTES: usize = MAX_VALUE_BYTES;
+
     pub(crate) fn new(core: Arc<ClientCore>, name: String, opts: LockOptions) -> Self {
         Election { mutex: Mutex::new(core, name, opts), poll: Duration::from_millis(100) }
     }
@@ -91,7 +94,7 @@ impl Election {
 
     /// Campaigns with `value` and resolves once this candidate leads.
     /// Waits without limit, or at most the options' `wait_timeout` (then
-    /// [`Error::Timeout`]). A value over [`MAX_VALUE_BYTES`], or with a NUL,
+    /// [`Error::Timeout`]). A value over [`MAX_VALUE_BYTES`](Self::MAX_VALUE_BYTES), or with a NUL,
     /// is [`Error::InvalidInput`] before any I/O.
     ///
     /// # Cancel safety

@@ -20,7 +20,7 @@ use crate::vocabulary::metrics::LostCause;
 pub enum LostReason {
     /// The store no longer had the grant when the client renewed or released
     /// it, although the client's deadline had not passed: something removed
-    /// it, most often a forced release ([`Client::force_release`],
+    /// it, most often a forced release ([`Client::force_release`](crate::Client::force_release),
     /// `holdfast release --force`).
     Removed,
     /// No renewal succeeded before the local lease deadline (the store was
@@ -217,7 +217,7 @@ impl<K: GuardKind> Guard<K> {
     /// store's session ended, or the local lease deadline passed without a
     /// successful renewal. The local deadline is counted from before the
     /// request was sent, minus a drift margin (see
-    /// [`drift_margin`](crate::lease_drift_margin)), so this fires before the
+    /// [`drift_margin`](crate::LockOptions::drift_margin)), so this fires before the
     /// store can grant the key to anyone else. Never resolves while the lease
     /// is held; may be awaited after the guard is gone (it is `'static`).
     ///

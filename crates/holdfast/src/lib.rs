@@ -29,10 +29,10 @@
 //! |---|---|---|
 //! | `sqlite://PATH` | `sqlite` (default) | embedded, one host, several processes |
 //! | `etcd://host:port[,host:port...]`, `etcds://` | `etcd` | consistent (raft); session leases, fair FIFO queue, revision fences, failover between members |
-//! | `postgres://` / `postgresql://` | `postgres` | lease rows on the server clock, LISTEN/NOTIFY wake-ups, PgBouncer-safe ([docs](backend::postgres)) |
+//! | `postgres://` / `postgresql://` | `postgres` | lease rows on the server clock, LISTEN/NOTIFY wake-ups, PgBouncer-safe ([docs](stores::postgres)) |
 //! | `redis://[user:pass@]host:port[/db]`, `rediss://` | `redis` | one Lua script per call, pub/sub wake-ups, fair queue with hand-off |
-//! | `redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME[/db]` | `redis` | the same, on the master the sentinels name, followed through failovers; `?replicas=N` confirms grants with `WAIT` ([docs](backend::redis)) |
-//! | `redis+cluster://[user:pass@]host:port[,host:port...]` | `redis` | the same on a Redis Cluster: each lock's calls go to the master of its slot, slot moves followed ([docs](backend::redis)) |
+//! | `redis+sentinel://[user:pass@]host:port,host:port/MASTER_NAME[/db]` | `redis` | the same, on the master the sentinels name, followed through failovers; `?replicas=N` confirms grants with `WAIT` ([docs](stores::redis)) |
+//! | `redis+cluster://[user:pass@]host:port[,host:port...]` | `redis` | the same on a Redis Cluster: each lock's calls go to the master of its slot, slot moves followed ([docs](stores::redis)) |
 //! | `mysql://user:pw@host:port/db` | `mysql` | MySQL/MariaDB lease rows on InnoDB, server clock, durable fences |
 //! | `zk://[user:pass@]host:port[,...][/chroot]` | `zookeeper` | ephemeral sequential nodes, fair, czxid fences, session = lease |
 //! | `redlock://host:port,host:port,...` | `redlock` | [RedLock](redlock) over a majority of N Redis servers, fences written back to the majority; [`redlock::RedLock::new`] over any stores |
@@ -68,7 +68,6 @@
 
 // The floors, from the ground up; each imports only the floors below it
 // (docs/design.md, "Floors").
-mod admin;
 pub mod backend;
 mod client;
 mod composites;
@@ -91,26 +90,23 @@ pub use composites::{fallback, layered, redlock};
 pub use vocabulary::entropy;
 pub use vocabulary::metrics;
 
-pub use admin::check_prefix;
 pub use backend::{ForceReleased, HolderInfo, LockStatus};
 pub use client::{Client, ClientOptions};
-pub use election::{Election, Leader, Leadership, MAX_VALUE_BYTES as MAX_ELECTION_VALUE_BYTES};
+pub use election::{Election, Leader, Leadership};
 pub use guard::{
     Guard, GuardKind, LostReason, MutexGuard, MutexKind, Permit, PermitKind, ReadGuard, ReadKind, WriteGuard, WriteKind,
 };
-pub use lease::drift_margin as lease_drift_margin;
-pub use lease::lock_options::{DEFAULT_TTL, LockOptions, MIN_RENEW_EVERY};
+pub use lease::lock_options::LockOptions;
 pub use lock::Lock;
 pub use multi::{MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use rwlock::{ReadLock, RwLock, WriteLock};
-pub use segmented::{AllSegmentsGuard, MAX_SEGMENTS, SegmentGuard, Segmented, route as segment_route, segment_key};
+pub use segmented::{AllSegmentsGuard, SegmentGuard, Segmented};
 pub use semaphore::Semaphore;
 pub use vocabulary::capability::{Capabilities, FenceDurability};
 pub use vocabulary::error::{BoxError, Error, Result};
-pub use vocabulary::key::{LockKey, MAX_KEY_BYTES, MAX_TTL, MIN_TTL, OwnerToken, check_ttl};
+pub use vocabulary::key::{LockKey, OwnerToken};
 pub use vocabulary::secret::Secret;
-pub use vocabulary::url_text::redact_url;
 
 /// The Rust blocks of the READMEs and of `docs/*.md`, compiled (and, unless
 /// `no_run`, run) as doctests by `cargo test`, so that what the pages show

@@ -78,36 +78,7 @@ impl<K: GuardKind> Lock<K> {
         Lock { core, key, opts, weight: 1, limit: 1, label: None, kind: PhantomData }
     }
 
-    /// Sets the lease TTL.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = ttl;
-        self
-    }
-
-    /// Sets the renewal period (default `ttl / 3`; see
-    /// [`LockOptions::renew_every`] for the accepted range).
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.opts.renew_every = Some(every);
-        self
-    }
-
-    /// Caps the total hold time: renewal stops after `max_hold` (one too
-    /// long for the clock to count, such as `Duration::MAX`, is no cap).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.opts.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Turns automatic renewal off: the lease lasts one TTL from the
-    /// request that got it (on etcd and ZooKeeper, where the session vouches
-    /// for less than the TTL at a time, the client still checks the session
-    /// until then; on Redis, a fair lock's lease handed off by a release
-    /// lasts only its claim window, see the store's docs).
-    /// [`Guard::valid_until`](crate::Guard::valid_until) says when it ends.
-    pub fn no_renew(mut self) -> Self {
-        self.opts.auto_renew = false;
-        self
-    }
+    crate::lease::lock_options::lock_option_setters!("the lock");
 
     /// Sets how long [`acquire`](Self::acquire) waits before it fails with
     /// [`Error::Timeout`] (default: no limit; a timeout too long for the

@@ -116,30 +116,7 @@ impl MultiLock {
         self
     }
 
-    /// Sets the lease TTL of every part.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = ttl;
-        self
-    }
-
-    /// Sets every part's renewal period (default `ttl / 3`; see
-    /// [`LockOptions::renew_every`] for the accepted range).
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.opts.renew_every = Some(every);
-        self
-    }
-
-    /// Caps the total hold time: every part stops renewing after `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.opts.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Turns automatic renewal off: every part's lease lasts one TTL.
-    pub fn no_renew(mut self) -> Self {
-        self.opts.auto_renew = false;
-        self
-    }
+    crate::lease::lock_options::lock_option_setters!("every part");
 
     /// How many parts were added.
     pub fn len(&self) -> usize {

@@ -479,7 +479,7 @@ async fn valid_until_is_the_local_deadline_renewal_moves() {
     let guard = client.mutex("valid-until").ttl(ttl).acquire().await.unwrap();
     let after = std::time::Instant::now();
     let first = guard.valid_until();
-    let margin = holdfast::lease_drift_margin(ttl);
+    let margin = holdfast::LockOptions::drift_margin(ttl);
     // Counted from when the request was sent (between `before` and `after`), minus the margin.
     assert!(
         first >= before + ttl - margin && first <= after + ttl - margin,

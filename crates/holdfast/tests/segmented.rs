@@ -369,7 +369,8 @@ fn cancelled_fall_over_leaves_nothing_held() {
         );
         let id = (0..).map(|i| format!("id-{i}")).find(|id| c.segmented("cx", 3).expect("3").route(id) == 0);
         let id = id.expect("an id of segment 0");
-        let keys: Vec<String> = (0..3).map(|i| holdfast::segment_key("cx", i)).collect();
+        let seg = c.segmented("cx", 3).expect("3");
+        let keys: Vec<String> = (0..3).map(|i| seg.segment_key(i).expect("in range").to_owned()).collect();
         let holding: std::sync::Mutex<Option<JoinHandle<holdfast::Result<()>>>> = std::sync::Mutex::new(None);
         let started = Instant::now();
         let sweep = cancel_at_each_suspension(
@@ -447,9 +448,9 @@ fn bad_input_is_a_typed_error_before_any_io() {
             other => panic!("expected InvalidInput, got {other:?}"),
         };
         assert_eq!(what(c.segmented("k", 0)), "segments");
-        assert_eq!(what(c.segmented("k", holdfast::MAX_SEGMENTS + 1)), "segments");
+        assert_eq!(what(c.segmented("k", holdfast::Segmented::MAX_SEGMENTS + 1)), "segments");
         assert_eq!(what(c.segmented("", 3)), "key");
-        let long = "k".repeat(holdfast::MAX_KEY_BYTES - "/seg-99".len() + 1);
+        let long = "k".repeat(holdfast::LockKey::MAX_BYTES - "/seg-99".len() + 1);
         assert_eq!(what(c.segmented(long.as_str(), 100)), "key");
         assert!(c.segmented(&long[1..], 100).is_ok());
 

@@ -73,7 +73,7 @@ impl HotOptions {
         if self.duration.is_zero() {
             return Err(Error::invalid("duration", "must be above zero"));
         }
-        holdfast::check_ttl(self.ttl).map(|_| ())
+        holdfast::LockOptions::check_ttl(self.ttl).map(|_| ())
     }
 
     /// The part of process `i`: the tasks split as evenly as they go.

@@ -25,7 +25,7 @@ pub async fn bench(args: BenchArgs) -> Result<u8, Failure> {
     bar.finish_and_clear();
     let report = report.map_err(|e| {
         let mut failure = Failure::from(e);
-        failure.message = failure.message.replace(&opts.url, &holdfast::redact_url(&opts.url));
+        failure.message = failure.message.replace(&opts.url, &holdfast::stores::redact_url(&opts.url));
         failure
     })?;
     if args.bench.json {

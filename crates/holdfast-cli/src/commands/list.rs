@@ -9,7 +9,7 @@ use super::status::{Row, print};
 /// Prints every held key under the prefix, sorted by key.
 pub async fn list(args: ListArgs) -> Result<u8, Failure> {
     if let Some(prefix) = &args.prefix {
-        holdfast::check_prefix(prefix)?;
+        holdfast::LockKey::check_prefix(prefix)?;
     }
     let client = super::connect_read_only(&args.backend).await?;
     let rows: Vec<Row> = client.list(args.prefix.as_deref()).await?.into_iter().map(Row::of).collect();

@@ -41,7 +41,7 @@ pub(crate) async fn connect(url: &str, label: Option<String>) -> Result<holdfast
     holdfast::Client::connect_with(url, options).await.map_err(|e| {
         // Never echo a password from the URL, whatever the store's error says.
         let mut failure = Failure::from(e);
-        failure.message = failure.message.replace(url, &holdfast::redact_url(url));
+        failure.message = failure.message.replace(url, &holdfast::stores::redact_url(url));
         failure
     })
 }

@@ -181,7 +181,7 @@ pub async fn c17_admin(store: &Store) {
     assert!(after.is_empty(), "keys still listed after every lease was forced out or released: {after:#?}");
 
     // 6. bad prefixes.
-    for bad in ["a\nb".to_owned(), "x".repeat(holdfast::MAX_KEY_BYTES + 1)] {
+    for bad in ["a\nb".to_owned(), "x".repeat(holdfast::LockKey::MAX_BYTES + 1)] {
         match a.list(Some(&bad)).await {
             Err(Error::InvalidInput { what: "prefix", .. }) => {}
             other => panic!("list with a bad prefix should be InvalidInput, got {other:?}"),

@@ -364,7 +364,8 @@ pub async fn c9_cancel_safety(store: &Store) {
 pub async fn c10_bad_input(store: &Store) {
     let a = client(store, "c10").await;
     let key = fresh_key("c10");
-    let bad_keys = [String::new(), "k".repeat(holdfast::MAX_KEY_BYTES + 1), "nul\0byte".into(), "new\nline".into()];
+    let bad_keys =
+        [String::new(), "k".repeat(holdfast::LockKey::MAX_BYTES + 1), "nul\0byte".into(), "new\nline".into()];
     for bad in &bad_keys {
         match a.mutex(bad.clone()).try_acquire().await {
             Err(Error::InvalidInput { what: "key", .. }) => {}
@@ -372,7 +373,7 @@ pub async fn c10_bad_input(store: &Store) {
         }
         assert!(matches!(a.status(bad).await, Err(Error::InvalidInput { .. })));
     }
-    for ttl in [Duration::ZERO, Duration::from_millis(1), holdfast::MAX_TTL + Duration::from_secs(1)] {
+    for ttl in [Duration::ZERO, Duration::from_millis(1), holdfast::LockOptions::MAX_TTL + Duration::from_secs(1)] {
         match a.mutex(&key).ttl(ttl).try_acquire().await {
             Err(Error::InvalidInput { what: "ttl", .. }) => {}
             other => panic!("ttl {ttl:?}: expected InvalidInput, got {other:?}"),

@@ -89,8 +89,8 @@ pub async fn c2_fence_floor(store: &Store) {
     );
     let last = grant_above(&raw, &key, last, "the grant after a stranger's raise").await;
     assert!(last < far, "a stranger's raise moved the floor: fence {last} is not below {far}");
-    let (c, _) = hold(&raw, &key, holdfast::MIN_TTL, "C, with the shortest TTL").await;
-    tokio::time::sleep(holdfast::MIN_TTL + store.expiry_slack + Duration::from_millis(50)).await;
+    let (c, _) = hold(&raw, &key, holdfast::LockOptions::MIN_TTL, "C, with the shortest TTL").await;
+    tokio::time::sleep(holdfast::LockOptions::MIN_TTL + store.expiry_slack + Duration::from_millis(50)).await;
     let expired = raw.raise_fence(&key, c, far).await.expect("raise by an expired holder");
     let last = grant_above(&raw, &key, last, "the grant after an expired holder's raise").await;
     assert!(!expired && last < far, "an expired holder's raise: held {expired}, next fence {last} (floor {far})");

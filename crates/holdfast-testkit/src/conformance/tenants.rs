@@ -76,8 +76,8 @@ pub async fn c18_records(store: &Store) {
         assert!(raw.release(&k, s).await.expect("release"), "the share was gone");
     }
     // 3. An expired holder writes nothing.
-    let (c, _) = hold(&raw, &k, LeaseMode::Exclusive, holdfast::MIN_TTL).await;
-    tokio::time::sleep(holdfast::MIN_TTL + store.expiry_slack + Duration::from_millis(50)).await;
+    let (c, _) = hold(&raw, &k, LeaseMode::Exclusive, holdfast::LockOptions::MIN_TTL).await;
+    tokio::time::sleep(holdfast::LockOptions::MIN_TTL + store.expiry_slack + Duration::from_millis(50)).await;
     assert!(!raw.write_record(&k, c, 10).await.expect("write by an expired holder"), "an expired holder wrote");
     let _ = raw.release(&k, c).await;
 

@@ -440,7 +440,7 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     }
 
     /// Every key whose name starts with `prefix` (checked by
-    /// [`check_prefix`](crate::check_prefix); empty: every key) and that has
+    /// [`check_prefix`](crate::LockKey::check_prefix); empty: every key) and that has
     /// an unexpired held lease, with its status as [`status`](Self::status)
     /// reports it, in any order. Declared by [`Capabilities::admin`].
     ///

@@ -6,10 +6,10 @@ use crate::lease::drift_margin;
 use crate::vocabulary::error::{Error, Result};
 
 /// Default lease TTL.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// The shortest renewal period accepted: shorter ones hammer the store.
-pub const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
+pub(crate) const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
 
 /// How a lock is taken and kept. Set with the builder methods on
 /// [`Mutex`](crate::Mutex), or built here and given to
@@ -31,7 +31,7 @@ pub struct LockOptions {
     /// Renew the lease while the guard lives (default `true`).
     pub auto_renew: bool,
     /// Renewal period; default `ttl / 3`. Must leave the renewal time to
-    /// land before the lease runs out: between [`MIN_RENEW_EVERY`] (and 1% of
+    /// land before the lease runs out: between [`MIN_RENEW_EVERY`](Self::MIN_RENEW_EVERY) (and 1% of
     /// the TTL) and half the TTL less the drift margin (1% + 1 ms).
     pub renew_every: Option<Duration>,
     /// Stop renewing once the lock has been held this long; the lease then
@@ -58,6 +58,30 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
+    /// The TTL of options built without one: 30 s.
+    pub const DEFAULT_TTL: Duration = DEFAULT_TTL;
+    /// The shortest lease TTL a store is asked for: 50 ms.
+    pub const MIN_TTL: Duration = crate::vocabulary::key::MIN_TTL;
+    /// The longest lease TTL a store is asked for: 24 hours.
+    pub const MAX_TTL: Duration = crate::vocabulary::key::MAX_TTL;
+    /// The shortest renewal period accepted: shorter ones hammer the store.
+    pub const MIN_RENEW_EVERY: Duration = MIN_RENEW_EVERY;
+
+    /// Checks a lease TTL against [`MIN_TTL`](Self::MIN_TTL) and
+    /// [`MAX_TTL`](Self::MAX_TTL): [`Error::InvalidInput`] (`what = "ttl"`)
+    /// outside them.
+    pub fn check_ttl(ttl: Duration) -> Result<Duration> {
+        crate::vocabulary::key::check_ttl(ttl)
+    }
+
+    /// How much earlier than the store the client counts a lease of `ttl`
+    /// as over: 1% of the TTL for clock-rate drift between client and
+    /// store, plus 1 ms. A guard's [`valid_until`](crate::Guard::valid_until)
+    /// is the grant's time plus the TTL less this.
+    pub fn drift_margin(ttl: Duration) -> Duration {
+        drift_margin(ttl)
+    }
+
     /// Options with the given TTL.
     pub fn with_ttl(ttl: Duration) -> Self {
         LockOptions { ttl, ..Self::default() }
@@ -82,6 +106,52 @@ impl LockOptions {
         Ok(every)
     }
 }
+
+/// The builder setters of every handle that acquires with [`LockOptions`]
+/// (a lock, a multi-lock, a segmented lock), written once: the handle keeps
+/// its options in a field `opts`, and `$what` names what a setter applies
+/// to in its docs ("the lock", "every part").
+macro_rules! lock_option_setters {
+    ($what:literal) => {
+        #[doc = concat!("Sets the lease TTL of ", $what, " (default 30 s; between")]
+        /// [`LockOptions::MIN_TTL`](crate::LockOptions::MIN_TTL) and
+        /// [`LockOptions::MAX_TTL`](crate::LockOptions::MAX_TTL), checked at
+        /// the acquire).
+        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.opts.ttl = ttl;
+            self
+        }
+
+        #[doc = concat!("Sets the renewal period of ", $what, " (default `ttl / 3`; see")]
+        /// [`LockOptions::renew_every`](crate::LockOptions::renew_every) for
+        /// the accepted range).
+        pub fn renew_every(mut self, every: std::time::Duration) -> Self {
+            self.opts.renew_every = Some(every);
+            self
+        }
+
+        #[doc = concat!("Caps the total hold time of ", $what, ": renewal stops after")]
+        /// `max_hold` (one too long for the clock to count, such as
+        /// `Duration::MAX`, is no cap), and the lease runs out within one TTL.
+        pub fn max_hold(mut self, max_hold: std::time::Duration) -> Self {
+            self.opts.max_hold = Some(max_hold);
+            self
+        }
+
+        #[doc = concat!("Turns automatic renewal of ", $what, " off: a lease lasts one TTL")]
+        /// from the request that got it (on etcd and ZooKeeper, where the
+        /// session vouches for less than the TTL at a time, the client still
+        /// checks the session until then; on Redis, a fair lock's lease
+        /// handed off by a release lasts only its claim window, see the
+        /// store's docs). [`Guard::valid_until`](crate::Guard::valid_until)
+        /// says when it ends.
+        pub fn no_renew(mut self) -> Self {
+            self.opts.auto_renew = false;
+            self
+        }
+    };
+}
+pub(crate) use lock_option_setters;
 
 /// The holder label of a client built without one: `host:pid`.
 pub(crate) fn default_label() -> String {

@@ -13,5 +13,5 @@ mod renewer;
 pub(crate) mod state;
 
 pub(crate) use renewer::Renewer;
-pub use state::drift_margin;
+pub(crate) use state::drift_margin;
 pub(crate) use state::{Horizon, LeaseState};

@@ -13,7 +13,7 @@ use crate::vocabulary::metrics::{Accounted, KeyMetrics, LostCause};
 
 /// The margin by which the client's view of a lease ends before the store's:
 /// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.
-pub fn drift_margin(ttl: Duration) -> Duration {
+pub(crate) fn drift_margin(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(1)
 }
 

@@ -27,14 +27,14 @@ pub use guard::{AllSegmentsGuard, SegmentGuard};
 /// The most segments a [`Segmented`] lock may have. Taking every segment
 /// ([`Segmented::lock_all`]) takes them one after another, so the bound
 /// keeps that (and the per-handle marks) finite.
-pub const MAX_SEGMENTS: usize = 4096;
+pub(crate) const MAX_SEGMENTS: usize = 4096;
 
 /// The lock key of segment `index` of the segmented lock `key`:
 /// `{key}/seg-{index}`, the index in decimal without padding (`stock:42/seg-0`
 /// .. `stock:42/seg-99`). The naming is part of the stable interface: other
 /// processes, other builds and other languages find a segment's lock (and
 /// `holdfast status` shows it) by this name.
-pub fn segment_key(key: &str, index: usize) -> String {
+pub(crate) fn segment_key(key: &str, index: usize) -> String {
     format!("{key}/seg-{index}")
 }
 
@@ -43,7 +43,7 @@ pub fn segment_key(key: &str, index: usize) -> String {
 /// project (`xxhsum -H3`, Python's `xxhash.xxh3_64_intdigest`). Fixed by that
 /// specification, so the same in every process, build, platform and
 /// language. `None` for 0 segments.
-pub fn route(id: impl AsRef<[u8]>, segments: usize) -> Option<usize> {
+pub(crate) fn route(id: impl AsRef<[u8]>, segments: usize) -> Option<usize> {
     let n = u64::try_from(segments).ok().filter(|n| *n > 0)?;
     // The remainder is below `segments`, which is a usize.
     Some((xxhash_rust::xxh3::xxh3_64(id.as_ref()) % n) as usize)
@@ -57,9 +57,8 @@ pub fn route(id: impl AsRef<[u8]>, segments: usize) -> Option<usize> {
 ///
 /// # Routing
 ///
-/// Segment `i`'s lock key is [`segment_key`]`(key, i)`, `{key}/seg-{i}`.
-/// [`route`](Self::route) maps an id to `XXH3_64(id bytes) mod n` (see the
-/// free function [`route`](fn@route)): the same in every process and build,
+/// Segment `i`'s lock key is `{key}/seg-{i}` ([`segment_key`](Self::segment_key)).
+/// [`route`](Self::route) maps an id to `XXH3_64(id bytes) mod n`: the same in every process and build,
 /// never `std`'s `DefaultHasher`, whose output may change between Rust
 /// releases. It takes bytes, not `impl Hash`, for the same reason: `Hash`
 /// impls feed a hasher differently on different platforms and releases.
@@ -169,9 +168,9 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for 0 segments or more than
-    /// [`MAX_SEGMENTS`] (`what: "segments"`), a key that is not a valid
+    /// [`Segmented::MAX_SEGMENTS`] (`what: "segments"`), a key that is not a valid
     /// [`LockKey`], or one so long that the last segment's key
-    /// (`{key}/seg-{segments - 1}`) passes [`MAX_KEY_BYTES`] (`what: "key"`).
+    /// (`{key}/seg-{segments - 1}`) passes [`LockKey::MAX_BYTES`] (`what: "key"`).
     pub fn segmented(&self, key: impl Into<String>, segments: usize) -> Result<Segmented> {
         let key = key.into();
         if segments == 0 || segments > MAX_SEGMENTS {
@@ -204,30 +203,10 @@ impl Client {
 }
 
 impl Segmented {
-    /// Sets every segment's lease TTL.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.opts.ttl = ttl;
-        self
-    }
+    /// The most segments a segmented lock has: 4,096.
+    pub const MAX_SEGMENTS: usize = MAX_SEGMENTS;
 
-    /// Sets the renewal period (default `ttl / 3`; see
-    /// [`LockOptions::renew_every`] for the accepted range).
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.opts.renew_every = Some(every);
-        self
-    }
-
-    /// Caps the total hold time: renewal stops after `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.opts.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Turns automatic renewal off: each lease lasts one TTL.
-    pub fn no_renew(mut self) -> Self {
-        self.opts.auto_renew = false;
-        self
-    }
+    crate::lease::lock_options::lock_option_setters!("every segment");
 
     /// Sets how long a waiting acquire waits in all before it fails with
     /// [`Error::Timeout`] (default: no limit). For
@@ -254,7 +233,7 @@ impl Segmented {
         self.keys.len()
     }
 
-    /// Segment `index`'s lock key ([`segment_key`]), `None` out of range.
+    /// Segment `index`'s lock key (`{key}/seg-{index}`), `None` out of range.
     pub fn segment_key(&self, index: usize) -> Option<&str> {
         self.keys.get(index).map(String::as_str)
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::vocabulary::error::{Error, Result};
-use crate::vocabulary::url_text::redact_url;
+pub use crate::vocabulary::url_text::redact_url;
 use crate::vocabulary::url_text::split_scheme;
 
 /// A store holdfast knows: the one list of them. Everything that needs the

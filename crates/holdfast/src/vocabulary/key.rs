@@ -10,17 +10,17 @@ use crate::vocabulary::error::{Error, Result};
 /// Long enough for any path-like name, short enough to fit every store's
 /// key limits once a backend adds its own prefix (ZooKeeper paths, etcd keys,
 /// an indexed `VARCHAR` in MySQL).
-pub const MAX_KEY_BYTES: usize = 256;
+pub(crate) const MAX_KEY_BYTES: usize = 256;
 
 /// Shortest lease TTL accepted.
 ///
 /// Renewal runs every `ttl / 3` by default; below this the renewal round trip
 /// itself would eat most of the lease.
-pub const MIN_TTL: Duration = Duration::from_millis(50);
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(50);
 
 /// Longest lease TTL accepted. A lease lives longer than this only by renewal,
 /// so a holder that dies frees the key within a day at the very worst.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Longest holder label accepted, in bytes of UTF-8: a client's label
 /// ([`ClientOptions::label`](crate::ClientOptions::label)) or an election's
@@ -45,7 +45,7 @@ pub(crate) fn check_label(label: &str, what: &'static str) -> Result<()> {
 
 /// A validated lock key.
 ///
-/// Rules: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, no control characters
+/// Rules: 1 to [`MAX_BYTES`](Self::MAX_BYTES) bytes of UTF-8, no control characters
 /// (U+0000..U+001F, U+007F..U+009F, so no NUL, tab or newline). Anything else
 /// is allowed, quotes, backslashes, `%`, `/`, `*` and non-ASCII included;
 /// stores never interpolate a key into a command or a query.
@@ -53,6 +53,29 @@ pub(crate) fn check_label(label: &str, what: &'static str) -> Result<()> {
 pub struct LockKey(String);
 
 impl LockKey {
+    /// The longest key, in bytes.
+    pub const MAX_BYTES: usize = MAX_KEY_BYTES;
+
+    /// Checks a key prefix for [`Client::list`](crate::Client::list): at most [`MAX_BYTES`](Self::MAX_BYTES) bytes,
+    /// no control characters (the rules of a key, except that the empty
+    /// prefix, every key, is allowed). A bad prefix is [`Error::InvalidInput`]
+    /// with `what = "prefix"`, before any I/O.
+    pub fn check_prefix(prefix: &str) -> Result<&str> {
+        if prefix.len() > MAX_KEY_BYTES {
+            return Err(Error::invalid(
+                "prefix",
+                format!("a key prefix is at most {MAX_KEY_BYTES} bytes, this one has {}", prefix.len()),
+            ));
+        }
+        if let Some(c) = prefix.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid(
+                "prefix",
+                format!("a key prefix must not contain control characters (found U+{:04X})", c as u32),
+            ));
+        }
+        Ok(prefix)
+    }
+
     /// Checks `key` against the rules above.
     pub fn new(key: impl Into<String>) -> Result<Self> {
         let key = key.into();
@@ -93,7 +116,7 @@ impl fmt::Display for LockKey {
 }
 
 /// Checks a lease TTL against [`MIN_TTL`] and [`MAX_TTL`].
-pub fn check_ttl(ttl: Duration) -> Result<Duration> {
+pub(crate) fn check_ttl(ttl: Duration) -> Result<Duration> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::invalid(
             "ttl",

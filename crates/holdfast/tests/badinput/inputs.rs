@@ -13,7 +13,10 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use holdfast::backend::Backend;
-use holdfast::{Client, ClientOptions, Error, GuardKind, LockKey, MAX_TTL, MIN_TTL};
+use holdfast::{Client, ClientOptions, Error, GuardKind, LockKey, LockOptions};
+
+const MIN_TTL: Duration = LockOptions::MIN_TTL;
+const MAX_TTL: Duration = LockOptions::MAX_TTL;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
@@ -251,7 +254,7 @@ impl Input {
         }
         // `LockOptions::renew_every`'s documented range.
         let every = self.renew().unwrap_or(self.ttl / 3);
-        let floor = holdfast::MIN_RENEW_EVERY.max(self.ttl / 100);
+        let floor = holdfast::LockOptions::MIN_RENEW_EVERY.max(self.ttl / 100);
         let ceiling = (self.ttl / 2).saturating_sub(self.ttl / 100 + Duration::from_millis(1)).max(self.ttl / 3);
         if every < floor || every > ceiling {
             wrong.push("renew_every");
@@ -287,7 +290,7 @@ impl Input {
 /// The documented rule of labels (`ClientOptions::label`) and election
 /// values: at most 4096 bytes, no NUL.
 fn label_ok(label: &str) -> bool {
-    label.len() <= holdfast::MAX_ELECTION_VALUE_BYTES && !label.contains('\0')
+    label.len() <= holdfast::Election::MAX_VALUE_BYTES && !label.contains('\0')
 }
 
 /// How long a wait may legitimately time out on a free key: a zero or

@@ -372,7 +372,7 @@ fn a_permit_without_renewal_lasts_its_ttl() {
         // Granted on a session lease that runs out sooner than the TTL, the
         // permit's validity at first is the session's; the client renews it
         // up to one TTL, so it is still held at 1.7 s.
-        let ends = called + ttl - holdfast::lease_drift_margin(ttl);
+        let ends = called + ttl - holdfast::LockOptions::drift_margin(ttl);
         tokio::time::sleep_until((called + Duration::from_millis(1700)).into()).await;
         assert!(!p.is_lost(), "lost at 1.7 s");
         let other = b.semaphore("no-renew/etcd", 1);

@@ -31,7 +31,7 @@ fn assert_hidden(what: &str, url: &str, text: &str, secrets: &[&str]) {
             assert!(
                 !text.contains(&form),
                 "{what} for {} shows the password {form:?}:\n{text}",
-                holdfast::redact_url(url)
+                holdfast::stores::redact_url(url)
             );
         }
     }
@@ -104,10 +104,10 @@ pub fn exercise(url: &str, secrets: &[&str]) -> bool {
 
 /// A connect that must fail: checks the error and the log.
 pub fn failing(url: &str, secrets: &[&str]) {
-    assert!(!exercise(url, secrets), "{} should not connect", holdfast::redact_url(url));
+    assert!(!exercise(url, secrets), "{} should not connect", holdfast::stores::redact_url(url));
 }
 
 /// A connect that must succeed: checks everything a use of the lock shows.
 pub fn working(url: &str, secrets: &[&str]) {
-    assert!(exercise(url, secrets), "{} should connect", holdfast::redact_url(url));
+    assert!(exercise(url, secrets), "{} should connect", holdfast::stores::redact_url(url));
 }

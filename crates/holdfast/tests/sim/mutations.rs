@@ -403,7 +403,7 @@ fn deadline_from_reply() {
 fn redlock_without_fence_write_back() {
     catch(&Mutation {
         name: "RedLock without the fence write-back",
-        file: "crates/holdfast/src/redlock/quorum.rs",
+        file: "crates/holdfast/src/composites/redlock/quorum.rs",
         original: "            if v.grant.fence >= fence {",
         mutated: "            if true /* MUTANT: no write-back */ {",
         config: "redlock",
@@ -418,7 +418,7 @@ fn redlock_without_fence_write_back() {
 fn redlock_validity_before_write_back() {
     catch(&Mutation {
         name: "RedLock granted before its write-back landed",
-        file: "crates/holdfast/src/redlock/quorum.rs",
+        file: "crates/holdfast/src/composites/redlock/quorum.rs",
         original: "            let raise = self.stores[v.member].raise_fence(&req.key, req.token, fence);
             matches!(self.call(v.member, \"raise_fence\", raise, self.call_timeout).await, Ok(true))",
         mutated: "            // MUTANT: the write-back is sent, not waited for.
@@ -469,7 +469,7 @@ fn unmutated_copy_is_clean() {
 fn fallback_epoch_usable_at_once() {
     catch(&Mutation {
         name: "fallback chain: new epoch usable at once",
-        file: "crates/holdfast/src/fallback/mode.rs",
+        file: "crates/holdfast/src/composites/fallback/mode.rs",
         original: "        let lease = ModeLease { token: req.token, mode, until };",
         mutated: "        let _ = self.arbiter.release(&self.key, req.token).await; // MUTANT: no wait\n        let lease = ModeLease { token: req.token, mode, until };",
         config: "fallback",

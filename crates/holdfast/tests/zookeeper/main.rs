@@ -115,7 +115,7 @@ fn a_lease_without_renewal_lasts_its_ttl() {
         let g = a.rwlock("no-renew/zk").read().ttl(ttl).no_renew().acquire().await.expect("read");
         // Its validity at first is the session's word (3 s); the client
         // renews it up to one TTL, so it is still held at 3.5 s.
-        let ends = called + ttl - holdfast::lease_drift_margin(ttl);
+        let ends = called + ttl - holdfast::LockOptions::drift_margin(ttl);
         tokio::time::sleep_until((called + Duration::from_millis(3500)).into()).await;
         assert!(!g.is_lost(), "lost at 3.5 s");
         let writer = b.rwlock("no-renew/zk").write();

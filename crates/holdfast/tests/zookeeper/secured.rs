@@ -18,7 +18,7 @@ async fn outcome(url: &str) -> holdfast::Result<()> {
         c.mutex("secured/k").try_acquire().await.map(|_| ())
     })
     .await
-    .unwrap_or_else(|_| panic!("{} hung", holdfast::redact_url(url)))
+    .unwrap_or_else(|_| panic!("{} hung", holdfast::stores::redact_url(url)))
 }
 
 fn typed_without_password(what: &str, r: holdfast::Result<()>) -> Error {

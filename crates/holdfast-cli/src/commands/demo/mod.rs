@@ -69,7 +69,7 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         args.workers,
         args.tasks,
         args.stock,
-        holdfast::redact_url(&url)
+        holdfast::stores::redact_url(&url)
     );
     let bar = progress_bar(args.stock);
     let started = Instant::now();

@@ -57,7 +57,7 @@ pub(crate) async fn run_as(args: RunArgs, role: Role) -> Result<u8, Failure> {
     let program = args.command.split_first();
     // Everything that can be checked without I/O, before any I/O.
     holdfast::LockKey::new(args.key.as_str())?;
-    holdfast::check_ttl(args.ttl)?;
+    holdfast::LockOptions::check_ttl(args.ttl)?;
     let max_hold = args.max_hold.map(|d| duration::non_zero("--max-hold", d)).transpose()?;
     // A --kill-after that cannot fit --ttl is refused before any I/O; the
     // timing used is fitted to the lease the store gives, once granted.

@@ -45,7 +45,7 @@ use crate::exit::{Failure, INTERNAL, INVARIANT_BROKEN, OK};
 /// The parent: starts the register and the workers, injects the faults,
 /// checks the history, writes the reports.
 pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
-    let ttl = holdfast::check_ttl(args.ttl).map_err(Failure::from)?;
+    let ttl = holdfast::LockOptions::check_ttl(args.ttl).map_err(Failure::from)?;
     if args.duration < Duration::from_millis(100) {
         return Err(Failure::usage("--duration must be at least 100ms"));
     }
@@ -122,7 +122,7 @@ pub async fn verify(args: VerifyArgs) -> Result<u8, Failure> {
         args.workers,
         args.primitive.name(),
         if permits > 0 { format!(" of {permits} permits") } else { String::new() },
-        holdfast::redact_url(&url),
+        holdfast::stores::redact_url(&url),
         crate::duration::show(ttl),
         crate::duration::show(args.duration),
         if args.faults.is_empty() {

@@ -200,7 +200,7 @@ impl Fallback {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for a TTL outside 200 ms..=the crate's
-    /// [`MAX_TTL`](crate::MAX_TTL).
+    /// [`MAX_TTL`](crate::LockOptions::MAX_TTL).
     pub fn with_mode_ttl(self, ttl: Duration) -> Result<Self> {
         check_ttl(ttl)?;
         if ttl < Duration::from_millis(200) {
