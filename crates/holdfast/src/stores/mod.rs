@@ -178,7 +178,7 @@ async fn open(store: Store, url: &str) -> Result<Arc<dyn Backend>> {
             {
                 use crate::stores::zookeeper::{ZkBackend as B, ZkConfig as C};
                 let c = C::from_url(url)?;
-                return located(c.endpoint(), B::connect(c)).await;
+                return located(c.endpoint(), B::open(c)).await;
             }
             off()
         }

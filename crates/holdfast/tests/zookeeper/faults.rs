@@ -18,7 +18,7 @@ fn session_loss_fires_lost_before_regrant() {
     let server = ZkServer::start();
     let url = format!("{}?session_timeout=2000&timeout=3000", server.url());
     runtime().block_on(async {
-        let backend = ZkBackend::connect_url(&url).await.expect("connect");
+        let backend = ZkBackend::open_url(&url).await.expect("connect");
         let first_session = backend.session_id().await.expect("session id");
         let a = Client::with_backend(Arc::new(backend.clone()), ClientOptions::default().with_label("a"));
         let b = client(&url, "b").await;
@@ -181,7 +181,7 @@ fn release_lost_in_a_rolling_restart_completes() {
     let followers: Vec<usize> = (0..server.len()).filter(|&i| i != leader).collect();
     let holder_url = format!("{}?session_timeout=10000&timeout=2000", server.url_of(&followers));
     let rt = runtime();
-    let backend = rt.block_on(ZkBackend::connect_url(&holder_url)).expect("connect");
+    let backend = rt.block_on(ZkBackend::open_url(&holder_url)).expect("connect");
     let session = rt.block_on(backend.session_id()).expect("session id");
     let b = rt.block_on(client(&url, "b"));
     let key = holdfast::LockKey::new("rolling/restart").expect("key");
@@ -236,7 +236,7 @@ fn renew_hears_from_the_server_and_validity_fits_the_session() {
     let server = ZkServer::start();
     let url = format!("{}?session_timeout=4000&timeout=1000", server.url());
     runtime().block_on(async {
-        let backend = ZkBackend::connect_url(&url).await.expect("connect");
+        let backend = ZkBackend::open_url(&url).await.expect("connect");
         let timeout = backend.session_timeout().await.expect("session timeout");
         let key = holdfast::LockKey::new("renew/hears").expect("key");
         let token = holdfast::OwnerToken::random();
@@ -295,8 +295,8 @@ fn lost_waiter_requeues_once_on_a_new_session() {
     let server = ZkServer::start();
     let url = format!("{}?session_timeout=4000&timeout=1000", server.url());
     runtime().block_on(async {
-        let holder = ZkBackend::connect_url(&url).await.expect("connect holder");
-        let waiter = Arc::new(ZkBackend::connect_url(&url).await.expect("connect waiter"));
+        let holder = ZkBackend::open_url(&url).await.expect("connect holder");
+        let waiter = Arc::new(ZkBackend::open_url(&url).await.expect("connect waiter"));
         let key = holdfast::LockKey::new("lost/waiter").expect("key");
         let ttl = Duration::from_secs(60);
         let h = AcquireRequest::new(key.clone(), holdfast::OwnerToken::random(), ttl);

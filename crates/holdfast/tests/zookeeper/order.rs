@@ -165,7 +165,7 @@ fn newcomer_past_the_wrap_does_not_jump_the_holder() {
     let server = ZkServer::start_with_child_version(parent, i32::MAX);
     let url = server.url();
     runtime().block_on(async {
-        let backend = Arc::new(ZkBackend::connect_url(&url).await.expect("connect"));
+        let backend = Arc::new(ZkBackend::open_url(&url).await.expect("connect"));
         let ttl = Duration::from_secs(60);
         let lock_key = holdfast::LockKey::new(key).expect("key");
         let request =
@@ -182,7 +182,7 @@ fn newcomer_past_the_wrap_does_not_jump_the_holder() {
         let granted = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut waiters = Vec::new();
         for t in 10..16u128 {
-            let backend = ZkBackend::connect_url(&url).await.expect("connect");
+            let backend = ZkBackend::open_url(&url).await.expect("connect");
             let (req, granted) = (request(t), granted.clone());
             waiters.push(tokio::spawn(async move {
                 backend.acquire(&req).await.expect("waiter");

@@ -9,8 +9,9 @@ use etcd_client::{EventType, WatchOptions, WatchResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::error::{is_lease_not_found, map_err};
 use super::grants::Entry;
-use super::ops::{self, Failed, is_lease_not_found, map_err};
+use super::ops::{self, Failed};
 use super::session::{Session, session_lost};
 use super::{STORE, Shared};
 use crate::backend::{AcquireRequest, Grant};

@@ -4,6 +4,7 @@
 mod acquire;
 mod admin;
 mod config;
+mod error;
 mod grants;
 mod holders;
 mod ops;
@@ -22,8 +23,9 @@ use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use config::EtcdConfig;
+use error::map_err;
 use grants::Grants;
-use ops::{Conn, map_err};
+use ops::Conn;
 use session::Sessions;
 use watch::KeyWatch;
 

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::STORE;
-use super::ops::{Conn, is_lease_not_found};
+use super::error::is_lease_not_found;
+use super::ops::Conn;
 use crate::lease::drift_margin;
 use crate::vocabulary::error::{Error, Result};
 

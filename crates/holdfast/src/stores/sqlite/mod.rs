@@ -1,7 +1,9 @@
 //! The embedded SQLite store: one file, no server. See `docs.md`.
 #![doc = include_str!("docs.md")]
 
+mod admin;
 mod config;
+mod error;
 mod sql;
 
 use std::collections::VecDeque;
@@ -16,10 +18,11 @@ pub use config::SqliteConfig;
 
 use crate::backend::admission::Shrink;
 use crate::backend::wait::{self, Attempt, LocalWakeups};
-use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
+use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
+use error::map_err;
 
 const STORE: &str = "sqlite";
 
@@ -144,12 +147,6 @@ impl Drop for ConnThread {
 
 /// How often a client sweeps rows of long-dead holders, at most.
 const SWEEP_EVERY_MS: i64 = 1_000;
-
-fn map_err(e: rusqlite::Error) -> Error {
-    let retryable =
-        matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked));
-    Error::backend(STORE, retryable, e)
-}
 
 impl SqliteBackend {
     /// Opens the store a `sqlite://` URL names, creating the file if missing
@@ -341,40 +338,15 @@ impl Backend for SqliteBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let k = key.as_str().to_owned();
-        let rows = self.with_conn(move |conn| sql::status(conn, &k)).await?;
-        let mut status = LockStatus::free(key);
-        for (mode, label, fence, left_ms) in rows {
-            add_lease(&mut status, mode, label, fence, left_ms);
-        }
-        Ok(status)
+        self.status_of(key).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockStatus>> {
-        let p = prefix.to_owned();
-        let rows = self.with_conn(move |conn| sql::list(conn, &p)).await?;
-        let mut all: Vec<LockStatus> = Vec::new();
-        for (key, mode, label, fence, left_ms) in rows {
-            if all.last().is_none_or(|s| s.key != key) {
-                all.push(LockStatus { key, holder: None, shared: Vec::new(), limit: None, waiters: None });
-            }
-            if let Some(status) = all.last_mut() {
-                add_lease(status, mode, label, fence, left_ms);
-            }
-        }
-        Ok(all)
+        self.list_held(prefix).await
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<ForceReleased> {
-        let k = key.as_str().to_owned();
-        let removed = self.with_conn(move |conn| sql::force_release(conn, &k)).await?;
-        let mut out = ForceReleased::free();
-        for (mode, fence) in &removed {
-            out.add(*fence, mode.is_exclusive());
-            // As a release of each lease would: one waiter per freed lease.
-            self.wakeups.wake_one(key.as_str());
-        }
-        Ok(out)
+        self.force_release_all(key).await
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
@@ -419,23 +391,6 @@ impl Backend for SqliteBackend {
     async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
         let k = key.as_str().to_owned();
         self.with_conn(move |conn| sql::write_record(conn, &k, token, value)).await
-    }
-}
-
-/// Adds one held lease, as `sql::status` and `sql::list` read it, to `status`.
-fn add_lease(status: &mut LockStatus, mode: LeaseMode, label: String, fence: u64, left_ms: i64) {
-    let info = HolderInfo {
-        label,
-        fence,
-        ttl_left: Some(Duration::from_millis(left_ms.max(0) as u64)),
-        weight: mode.weight(),
-    };
-    match mode.limit() {
-        Some(limit) => {
-            status.limit = Some(limit);
-            status.shared.push(info);
-        }
-        None => status.holder = Some(info),
     }
 }
 

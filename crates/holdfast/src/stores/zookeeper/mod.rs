@@ -3,6 +3,7 @@
 
 mod admin;
 mod config;
+mod error;
 mod holders;
 mod nodes;
 #[cfg(test)]
@@ -27,29 +28,11 @@ use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderWatch,
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
+use error::map_err;
 use ops::Attempt;
 use session::{Session, Sessions};
 
 const STORE: &str = "zookeeper";
-
-fn map_err(e: zk::Error) -> Error {
-    use zk::Error as E;
-    // `Custom` carries transport failures (a reset connection, a server
-    // that stopped answering) to the requests that were in flight.
-    let retryable = matches!(
-        e,
-        E::ConnectionLoss
-            | E::Timeout
-            | E::SessionExpired
-            | E::SessionMoved
-            | E::Throttled
-            | E::NoHosts
-            | E::ClientClosed
-            | E::NotReadOnly
-            | E::Custom(_)
-    );
-    Error::backend(STORE, retryable, e)
-}
 
 /// Runs one request with a time limit; a request that outlasts it is a
 /// retryable error.
@@ -84,23 +67,23 @@ pub struct ZkBackend {
 }
 
 impl ZkBackend {
-    /// Connects to the ensemble a `zk://` URL names.
+    /// Opens the ensemble a `zk://` URL names.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
-    pub async fn connect_url(url: &str) -> Result<Self> {
-        Self::connect(ZkConfig::from_url(url)?).await
+    pub async fn open_url(url: &str) -> Result<Self> {
+        Self::open(ZkConfig::from_url(url)?).await
     }
 
-    /// Connects (one session) and creates the root path if missing.
+    /// Opens one session and creates the root path if missing.
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: connecting takes no lock. A dropped call leaves nothing
     /// the store keeps beyond an idle connection, closed when dropped.
-    pub async fn connect(config: ZkConfig) -> Result<Self> {
+    pub async fn open(config: ZkConfig) -> Result<Self> {
         let endpoint = config.endpoint();
         Self::connect_inner(config).await.map_err(|e| e.at(&endpoint))
     }
