@@ -47,6 +47,8 @@ mod redis_cluster;
 mod redis_sentinel;
 #[path = "redlock.rs"]
 mod redlock;
+#[path = "registry.rs"]
+mod registry;
 #[path = "segmented.rs"]
 mod segmented;
 #[path = "sqlite.rs"]

@@ -16,11 +16,41 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use holdfast::stores::Store;
+
 pub mod etcd;
 
-/// The Debian packages that provide every server the tests start.
-pub const APT_INSTALL: &str = "apt-get install -y redis-server redis-tools etcd-server etcd-client zookeeper \
-     postgresql-15 pgbouncer mariadb-server mariadb-client protobuf-compiler openssl";
+/// The Debian packages that bring `store`'s server and the tools the
+/// tests drive it with, as the launchers here start them: one arm per store
+/// without a wildcard, so a store added to the library's registry fails to
+/// compile here until its server is named. `.ci/run` installs every one
+/// (the `stores` test `registry::ci_installs_every_store_server` checks).
+pub fn packages(store: Store) -> &'static [&'static str] {
+    match store {
+        // Embedded: the library is the store.
+        Store::Sqlite => &[],
+        Store::Redis | Store::RedLock => &["redis-server", "redis-tools"],
+        Store::Etcd => &["etcd-server", "etcd-client"],
+        Store::ZooKeeper => &["zookeeper"],
+        Store::Postgres => &["postgresql-15", "pgbouncer", "util-linux"],
+        Store::Mysql => &["mariadb-server", "mariadb-client"],
+    }
+}
+
+/// What the build and the tests need beside the servers: `protoc` for the
+/// etcd client's build, `openssl` to make the TLS tests' certificates.
+pub const TOOLS: &[&str] = &["protobuf-compiler", "openssl"];
+
+/// The command that installs every server the tests start, and the tools.
+pub fn apt_install() -> String {
+    let mut all: Vec<&str> = Vec::new();
+    for package in Store::ALL.into_iter().flat_map(packages).chain(TOOLS) {
+        if !all.contains(package) {
+            all.push(package);
+        }
+    }
+    format!("apt-get install -y {}", all.join(" "))
+}
 
 /// A free TCP port on 127.0.0.1 (bind to port 0, read it, let it go).
 pub fn free_port() -> u16 {
@@ -41,7 +71,10 @@ pub fn require_binary(binary: &str, extra_dirs: &[&str], package: &str) -> PathB
             return candidate;
         }
     }
-    panic!("`{binary}` is not installed; install it with: apt-get install -y {package}   (all servers: {APT_INSTALL})");
+    panic!(
+        "`{binary}` is not installed; install it with: apt-get install -y {package}   (all servers: {})",
+        apt_install()
+    );
 }
 
 /// Polls `ready` every 25 ms until it returns true or `timeout` passes;

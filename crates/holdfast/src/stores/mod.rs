@@ -311,9 +311,68 @@ async fn located<B: Backend>(endpoint: String, open: impl Future<Output = Result
 #[path = "url_props.rs"]
 mod props;
 
+/// Each store's URL options and its page, for the test that holds one
+/// against the other: one arm per store without a wildcard, so a store
+/// added to [`Store`] fails to compile here until it has both.
+#[cfg(test)]
+fn options_and_page(store: Store) -> Option<(&'static [crate::vocabulary::url_options::Opt], &'static str)> {
+    match store {
+        Store::Sqlite => {
+            #[cfg(feature = "sqlite")]
+            return Some((sqlite::OPTIONS, include_str!("sqlite/docs.md")));
+            #[cfg(not(feature = "sqlite"))]
+            None
+        }
+        Store::Redis => {
+            #[cfg(feature = "redis")]
+            return Some((redis::OPTIONS, include_str!("redis/docs.md")));
+            #[cfg(not(feature = "redis"))]
+            None
+        }
+        // Redis's options and `call_timeout_ms`, on the RedLock module's page.
+        Store::RedLock => None,
+        Store::Etcd => {
+            #[cfg(feature = "etcd")]
+            return Some((etcd::OPTIONS, include_str!("etcd/docs.md")));
+            #[cfg(not(feature = "etcd"))]
+            None
+        }
+        Store::ZooKeeper => {
+            #[cfg(feature = "zookeeper")]
+            return Some((zookeeper::OPTIONS, include_str!("zookeeper/docs.md")));
+            #[cfg(not(feature = "zookeeper"))]
+            None
+        }
+        Store::Postgres => {
+            #[cfg(feature = "postgres")]
+            return Some((postgres::OPTIONS, include_str!("postgres/docs.md")));
+            #[cfg(not(feature = "postgres"))]
+            None
+        }
+        Store::Mysql => {
+            #[cfg(feature = "mysql")]
+            return Some((mysql::OPTIONS, include_str!("mysql/docs.md")));
+            #[cfg(not(feature = "mysql"))]
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every store compiled in documents every URL option it reads, and
+    /// nothing else, in its page's "URL options" table.
+    #[test]
+    fn every_store_documents_its_url_options() {
+        for store in Store::ALL {
+            match options_and_page(store) {
+                Some((options, page)) => crate::vocabulary::url_options::check_docs_table(page, options),
+                None => assert!(store == Store::RedLock || !store.compiled_in(), "{store:?} has no options table"),
+            }
+        }
+    }
 
     /// A URL without a scheme used to be echoed whole, password included.
     #[tokio::test]

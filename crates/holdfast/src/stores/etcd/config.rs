@@ -206,9 +206,4 @@ mod tests {
         let err = EtcdConfig::from_url("etcd://h:1?root=/x").unwrap_err().to_string();
         assert!(err.contains("\"root\"") && err.contains("namespace (or prefix)"), "{err}");
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

@@ -23,6 +23,8 @@ use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use config::EtcdConfig;
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 use error::map_err;
 use grants::Grants;
 use ops::Conn;

@@ -298,9 +298,4 @@ mod tests {
         let err = MysqlConfig::from_url("mysql://h/db?prefix=x").unwrap_err().to_string();
         assert!(err.contains("\"prefix\"") && err.contains("pool_size (or pool_max)"), "{err}");
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

@@ -18,6 +18,8 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 pub use config::{MysqlConfig, SslMode};
 
 use crate::backend::wait::{self, Attempt, LocalWakeups};

@@ -437,9 +437,4 @@ mod tests {
         assert_eq!(c.pg.get_connect_timeout(), Some(&Duration::from_millis(1500)));
         assert_eq!(c.listen.as_ref().and_then(|l| l.get_connect_timeout()), Some(&Duration::from_millis(1500)));
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

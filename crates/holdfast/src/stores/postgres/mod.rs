@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio_postgres::types::Type;
 
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 pub use config::{PostgresConfig, Prepared, SslMode};
 pub use error::PgError;
 

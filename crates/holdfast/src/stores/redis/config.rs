@@ -396,9 +396,4 @@ mod tests {
             assert!(!err.to_string().contains("topsecret"), "{bad}: {err}");
         }
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

@@ -5,6 +5,7 @@
 mod admin;
 mod cluster;
 mod config;
+mod error;
 mod fair;
 mod keys;
 #[cfg(test)]
@@ -25,6 +26,8 @@ use async_trait::async_trait;
 use rand::Rng;
 use redis::FromRedisValue;
 
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 pub use config::RedisConfig;
 
 use crate::backend::wait::{self, Attempt};
@@ -35,6 +38,7 @@ use crate::backend::{
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
+use error::{map_err, timed_out};
 use keys::{E, H, Q, S, key_parts, lock_keys, waiter_horizon};
 use link::Link;
 use lua::{ScriptCall, Scripts};
@@ -70,30 +74,6 @@ impl fmt::Debug for RedisBackend {
             .field("direct_masters", &self.inner.conn.direct_masters())
             .finish_non_exhaustive()
     }
-}
-
-/// Maps a redis error: connection trouble, timeouts and failover states are retryable.
-fn map_err(e: redis::RedisError) -> Error {
-    use redis::{ErrorKind, ServerErrorKind};
-    let retryable = e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::BusyLoading
-            )
-        );
-    Error::backend(STORE, retryable, e)
-}
-
-fn timed_out(what: &str, after: Duration) -> Error {
-    Error::backend(STORE, true, format!("{what} timed out after {after:?}"))
 }
 
 /// The highest fence floor [`Backend::raise_fence`] takes: 2^52. The

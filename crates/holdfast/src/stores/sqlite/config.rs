@@ -152,9 +152,4 @@ mod tests {
         let err = SqliteConfig::from_url("sqlite:///x.db?prefix=a").unwrap_err().to_string();
         assert!(err.contains("\"prefix\"") && err.contains("timeout_ms (or busy_timeout_ms)"), "{err}");
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 pub use config::SqliteConfig;
 
 use crate::backend::admission::Shrink;

@@ -261,9 +261,4 @@ mod tests {
         let err = ZkConfig::from_url("zk://h:1?prefix=x").unwrap_err().to_string();
         assert!(err.contains("\"prefix\"") && err.contains("namespace (or root)"), "{err}");
     }
-
-    #[test]
-    fn docs_list_every_option() {
-        crate::vocabulary::url_options::check_docs_table(include_str!("docs.md"), OPTIONS);
-    }
 }

@@ -21,6 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use zookeeper_client as zk;
 
+#[cfg(test)]
+pub(crate) use config::OPTIONS;
 pub use config::{ZkAuth, ZkConfig, ZkTls};
 
 use crate::backend::wait::{self, LocalWakeups};
