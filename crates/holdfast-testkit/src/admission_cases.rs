@@ -229,7 +229,13 @@ pub fn cases() -> Vec<Case> {
             AlreadyHeld(10),
         ),
         case("retry of a held writer", &[held(ME, W, 12), waits(2, R, 30)], ME, W, AlreadyHeld(12)),
-        case("retry of a held permit, key full", &[held(ME, s(2, 4), 10), held(2, s(2, 4), 11)], ME, s(2, 4), AlreadyHeld(10)),
+        case(
+            "retry of a held permit, key full",
+            &[held(ME, s(2, 4), 10), held(2, s(2, 4), 11)],
+            ME,
+            s(2, 4),
+            AlreadyHeld(10),
+        ),
         // Expired rows count for nothing.
         case("an expired exclusive lease", &[expired(held(2, X, 10))], ME, X, Grant),
         case("an expired writer lease", &[expired(held(2, W, 10))], ME, R, Grant),

@@ -14,7 +14,7 @@ use holdfast::{LockKey, OwnerToken};
 use holdfast_testkit::admission_cases::{Case, MAX_ORDER};
 use holdfast_testkit::servers::postgres::PostgresServer;
 
-use super::{Live, TTL, ends_in_ms, number, run_table};
+use super::{Leeway, Live, TTL, ends_in_ms, number, run_table};
 
 const LEASES: &str = "public.holdfast_leases";
 const SHARES: &str = "public.holdfast_leases_shares";
@@ -94,5 +94,6 @@ async fn postgres_store_passes_the_admission_table() {
     let warm = AcquireRequest::new(LockKey::new("admission/warm-up").expect("key"), OwnerToken::random(), TTL);
     store.try_acquire(&warm).await.expect("first acquire").expect("granted");
     store.release(&warm.key, warm.token).await.expect("release");
-    run_table(&store, |key, case| drop(server.psql(&seed_sql(key, case))), |key| live(&server, key)).await;
+    run_table(&store, Leeway::default(), |key, case| drop(server.psql(&seed_sql(key, case))), |key| live(&server, key))
+        .await;
 }

@@ -7,14 +7,14 @@
 
 use std::collections::BTreeSet;
 
+use holdfast::OwnerToken;
 use holdfast::backend::admission::{self, Decision};
 use holdfast::backend::redis::RedisBackend;
-use holdfast::OwnerToken;
 use holdfast_testkit::admission_cases::{Case, cases, token};
 use holdfast_testkit::servers::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
 
-use super::{LIVE_MS, Live, ends_in_ms, number, run_table};
+use super::{LIVE_MS, Leeway, Live, ends_in_ms, number, run_table};
 
 /// The helpers every script of the store starts with: the very file it ships.
 const COMMON: &str = include_str!("../../src/backend/redis/scripts/common.lua");
@@ -96,7 +96,14 @@ fn names(key: &str) -> (String, String) {
 /// and reservations in S, and H's sx the latest expiry of a held share.
 async fn seed(conn: &mut MultiplexedConnection, key: &str, case: &Case) {
     let (h, s) = names(key);
-    let _: () = redis::cmd("DEL").arg(&h).arg(&s).arg(format!("{h}:q")).arg(format!("{h}:e")).query_async(conn).await.expect("DEL");
+    let _: () = redis::cmd("DEL")
+        .arg(&h)
+        .arg(&s)
+        .arg(format!("{h}:q"))
+        .arg(format!("{h}:e"))
+        .query_async(conn)
+        .await
+        .expect("DEL");
     if case.rows.is_empty() {
         return;
     }
@@ -168,6 +175,7 @@ async fn redis_store_passes_the_admission_table() {
     let rt = tokio::runtime::Handle::current();
     run_table(
         &store,
+        Leeway::default(),
         |key, case| rt.block_on(seed(&mut seeder.lock().expect("seeder"), key, case)),
         |key| rt.block_on(live(&mut reader.lock().expect("reader"), key)),
     )

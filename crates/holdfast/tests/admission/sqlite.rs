@@ -11,7 +11,7 @@ use holdfast::backend::sqlite::SqliteBackend;
 use holdfast_testkit::admission_cases::{Case, MAX_ORDER, token};
 use rusqlite::{Connection, params};
 
-use super::{Live, ends_in_ms, number, run_table};
+use super::{Leeway, Live, ends_in_ms, number, run_table};
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64
@@ -55,5 +55,5 @@ async fn sqlite_store_passes_the_admission_table() {
     let store = SqliteBackend::open_url(&format!("sqlite://{}", path.display())).await.expect("open");
     let conn = Connection::open(&path).expect("open the file beside the store");
     conn.busy_timeout(std::time::Duration::from_secs(5)).expect("busy timeout");
-    run_table(&store, |key, case| seed(&conn, key, case), |key| live(&conn, key)).await;
+    run_table(&store, Leeway::default(), |key, case| seed(&conn, key, case), |key| live(&conn, key)).await;
 }

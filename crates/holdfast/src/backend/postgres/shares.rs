@@ -368,10 +368,13 @@ impl PostgresBackend {
     /// writer to a share).
     pub(super) async fn lease_to_gate(&self, c: &PgClient, key: &str, token: &[u8]) -> Result<()> {
         let gate = GATE.to_vec();
-        c.query_typed(&self.inner.shares.lease_to_gate, &[(&key, Type::TEXT), (&token, Type::BYTEA), (&gate, Type::BYTEA)])
-            .await
-            .map_err(map_err)
-            .map(|_| ())
+        c.query_typed(
+            &self.inner.shares.lease_to_gate,
+            &[(&key, Type::TEXT), (&token, Type::BYTEA), (&gate, Type::BYTEA)],
+        )
+        .await
+        .map_err(map_err)
+        .map(|_| ())
     }
 
     /// Locks `key`'s gate row (the lease row) in transaction `c`, as every
