@@ -12,6 +12,7 @@
 //!
 //! Not a stable API: it exists for holdfast's own tests.
 
+pub mod admission_cases;
 pub mod conformance;
 pub mod faults;
 pub mod sim;

@@ -7,6 +7,8 @@
 //! module (`redlock::one_member_down_still_grants_two_is_a_store_error`),
 //! in the binary `stores`.
 
+#[path = "admission/mod.rs"]
+mod admission;
 #[path = "badinput/main.rs"]
 mod badinput;
 #[path = "core.rs"]

@@ -7,13 +7,11 @@ use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
+use super::shares::is_gate;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::vocabulary::error::Result;
 use crate::vocabulary::key::LockKey;
-
-/// The shares' gate token (see `shares`): all zero bytes, drawn by no client.
-const GATE: [u8; 16] = [0; 16];
 
 impl MysqlBackend {
     /// Every key under `prefix` with an unexpired lease row (an exclusive
@@ -64,7 +62,7 @@ impl MysqlBackend {
                     let lease: Option<(Vec<u8>, u64, u8)> = tx.exec_first(read_lease.as_str(), (k,)).await?;
                     if let Some((token, fence, live)) = lease {
                         tx.exec_drop(del_lease.as_str(), (k,)).await?;
-                        if live == 1 && token[..] != GATE[..] {
+                        if live == 1 && !is_gate(&token) {
                             out.add(fence, true);
                         }
                     }

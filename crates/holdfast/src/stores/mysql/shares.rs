@@ -26,8 +26,20 @@ use crate::vocabulary::key::OwnerToken;
 /// limit, held, fence, microseconds left.
 type ShareRow = (Vec<u8>, u8, u64, u64, u8, u64, Option<i64>);
 
-/// The token of a key's lease row while shares hold the key.
-pub(super) const GATE: [u8; 16] = [0; 16];
+/// The token of a key's lease row while shares hold the key. Only this
+/// module knows it: the others ask [`is_gate`], [`NOT_GATE`] and
+/// [`ShareSql::lease_to_gate`].
+const GATE: [u8; 16] = [0; 16];
+
+/// Whether a lease row's token is the gate of shares rather than an
+/// exclusive holder.
+pub(super) fn is_gate(token: &[u8]) -> bool {
+    token == GATE
+}
+
+/// A condition on the lease table's `token` column that leaves out the gate
+/// of shares: an exclusive holder's row only ([`GATE`] written as a literal).
+pub(super) const NOT_GATE: &str = "token <> X'00000000000000000000000000000000'";
 
 /// The statements of shared leases.
 #[derive(Debug)]
@@ -55,6 +67,7 @@ pub(super) struct ShareSql {
     gate_up: String,
     lock_gate: String,
     held_weight: String,
+    lease_to_gate: String,
 }
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
@@ -150,12 +163,27 @@ impl ShareSql {
                 "UPDATE {l} SET expires_at = GREATEST(expires_at, {NOW} + INTERVAL ? MICROSECOND)
                  WHERE lock_key = ? AND token = ?"
             ),
+            lease_to_gate: format!("UPDATE {l} SET token = ?, label = '' WHERE lock_key = ? AND token = ?"),
             held_weight: format!(
                 "SELECT CAST(COALESCE(SUM(weight), 0) AS SIGNED) FROM {s}
                  WHERE lock_key = ? AND held = 1 AND mode = {m} AND expires_at > {NOW}",
                 m = admission::MODE_SHARED
             ),
         }
+    }
+}
+
+impl ShareSql {
+    /// Makes `token`'s lease row of `key` the gate of its shares (the
+    /// caller wrote the lease's held share, with the lease's own fence and
+    /// expiry, in the same transaction): a shrink of a writer to a share.
+    pub(super) async fn lease_to_gate(
+        &self,
+        tx: &mut mysql_async::Transaction<'_>,
+        key: &[u8],
+        token: &[u8; 16],
+    ) -> mysql_async::Result<()> {
+        tx.exec_drop(self.lease_to_gate.as_str(), (&GATE[..], key, &token[..])).await
     }
 }
 
@@ -378,4 +406,16 @@ pub(super) async fn relabel(
     // MySQL counts a row set to the value it had as unchanged.
     let owns: Option<i64> = conn.exec_first(q.owns.as_str(), (k, &tok[..], k, &tok[..])).await?;
     Ok(owns == Some(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_condition_names_the_gate_token() {
+        let hex: String = GATE.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(NOT_GATE, format!("token <> X'{hex}'"));
+        assert!(is_gate(&GATE) && !is_gate(&[1; 16]));
+    }
 }

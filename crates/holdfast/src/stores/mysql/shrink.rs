@@ -1,7 +1,7 @@
 //! Shrinking a held lease in place ([`Backend::shrink`]) on MySQL/MariaDB:
 //! a writer's lease (the key's lease row, held by its token) becomes a held
-//! share behind the key's gate (the same row, now carrying [`GATE`] with the
-//! lease's own expiry, which is the share's), or a held share takes a smaller
+//! share behind the key's gate (the same row, made the gate by
+//! `shares`, keeping the lease's own expiry, which is the share's), or a held share takes a smaller
 //! weight. One transaction that first locks the namespace's fence counter,
 //! as every grant and gate change does, so no grant of the key runs between
 //! the two modes.
@@ -12,7 +12,6 @@ use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
-use super::shares::GATE;
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Shrink};
 use crate::vocabulary::error::Result;
@@ -38,7 +37,6 @@ impl MysqlBackend {
              ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
                  held = 1, fence = VALUES(fence), label = VALUES(label), expires_at = VALUES(expires_at)"
         );
-        let lease_to_gate = format!("UPDATE `{l}` SET token = ?, label = '' WHERE lock_key = ? AND token = ?");
         let own_share = format!(
             "SELECT mode, weight, limit_n FROM `{s}`
              WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {now} FOR UPDATE"
@@ -73,7 +71,7 @@ impl MysqlBackend {
                     if held.is_exclusive() {
                         let (code, weight, limit) = admission::encode(smaller);
                         tx.exec_drop(lease_to_share.as_str(), (code, weight, limit, k, &tok[..])).await?;
-                        tx.exec_drop(lease_to_gate.as_str(), (&GATE[..], k, &tok[..])).await?;
+                        self.shares.lease_to_gate(&mut tx, k, &tok).await?;
                     } else {
                         tx.exec_drop(set_weight.as_str(), (smaller.weight(), k, &tok[..])).await?;
                     }

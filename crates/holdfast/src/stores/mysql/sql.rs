@@ -126,10 +126,11 @@ impl Statements {
                 "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
                  WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
-            // Not the gate of shares (the all-zero token, see `shares`).
+            // An exclusive holder's row, not the gate of shares.
             holder: format!(
                 "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
-                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> X'00000000000000000000000000000000'"
+                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND {not_gate}",
+                not_gate = super::shares::NOT_GATE
             ),
             // Locks the counter row (as every grant does first): a grant in
             // flight has committed its fence before the holder check reads,
@@ -137,14 +138,15 @@ impl Statements {
             lock_fence: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
             // An unchanged value is not written.
             raise_fence: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
-            // An unexpired exclusive lease (the gate's token is all zero
-            // bytes, which no client draws) or a held share.
+            // An unexpired exclusive lease (no client's token is the gate's)
+            // or a held share.
             holds: format!(
                 "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
                                 AND expires_at > UTC_TIMESTAMP(6))"
             ),
-            // An unexpired exclusive lease (not the gate) or a held writer.
+            // An unexpired exclusive lease (no client's token is the gate's)
+            // or a held writer.
             holds_exclusive: format!(
                 "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND mode <> {shared}

@@ -7,7 +7,7 @@ use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
 use super::error::map_err;
-use super::shares::GATE;
+use super::shares::is_gate;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::vocabulary::error::Result;
@@ -48,7 +48,7 @@ impl PostgresBackend {
             format!("DELETE FROM {t} WHERE key = $1 RETURNING token, fence, expires_at > clock_timestamp()");
         let del_shares =
             format!("DELETE FROM {s} WHERE key = $1 AND held RETURNING fence, expires_at > clock_timestamp()");
-        let (k, gate, channel) = (key.as_str(), GATE.to_vec(), &self.inner.channel);
+        let (k, channel) = (key.as_str(), &self.inner.channel);
         let out = self
             .transaction("force_release", async |c| {
                 c.query_typed(&lock_row, &[(&k, Type::TEXT)]).await.map_err(map_err)?;
@@ -56,7 +56,7 @@ impl PostgresBackend {
                 for row in c.query_typed(&del_lease, &[(&k, Type::TEXT)]).await.map_err(map_err)? {
                     let token: Vec<u8> = row.try_get(0).map_err(map_err)?;
                     let live: bool = row.try_get(2).map_err(map_err)?;
-                    if live && token != gate {
+                    if live && !is_gate(&token) {
                         out.add(row.try_get::<_, i64>(1).map_err(map_err)?.max(0) as u64, true);
                     }
                 }

@@ -238,18 +238,12 @@ impl Backend for PostgresBackend {
         let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
         let tokens: Vec<Vec<u8>> = leases.iter().map(|l| l.token.to_bytes().to_vec()).collect();
         let ttls: Vec<i64> = leases.iter().map(|l| l.ttl.as_millis() as i64).collect();
-        let gate = shares::GATE.to_vec();
         let rows = self
             .query(
                 "renew",
                 None,
                 Stmt::Renew,
-                &[
-                    (&keys, Type::TEXT_ARRAY),
-                    (&tokens, Type::BYTEA_ARRAY),
-                    (&ttls, Type::INT8_ARRAY),
-                    (&gate, Type::BYTEA),
-                ],
+                &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
             )
             .await?;
         let mut held = vec![false; leases.len()];
@@ -263,10 +257,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
-        let gate = shares::GATE.to_vec();
-        let rows = self
-            .query("status", Some(key.as_str()), Stmt::Status, &[(&key.as_str(), Type::TEXT), (&gate, Type::BYTEA)])
-            .await?;
+        let rows = self.query("status", Some(key.as_str()), Stmt::Status, &[(&key.as_str(), Type::TEXT)]).await?;
         let holder = match rows.first() {
             Some(row) => {
                 let label: String = row.try_get(0).map_err(map_err)?;

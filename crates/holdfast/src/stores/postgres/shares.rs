@@ -33,8 +33,26 @@ use crate::backend::{AcquireRequest, Grant, HolderInfo, LeaseMode};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
 
-/// The token of a key's lease row while shares hold the key.
-pub(super) const GATE: [u8; 16] = [0; 16];
+/// The token of a key's lease row while shares hold the key. Only this
+/// module knows it: the others ask [`is_gate`], [`gate_sql`] and
+/// [`PostgresBackend::lease_to_gate`].
+const GATE: [u8; 16] = [0; 16];
+
+/// [`GATE`] as a SQL literal.
+const GATE_LITERAL: &str = "'\\x00000000000000000000000000000000'::bytea";
+
+/// Whether a lease row's token is the gate of shares rather than an
+/// exclusive holder.
+pub(super) fn is_gate(token: &[u8]) -> bool {
+    token == GATE
+}
+
+/// A SQL condition that the lease row's token column `column` is (`is`
+/// true) or is not the gate of shares, for the statements beside this
+/// module that tell an exclusive holder from the gate.
+pub(super) fn gate_sql(column: &str, is: bool) -> String {
+    format!("{column} {} {GATE_LITERAL}", if is { "=" } else { "<>" })
+}
 
 /// The statements of shared leases (schema and table names checked and
 /// quoted as in [`Statements`](super::statements::Statements); all values bound).
@@ -56,6 +74,7 @@ pub(super) struct ShareSql {
     list: String,
     resize: String,
     relabel: String,
+    lease_to_gate: String,
 }
 
 const LEFT_MS: &str = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8";
@@ -111,6 +130,8 @@ impl ShareSql {
                  RETURNING wanted"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
+            // Keeps the row's fence and expiry (no later than the share's: the same).
+            lease_to_gate: format!("UPDATE {t} SET token = $3, label = '' WHERE key = $1 AND token = $2"),
             list: format!(
                 "SELECT label, fence, {LEFT_MS}, weight, limit_n FROM {s}
                  WHERE key = $1 AND held AND expires_at > clock_timestamp() ORDER BY fence"
@@ -342,6 +363,26 @@ impl PostgresBackend {
         }
     }
 
+    /// Makes `token`'s lease row of `key` the gate of its shares, inside a
+    /// transaction `c` that wrote the lease's held share (a shrink of a
+    /// writer to a share).
+    pub(super) async fn lease_to_gate(&self, c: &PgClient, key: &str, token: &[u8]) -> Result<()> {
+        let gate = GATE.to_vec();
+        c.query_typed(
+            &self.inner.shares.lease_to_gate,
+            &[(&key, Type::TEXT), (&token, Type::BYTEA), (&gate, Type::BYTEA)],
+        )
+        .await
+        .map_err(map_err)
+        .map(|_| ())
+    }
+
+    /// Locks `key`'s gate row (the lease row) in transaction `c`, as every
+    /// shared transaction does first.
+    pub(super) async fn lock_gate(&self, c: &PgClient, key: &str) -> Result<()> {
+        c.query_typed(&self.inner.shares.lock_row, &[(&key, Type::TEXT)]).await.map_err(map_err).map(|_| ())
+    }
+
     /// After a held share was released: the gate down to the latest
     /// remaining share (or expired), and the waiters told.
     pub(super) async fn shrink_gate(&self, key: &str) -> Result<()> {
@@ -406,5 +447,18 @@ impl PostgresBackend {
             Ok(row.try_get::<_, i64>(0).map_err(map_err)? > 0)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_conditions_name_the_gate_token() {
+        let hex: String = GATE.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(gate_sql("t.token", true), format!("t.token = '\\x{hex}'::bytea"));
+        assert_eq!(gate_sql("token", false), format!("token <> '\\x{hex}'::bytea"));
+        assert!(is_gate(&GATE) && !is_gate(&[1; 16]));
     }
 }

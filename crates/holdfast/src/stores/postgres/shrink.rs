@@ -12,7 +12,6 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::config::PostgresConfig;
 use super::error::map_err;
-use super::shares::GATE;
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Shrink};
 use crate::vocabulary::error::Result;
@@ -28,11 +27,6 @@ pub(super) struct ShrinkSql {
     /// `$1 key, $2 token, $3 mode, $4 weight, $5 limit`: the lease row's
     /// grant copied into a held share (its fence, label and expiry).
     exclusive_to_share: String,
-    /// `$1 key, $2 token, $3 gate`: the lease row becomes the key's gate,
-    /// keeping its fence and expiry (no later than the share's: the same).
-    row_to_gate: String,
-    /// `$1 key` -> the gate row, locked (the shared transactions' order).
-    lock_gate: String,
     /// `$1 key, $2 token` -> a held share's mode, weight and limit.
     held_share: String,
     /// `$1 key, $2 token, $3 weight`.
@@ -56,8 +50,6 @@ impl ShrinkSql {
                      limit_n = excluded.limit_n, held = true, fence = excluded.fence, label = excluded.label,
                      acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"
             ),
-            row_to_gate: format!("UPDATE {t} SET token = $3, label = '' WHERE key = $1 AND token = $2"),
-            lock_gate: format!("SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE"),
             held_share: format!(
                 "SELECT mode, weight, limit_n FROM {s}
                  WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp()"
@@ -75,7 +67,7 @@ impl PostgresBackend {
     /// One transaction: dropped, it committed or rolled back (a connection
     /// abandoned inside it is closed, see `shares.rs`).
     pub(super) async fn shrink_lease(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
-        let (sql, key, tok, gate) = (&self.inner.shrink, key.as_str(), token.to_bytes().to_vec(), GATE.to_vec());
+        let (sql, key, tok) = (&self.inner.shrink, key.as_str(), token.to_bytes().to_vec());
         let channel = &self.inner.channel;
         let outcome = self
             .transaction("shrink", async |c| {
@@ -96,11 +88,9 @@ impl PostgresBackend {
                         (&limit, Type::INT8),
                     ];
                     c.query_typed(&sql.exclusive_to_share, &row).await.map_err(map_err)?;
-                    c.query_typed(&sql.row_to_gate, &[by[0].clone(), by[1].clone(), (&gate, Type::BYTEA)])
-                        .await
-                        .map_err(map_err)?;
+                    self.lease_to_gate(c, key, &tok).await?;
                 } else {
-                    c.query_typed(&sql.lock_gate, &by[..1]).await.map_err(map_err)?;
+                    self.lock_gate(c, key).await?;
                     let Some(r) = c.query_typed(&sql.held_share, &by).await.map_err(map_err)?.into_iter().next() else {
                         return Ok(Shrink::NotHeld);
                     };

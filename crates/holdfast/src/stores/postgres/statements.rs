@@ -38,9 +38,9 @@ pub(super) struct Statements {
     /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired, _, a
     /// held share)` if the token held the key, a share or a reservation.
     pub release: String,
-    /// `$1 keys[], $2 tokens[], $3 ttl_ms[], $4 gate token` -> the 1-based positions renewed.
+    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed.
     pub renew: String,
-    /// `$1 key, $2 gate token` -> `(label, fence, ms left)` of the unexpired exclusive holder.
+    /// `$1 key` -> `(label, fence, ms left)` of the unexpired exclusive holder.
     pub status: String,
     /// Deletes up to 16 rows whose lease ran out more than a minute ago.
     pub sweep: String,
@@ -170,7 +170,7 @@ impl Statements {
                  SELECT s.live, pg_notify($3, $1)::text, s.held FROM s"
             ),
             // Shares renew like grants, and move their key's gate row up
-            // (its `token` is the gate token only while shares hold the key).
+            // (the lease row is the gate only while shares hold the key).
             //
             // Every scan of a table is bounded by an index condition on the
             // batch's keys (`key = ANY`), redundant with the join but what
@@ -197,14 +197,16 @@ impl Statements {
                  ), g AS (
                      UPDATE {t} AS gt SET expires_at = greatest(gt.expires_at, m.e)
                      FROM (SELECT key, max(expires_at) AS e FROM s GROUP BY key) m
-                     WHERE gt.key = ANY(ARRAY(SELECT key FROM s)) AND gt.key = m.key AND gt.token = $4
+                     WHERE gt.key = ANY(ARRAY(SELECT key FROM s)) AND gt.key = m.key AND {is_gate}
                      RETURNING 1
                  )
-                 SELECT i FROM l UNION ALL SELECT i FROM s"
+                 SELECT i FROM l UNION ALL SELECT i FROM s",
+                is_gate = super::shares::gate_sql("gt.token", true)
             ),
             status: format!(
                 "SELECT label, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8
-                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND token <> $2"
+                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND {not_gate}",
+                not_gate = super::shares::gate_sql("token", false)
             ),
             sweep: format!(
                 "DELETE FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds' AND key IN (

@@ -16,7 +16,12 @@ local o, x = v[1], tonumber(v[3] or '0') or 0
 local s = { f = tonumber(v[2] or '0') or 0, e = tonumber(v[4] or '0') or 0 }
 local left = nil
 if o and x > now then
-  if o == token then return regrant(h, s, now, ttl, keep) end
+  if o == token then
+    -- A retry: the grant's own fence, which hf keeps once a reservation's
+    -- place moved f past it (read only here, off the hot path).
+    s.o, s.hf = o, redis.call('HGET', h, 'hf')
+    return regrant(h, s, now, ttl, keep)
+  end
   left = x - now
 else
   local sx = tonumber(v[5] or '0') or 0
