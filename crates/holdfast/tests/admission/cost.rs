@@ -44,7 +44,7 @@ async fn server_usec(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64)
 #[ignore = "a measurement; run with --ignored --nocapture"]
 async fn redis_mutex_path_against_shared_path() {
     let server = holdfast_testkit::servers::redis::RedisServer::start();
-    let store = holdfast::backend::redis::RedisBackend::open_url(&server.url()).await.expect("open");
+    let store = holdfast::stores::redis::RedisBackend::open_url(&server.url()).await.expect("open");
     let mut conn =
         redis::Client::open(server.url()).expect("client").get_multiplexed_async_connection().await.expect("conn");
     cycle(&store, LeaseMode::Exclusive).await; // warm-up: connections, library load
@@ -65,7 +65,7 @@ async fn redis_mutex_path_against_shared_path() {
 #[ignore = "a measurement; run with --ignored --nocapture"]
 async fn postgres_mutex_path_against_shared_path() {
     let server = holdfast_testkit::servers::postgres::PostgresServer::start();
-    let store = holdfast::backend::postgres::PostgresBackend::open_url(&server.url()).await.expect("open");
+    let store = holdfast::stores::postgres::PostgresBackend::open_url(&server.url()).await.expect("open");
     cycle(&store, LeaseMode::Exclusive).await;
     for mode in [LeaseMode::Exclusive, LeaseMode::Writer, LeaseMode::Exclusive, LeaseMode::Writer] {
         // Round trips per cycle, from the code: the mutex one statement to

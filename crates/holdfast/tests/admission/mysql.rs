@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 
 use holdfast::backend::admission;
-use holdfast::backend::mysql::MysqlBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::mysql::MysqlBackend;
 use holdfast::{LockKey, OwnerToken};
 use holdfast_testkit::admission_cases::{Case, MAX_ORDER};
 use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer};

@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use holdfast::backend::admission;
-use holdfast::backend::postgres::PostgresBackend;
 use holdfast::backend::{AcquireRequest, Backend};
+use holdfast::stores::postgres::PostgresBackend;
 use holdfast::{LockKey, OwnerToken};
 use holdfast_testkit::admission_cases::{Case, MAX_ORDER};
 use holdfast_testkit::servers::postgres::PostgresServer;

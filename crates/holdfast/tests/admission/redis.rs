@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use holdfast::OwnerToken;
 use holdfast::backend::admission::{self, Decision};
-use holdfast::backend::redis::RedisBackend;
+use holdfast::stores::redis::RedisBackend;
 use holdfast_testkit::admission_cases::{Case, cases, token};
 use holdfast_testkit::servers::redis::RedisServer;
 use redis::aio::MultiplexedConnection;
@@ -17,7 +17,7 @@ use redis::aio::MultiplexedConnection;
 use super::{LIVE_MS, Leeway, Live, ends_in_ms, number, run_table};
 
 /// The helpers every script of the store starts with: the very file it ships.
-const COMMON: &str = include_str!("../../src/backend/redis/scripts/common.lua");
+const COMMON: &str = include_str!("../../src/stores/redis/scripts/common.lua");
 
 /// Calls the Lua `decide` with the request and rows from ARGV: token, mode,
 /// weight, limit, then per row token, held, mode, weight, limit, order.

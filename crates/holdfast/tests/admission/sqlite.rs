@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use holdfast::backend::admission;
-use holdfast::backend::sqlite::SqliteBackend;
+use holdfast::stores::sqlite::SqliteBackend;
 use holdfast_testkit::admission_cases::{Case, MAX_ORDER, token};
 use rusqlite::{Connection, params};
 
