@@ -8,7 +8,10 @@ use crate::key::LockKey;
 
 /// The ends of the four keys' names of a lock, after `{prefix:key`: the
 /// lock hash, the fair queue and its entries, the shares. They share the
-/// hash tag `{prefix:key}`.
+/// hash tag `{prefix:key}`, and each of the others is the hash's name with
+/// `:q`, `:e` or `:s` added: outside a cluster, `acquire.lua` and
+/// `release.lua` are passed the hash alone and name the others so (fewer
+/// keys per call, issue 33; `hot_path_keys` in mod.rs).
 const ENDS: [&str; 4] = ["}", "}:q", "}:e", "}:s"];
 
 /// The lock hash (`H` in the scripts).
@@ -61,6 +64,8 @@ mod tests {
         assert_eq!(q, "{holdfast:orders/42}:q");
         assert_eq!(e, "{holdfast:orders/42}:e");
         assert_eq!(s, "{holdfast:orders/42}:s");
+        // acquire.lua and release.lua name Q, E and S from H so.
+        assert_eq!([q.as_str(), e.as_str(), s.as_str()], [":q", ":e", ":s"].map(|end| format!("{h}{end}")));
         // A key that looks like another key's suffix still maps to other names.
         let all: std::collections::HashSet<String> =
             ["a", "a}:q", "a}:e", "a}:s", "a}", "a}:q}"].iter().flat_map(|s| k(s)).collect();
