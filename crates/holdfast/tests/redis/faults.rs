@@ -325,8 +325,7 @@ fn a_retried_acquire_behind_a_waiting_writer_keeps_its_fence() {
         let ttl = Duration::from_secs(10);
         let holder = request("retry/behind-writer", OwnerToken::random(), ttl, false, false);
         let first = attempt(&*backend, &holder).await.expect("acquire").expect("a free key is granted");
-        let writer =
-            AcquireRequest::new(holder.key.clone(), OwnerToken::random(), ttl).with_mode(LeaseMode::Writer);
+        let writer = AcquireRequest::new(holder.key.clone(), OwnerToken::random(), ttl).with_mode(LeaseMode::Writer);
         let waiting = {
             let (backend, writer) = (backend.clone(), writer.clone());
             tokio::spawn(async move { backend.acquire(&writer).await })
