@@ -1,4 +1,5 @@
-//! The names of a lock's keys, and how long a waiter's mark on a lock lasts.
+//! The names of a lock's keys, which of them an acquire or a release names,
+//! and how long a waiter's mark on a lock lasts.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::key::LockKey;
 /// hash tag `{prefix:key}`, and each of the others is the hash's name with
 /// `:q`, `:e` or `:s` added: outside a cluster, `acquire.lua` and
 /// `release.lua` are passed the hash alone and name the others so (fewer
-/// keys per call, issue 33; `hot_path_keys` in mod.rs).
+/// keys per call, issue 33; [`hot_path_keys`]).
 const ENDS: [&str; 4] = ["}", "}:q", "}:e", "}:s"];
 
 /// The lock hash (`H` in the scripts).
@@ -49,6 +50,17 @@ pub(super) fn record_key(prefix: &str, key: &LockKey) -> String {
 /// outlives every sleep of a live waiter.
 pub(super) fn waiter_horizon(config: &RedisConfig) -> u64 {
     ms(config.poll.max * 2 + Duration::from_secs(1))
+}
+
+/// The keys an acquire or a release names (`all`: the lock's keys its
+/// script may touch, the lock hash first). A single server or a Sentinel
+/// master gets the hash alone: the script names the others from it (one
+/// hash tag), and each key of a call cost the server about 0.25 µs (issue
+/// 33). A cluster gets them all: while a slot migrates, Redis checks only
+/// declared keys (a lock half moved answers `TRYAGAIN`), while a key the
+/// script names itself would be read on the old master, missing.
+pub(super) fn hot_path_keys<'a>(config: &RedisConfig, all: &'a [usize]) -> &'a [usize] {
+    if config.cluster.is_some() { all } else { &all[..1] }
 }
 
 #[cfg(test)]

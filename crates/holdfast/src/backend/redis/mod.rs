@@ -35,7 +35,7 @@ use crate::capability::{Capabilities, FenceDurability};
 use crate::error::{Error, Result};
 use crate::key::{LockKey, OwnerToken};
 use crate::wait::{self, Attempt};
-use keys::{E, H, Q, S, key_parts, lock_keys, waiter_horizon};
+use keys::{E, H, Q, S, hot_path_keys, key_parts, lock_keys, waiter_horizon};
 use link::Link;
 use lua::{ScriptCall, Scripts};
 use pubsub::Notifier;
@@ -268,17 +268,6 @@ impl RedisBackend {
             wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
         }
     }
-}
-
-/// The keys an acquire or a release names (`all`: the lock's keys its
-/// script may touch, the lock hash first). A single server or a Sentinel
-/// master gets the hash alone: the script names the others from it (one
-/// hash tag), and each key of a call cost the server about 0.25 µs (issue
-/// 33). A cluster gets them all: while a slot migrates, Redis checks only
-/// declared keys (a lock half moved answers `TRYAGAIN`), while a key the
-/// script names itself would be read on the old master, missing.
-fn hot_path_keys<'a>(config: &RedisConfig, all: &'a [usize]) -> &'a [usize] {
-    if config.cluster.is_some() { all } else { &all[..1] }
 }
 
 /// The holder's time left from a refusal's reply (negative: unknown).

@@ -1,5 +1,5 @@
 -- Non-fair acquire. KEYS: H, and in a cluster Q and E (elsewhere the script
--- names them H:q and H:e itself: one hash tag; see hot_path_keys in mod.rs).
+-- names them H:q and H:e itself: one hash tag; see hot_path_keys in keys.rs).
 -- ARGV: token, ttl_ms, label, fence_keep_ms, waiter horizon ms (0: a try, or
 -- a first attempt made before subscribing).
 -- Returns {1, fence} when granted, {0, ms_left} when busy (-1: wait on the fair queue).

@@ -1,7 +1,7 @@
 -- Release by token, and removal of the token's queue entry (a cancelled waiter).
 -- KEYS: H, and in a cluster Q, E and S (elsewhere the script names them
 -- H:q, H:e and H:s itself: one hash tag; each key of a call cost the server
--- about 0.25 us; see hot_path_keys in mod.rs).
+-- about 0.25 us; see hot_path_keys in keys.rs).
 -- ARGV: token, fence_keep_ms, lock channel, client channel prefix.
 -- Returns 1 if the token held the lock (or a shared lease or reservation of
 -- it), 2 if the token is the lock's last releaser (this is a repeat: the
