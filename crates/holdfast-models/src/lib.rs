@@ -12,6 +12,9 @@
 //!   count itself granted from a release's hand-off message.
 //! - [`downgrade`]: a write lock downgraded to a read lock in one store step,
 //!   against releasing the write lease and then acquiring a read lease.
+//! - [`redis_cycle`]: the Redis store's lock hash through acquire, renewal,
+//!   release, expiry and a clock step, against the cheaper layouts weighed
+//!   for an uncontended cycle (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -24,6 +27,7 @@ pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;
 pub mod network;
+pub mod redis_cycle;
 pub mod redlock;
 pub mod register;
 pub mod trace;

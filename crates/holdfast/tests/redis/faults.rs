@@ -1,7 +1,7 @@
 //! Lost replies and clock trouble, through the raw store calls
 //! (`holdfast::stores::connect`): a retried acquire, a re-sent release, a
 //! fence kept past a lease that expired, and what one uncontended
-//! acquisition costs the server.
+//! acquisition costs the server, and a retry behind a waiting writer.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -306,5 +306,45 @@ fn a_release_resent_after_a_lost_connection_says_released() {
         tokio::task::block_in_place(|| proxy.cut());
         let released = tokio::time::timeout(Duration::from_secs(20), releasing).await.expect("stuck").expect("task");
         assert!(released.expect("release"), "a release re-sent after a lost connection said not held");
+    });
+}
+
+/// A holder's retried acquire (its reply lost) while a writer waits behind
+/// it gets its own grant's fence back. The writer's reservation takes its
+/// place from the fence counter, moving the lock's last fence `f` past the
+/// held grant's (kept in `hf`); the retry used to answer `f`, the writer's
+/// place, so the holder's fence changed under it and matched the place a
+/// later grant was ordered by. Found while rewriting the hot path of
+/// `acquire.lua` (issue 33), which now reads the whole lock for a retry.
+#[test]
+fn a_retried_acquire_behind_a_waiting_writer_keeps_its_fence() {
+    use holdfast::backend::LeaseMode;
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let backend = holdfast::stores::connect(&server.url()).await.expect("connect");
+        let ttl = Duration::from_secs(10);
+        let holder = request("retry/behind-writer", OwnerToken::random(), ttl, false, false);
+        let first = attempt(&*backend, &holder).await.expect("acquire").expect("a free key is granted");
+        let writer = AcquireRequest::new(holder.key.clone(), OwnerToken::random(), ttl).with_mode(LeaseMode::Writer);
+        let waiting = {
+            let (backend, writer) = (backend.clone(), writer.clone());
+            tokio::spawn(async move { backend.acquire(&writer).await })
+        };
+        // The writer's reservation is in the shares hash once it waits.
+        let mut conn = raw(&server).await;
+        for _ in 0..200 {
+            let n: u64 =
+                redis::cmd("HLEN").arg("{holdfast:retry/behind-writer}:s").query_async(&mut conn).await.expect("hlen");
+            if n > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let again = attempt(&*backend, &holder).await.expect("retry").expect("the retry gets the grant");
+        assert_eq!(again.fence, first.fence, "a retry behind a waiting writer must return its grant's fence");
+        assert!(backend.release(&holder.key, holder.token).await.expect("release"));
+        let granted = waiting.await.expect("join").expect("the writer is granted after the release");
+        assert!(granted.fence > first.fence, "writer's fence {} after {}", granted.fence, first.fence);
+        assert!(backend.release(&writer.key, writer.token).await.expect("release"));
     });
 }

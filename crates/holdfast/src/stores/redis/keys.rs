@@ -1,4 +1,5 @@
-//! The names of a lock's keys, and how long a waiter's mark on a lock lasts.
+//! The names of a lock's keys, which of them an acquire or a release names,
+//! and how long a waiter's mark on a lock lasts.
 
 use std::time::Duration;
 
@@ -8,7 +9,10 @@ use crate::vocabulary::key::LockKey;
 
 /// The ends of the four keys' names of a lock, after `{prefix:key`: the
 /// lock hash, the fair queue and its entries, the shares. They share the
-/// hash tag `{prefix:key}`.
+/// hash tag `{prefix:key}`, and each of the others is the hash's name with
+/// `:q`, `:e` or `:s` added: outside a cluster, `acquire.lua` and
+/// `release.lua` are passed the hash alone and name the others so (fewer
+/// keys per call, issue 33; [`hot_path_keys`]).
 const ENDS: [&str; 4] = ["}", "}:q", "}:e", "}:s"];
 
 /// The lock hash (`H` in the scripts).
@@ -48,6 +52,17 @@ pub(super) fn waiter_horizon(config: &RedisConfig) -> u64 {
     ms(config.poll.max * 2 + Duration::from_secs(1))
 }
 
+/// The keys an acquire or a release names (`all`: the lock's keys its
+/// script may touch, the lock hash first). A single server or a Sentinel
+/// master gets the hash alone: the script names the others from it (one
+/// hash tag), and each key of a call cost the server about 0.25 µs (issue
+/// 33). A cluster gets them all: while a slot migrates, Redis checks only
+/// declared keys (a lock half moved answers `TRYAGAIN`), while a key the
+/// script names itself would be read on the old master, missing.
+pub(super) fn hot_path_keys<'a>(config: &RedisConfig, all: &'a [usize]) -> &'a [usize] {
+    if config.cluster.is_some() { all } else { &all[..1] }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +76,8 @@ mod tests {
         assert_eq!(q, "{holdfast:orders/42}:q");
         assert_eq!(e, "{holdfast:orders/42}:e");
         assert_eq!(s, "{holdfast:orders/42}:s");
+        // acquire.lua and release.lua name Q, E and S from H so.
+        assert_eq!([q.as_str(), e.as_str(), s.as_str()], [":q", ":e", ":s"].map(|end| format!("{h}{end}")));
         // A key that looks like another key's suffix still maps to other names.
         let all: std::collections::HashSet<String> =
             ["a", "a}:q", "a}:e", "a}:s", "a}", "a}:q}"].iter().flat_map(|s| k(s)).collect();

@@ -39,7 +39,7 @@ use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
 use error::{map_err, timed_out};
-use keys::{E, H, Q, S, key_parts, lock_keys, waiter_horizon};
+use keys::{E, H, Q, S, hot_path_keys, key_parts, lock_keys, waiter_horizon};
 use link::Link;
 use lua::{ScriptCall, Scripts};
 use pubsub::Notifier;
@@ -180,8 +180,9 @@ impl RedisBackend {
     /// fair queue's call is in fair.rs.)
     async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let config = &self.inner.config;
-        let mut inv = self.inner.scripts.acquire.call(3);
-        for which in [H, Q, E] {
+        let which = hot_path_keys(config, &[H, Q, E]);
+        let mut inv = self.inner.scripts.acquire.call(which.len());
+        for &which in which {
             inv.key_parts(&key_parts(&config.prefix, &req.key, which));
         }
         inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
@@ -321,8 +322,9 @@ impl Backend for RedisBackend {
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let config = &self.inner.config;
         let naming = self.inner.notifier.naming();
-        let mut inv = self.inner.scripts.release.call(4);
-        for which in [H, Q, E, S] {
+        let which = hot_path_keys(config, &[H, Q, E, S]);
+        let mut inv = self.inner.scripts.release.call(which.len());
+        for &which in which {
             inv.key_parts(&key_parts(&config.prefix, key, which));
         }
         inv.arg(&token.hex_digits()[..])

@@ -1,5 +1,8 @@
 -- Release by token, and removal of the token's queue entry (a cancelled waiter).
--- KEYS: H, Q, E, S. ARGV: token, fence_keep_ms, lock channel, client channel prefix.
+-- KEYS: H, and in a cluster Q, E and S (elsewhere the script names them
+-- H:q, H:e and H:s itself: one hash tag; each key of a call cost the server
+-- about 0.25 us; see hot_path_keys in keys.rs).
+-- ARGV: token, fence_keep_ms, lock channel, client channel prefix.
 -- Returns 1 if the token held the lock (or a shared lease or reservation of
 -- it), 2 if the token is the lock's last releaser (this is a repeat: the
 -- client counts it as released only if the call itself re-sent its request,
@@ -7,19 +10,21 @@
 -- When fair waiters are queued, the lock goes straight to the live head waiter
 -- (hand_to_head) and only that waiter's client is told; otherwise the lock channel is told, once, if
 -- a non-fair waiter marked the lock (see mark_waiter).
-local h, q, e, sk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, keep, chan, cprefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local h, token = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', h, 'o', 'x', 'q', 'w')
-local us = now_us()
-local now = math.floor(us / 1000)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if v[1] == token and (tonumber(v[2] or '0') or 0) > now and v[3] ~= '1' then
   -- The hot path (a holder's release, no fair waiter queued), like acquire's:
-  -- the fields it uses, into locals. H already lives until keep_ms past the
-  -- lease's end, which is later than now.
+  -- the fields it uses, straight-line. H already lives until keep_ms past
+  -- the lease's end, which is later than now.
   redis.call('HSET', h, 'x', '0', 'r', token)
-  wake_waiters(tonumber(v[4] or '0') or 0, now, chan)
+  if (tonumber(v[4] or '0') or 0) > now then redis.call('PUBLISH', ARGV[3], '') end
   return 1
 end
+local q, e, sk = KEYS[2] or h .. ':q', KEYS[3] or h .. ':e', KEYS[4] or h .. ':s'
+local keep, chan, cprefix = tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local s = read_lock(h)
 local o = holder(s, now)
 if o ~= token then
