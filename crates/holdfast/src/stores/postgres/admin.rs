@@ -7,7 +7,7 @@ use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
 use super::error::map_err;
-use super::shares::is_gate;
+use super::gate::is_gate;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::vocabulary::error::Result;

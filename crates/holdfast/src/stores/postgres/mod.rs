@@ -5,6 +5,7 @@
 mod admin;
 mod config;
 mod error;
+mod gate;
 mod listener;
 mod pool;
 mod pooler;

@@ -26,33 +26,13 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::config::PostgresConfig;
 use super::error::{map_err, timed_out};
+use super::gate::GATE;
 use super::pool::Conn;
 use crate::backend::admission::{self, Decision, Row};
 use crate::backend::wait::Attempt;
 use crate::backend::{AcquireRequest, Grant, HolderInfo, LeaseMode};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
-
-/// The token of a key's lease row while shares hold the key. Only this
-/// module knows it: the others ask [`is_gate`], [`gate_sql`] and
-/// [`PostgresBackend::lease_to_gate`].
-const GATE: [u8; 16] = [0; 16];
-
-/// [`GATE`] as a SQL literal.
-const GATE_LITERAL: &str = "'\\x00000000000000000000000000000000'::bytea";
-
-/// Whether a lease row's token is the gate of shares rather than an
-/// exclusive holder.
-pub(super) fn is_gate(token: &[u8]) -> bool {
-    token == GATE
-}
-
-/// A SQL condition that the lease row's token column `column` is (`is`
-/// true) or is not the gate of shares, for the statements beside this
-/// module that tell an exclusive holder from the gate.
-pub(super) fn gate_sql(column: &str, is: bool) -> String {
-    format!("{column} {} {GATE_LITERAL}", if is { "=" } else { "<>" })
-}
 
 /// The statements of shared leases (schema and table names checked and
 /// quoted as in [`Statements`](super::statements::Statements); all values bound).
@@ -447,18 +427,5 @@ impl PostgresBackend {
             Ok(row.try_get::<_, i64>(0).map_err(map_err)? > 0)
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_gate_conditions_name_the_gate_token() {
-        let hex: String = GATE.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(gate_sql("t.token", true), format!("t.token = '\\x{hex}'::bytea"));
-        assert_eq!(gate_sql("token", false), format!("token <> '\\x{hex}'::bytea"));
-        assert!(is_gate(&GATE) && !is_gate(&[1; 16]));
     }
 }

@@ -201,12 +201,12 @@ impl Statements {
                      RETURNING 1
                  )
                  SELECT i FROM l UNION ALL SELECT i FROM s",
-                is_gate = super::shares::gate_sql("gt.token", true)
+                is_gate = super::gate::gate_sql("gt.token", true)
             ),
             status: format!(
                 "SELECT label, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8
                  FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND {not_gate}",
-                not_gate = super::shares::gate_sql("token", false)
+                not_gate = super::gate::gate_sql("token", false)
             ),
             sweep: format!(
                 "DELETE FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds' AND key IN (
