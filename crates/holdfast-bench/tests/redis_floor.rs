@@ -2,39 +2,26 @@
 //! here on a free loopback port in a temp dir, killed on drop).
 #![cfg(feature = "redis")]
 
-use std::process::Command;
 use std::time::Duration;
 
 use holdfast_bench::{command_counter_for, floor_for};
-use holdfast_testkit::servers::{ServerProcess, free_port, port_open, require_binary, wait_until};
+use holdfast_testkit::servers::free_port;
+use holdfast_testkit::servers::redis::RedisServer;
 
 use super::floor_checks;
 
-struct Redis {
-    url: String,
-    _server: ServerProcess,
-    _dir: tempfile::TempDir,
-}
-
-fn start_redis() -> Redis {
-    let bin = require_binary("redis-server", &[], "redis-server");
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(dir.path());
-    let log = dir.path().join("redis.log");
-    let server = ServerProcess::spawn(cmd, &log);
-    wait_until("redis-server", Duration::from_secs(10), Some(&log), || port_open(port));
-    Redis { url: format!("redis://127.0.0.1:{port}"), _server: server, _dir: dir }
+/// A redis-server of the test kit's: it is ready once it answers `PING`
+/// with `PONG`, not once its port accepts a connection (a port that another
+/// test's server took first accepts too, and resets a Redis client).
+fn start_redis() -> RedisServer {
+    RedisServer::start()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_floor_is_owner_checked_and_its_commands_are_counted() {
     let redis = start_redis();
-    let floor = floor_for(&redis.url).await.unwrap();
-    let counter = command_counter_for(&redis.url).await.unwrap().expect("redis counts its commands");
+    let floor = floor_for(&redis.url()).await.unwrap();
+    let counter = command_counter_for(&redis.url()).await.unwrap().expect("redis counts its commands");
     let before = counter.snapshot().await.unwrap();
     floor_checks::owner_checked(floor.as_ref(), "k").await;
     floor_checks::expired_key_taken_over(floor.as_ref(), "k").await;

@@ -16,7 +16,7 @@ pub(crate) const COMPOSITE_SCHEMES: &[&str] = &["layered", "fallback"];
 /// builds from a URL goes through this.
 ///
 /// ```
-/// use holdfast::redact_url;
+/// use holdfast::stores::redact_url;
 /// assert_eq!(redact_url("redis://app:s3cret@10.0.0.5:6379/0"), "redis://app:***@10.0.0.5:6379/0");
 /// assert_eq!(redact_url("postgres://app@db/x?password=s3cret"), "postgres://app@db/x?password=***");
 /// assert_eq!(redact_url("sqlite:///tmp/a@b.db"), "sqlite:///tmp/a@b.db");
