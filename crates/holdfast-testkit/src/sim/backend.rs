@@ -89,6 +89,12 @@ impl SimBackend {
 
     /// One acquire attempt; a waiting one (`reserve`) may leave a reservation.
     async fn attempt(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
+        if req.fence_floor > MAX_FENCE_FLOOR {
+            return Err(Error::invalid(
+                "fence floor",
+                format!("{} is above 2^62, the highest floor the sim takes", req.fence_floor),
+            ));
+        }
         let started = tokio::time::Instant::now().into_std();
         let req2 = req.clone();
         let acquired = self

@@ -129,7 +129,9 @@ impl StoreState {
             }
             Decision::Grant => {
                 k.entries.retain(|e| e.token != token);
-                k.counter += 1;
+                // The request's fence floor (0: none) is the least fence; the
+                // counter stands at the fence (never set to the floor below it).
+                k.counter = (k.counter + 1).max(req.fence_floor);
                 let fence = k.counter;
                 let (label, mode, expires) = (req.label.clone(), req.mode, now + req.ttl);
                 k.entries.push(Entry { token, mode, held: true, order: fence, label, expires });

@@ -15,6 +15,12 @@
 //!   exists, with a lease of `req.ttl` measured by the **store's** clock and a
 //!   fence strictly greater than every fence the store issued before for that
 //!   key, or returns `Ok(None)` if the key is busy, leaving nothing behind.
+//!   A store that declares [`Capabilities::fence_floor`] grants, when
+//!   `req.fence_floor` is set, a fence of at least that floor: the fence is
+//!   the higher of the one it would issue and the floor, and its counter
+//!   stands at that fence afterwards (so the floor never lowers a fence or
+//!   repeats one). A floor above the store's cap is
+//!   [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
 //! - [`acquire`](Backend::acquire) waits for the key, woken by the store's
 //!   notification where it has one, with a bounded fallback poll, and returns
 //!   only with a grant or an error. It does **not** ride out store failures
@@ -207,12 +213,51 @@ pub struct AcquireRequest {
     /// entry for this token, so a store that queues waiters locally lets this
     /// attempt go first (see [`until_granted`](crate::backend::wait::until_granted)).
     pub retry: bool,
+    /// Grant, if granting, a fence of at least this (0: no floor). The fence
+    /// is then `max(the fence the store would issue, fence_floor)`, and the
+    /// store's counter stands at least at it afterwards, so later fences are
+    /// above it. Honoured by the stores that declare
+    /// [`Capabilities::fence_floor`], for exclusive grants outside a fair
+    /// queue (what RedLock asks its members for: with one floor above every
+    /// member's counter, every member issues the same fence and no fence
+    /// needs writing back); ignored by the others. A floor above the store's
+    /// cap (2^52 on Redis, 2^62 on the SQL stores) is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput). A retry by the
+    /// holding token returns its grant, whatever the floor.
+    pub fence_floor: u64,
 }
 
 impl AcquireRequest {
     /// An exclusive, non-fair request with an empty label.
     pub fn new(key: LockKey, token: OwnerToken, ttl: Duration) -> Self {
-        AcquireRequest { key, token, ttl, label: String::new(), fair: false, mode: LeaseMode::Exclusive, retry: false }
+        AcquireRequest {
+            key,
+            token,
+            ttl,
+            label: String::new(),
+            fair: false,
+            mode: LeaseMode::Exclusive,
+            retry: false,
+            fence_floor: 0,
+        }
+    }
+
+    /// Sets the fence floor ([`fence_floor`](Self::fence_floor)); 0 for none.
+    pub fn with_fence_floor(mut self, floor: u64) -> Self {
+        self.fence_floor = floor;
+        self
+    }
+
+    /// The fence floor, checked against `cap`, the highest floor `store`
+    /// takes: [`Error::InvalidInput`](crate::Error::InvalidInput) above it.
+    pub(crate) fn fence_floor_within(&self, cap: u64, store: &'static str) -> crate::Result<u64> {
+        if self.fence_floor > cap {
+            return Err(crate::Error::invalid(
+                "fence floor",
+                format!("{} is above {cap}, the highest floor the {store} store takes", self.fence_floor),
+            ));
+        }
+        Ok(self.fence_floor)
     }
 
     /// Sets the kind of lease.

@@ -13,6 +13,7 @@ use holdfast_testkit::admission_cases::{Case, Expect, MAX_ORDER, Seed, token};
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod cost;
+mod floor;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]

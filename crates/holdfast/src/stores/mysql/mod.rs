@@ -266,6 +266,7 @@ impl MysqlBackend {
 
     async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
         let started = Instant::now();
+        let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)?;
         let key = req.key.as_str();
         let outcome = self
             .timed(async {
@@ -277,7 +278,7 @@ impl MysqlBackend {
                         return Ok(sql::Acquired::Busy { expires_in: Some(left) });
                     }
                 }
-                sql::acquire(&mut conn, &self.sql, key, req.token, req.ttl, &req.label).await
+                sql::acquire(&mut conn, &self.sql, key, req.token, req.ttl, &req.label, floor).await
             })
             .await?;
         Ok(match outcome {

@@ -85,7 +85,8 @@ impl Statements {
             // statement of the session. It locks the namespace's one counter
             // row until the transaction ends: grants are serialised, so two
             // acquire transactions never lock lease rows against each other.
-            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(value + 1) WHERE id = 0"),
+            // The request's fence floor (0: none) is the least next fence.
+            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(GREATEST(value + 1, ?)) WHERE id = 0"),
             // Insert, or take over an expired row (or our own row, when a
             // retry follows an attempt whose reply was lost). `expires_at` is
             // assigned last, so every condition sees the old expiry; once
@@ -205,8 +206,8 @@ pub(super) async fn peek_busy(
     Ok(us.map(left))
 }
 
-/// One short transaction: next fence, insert or take over an expired row,
-/// commit if granted, roll back (fence unchanged) if busy.
+/// One short transaction: next fence (at least `floor`), insert or take over
+/// an expired row, commit if granted, roll back (fence unchanged) if busy.
 pub(super) async fn acquire(
     conn: &mut Conn,
     s: &Statements,
@@ -214,9 +215,10 @@ pub(super) async fn acquire(
     token: OwnerToken,
     ttl: Duration,
     label: &str,
+    floor: u64,
 ) -> mysql_async::Result<Acquired> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    tx.exec_drop(s.fence_next.as_str(), ()).await?;
+    tx.exec_drop(s.fence_next.as_str(), (floor,)).await?;
     let fence = tx.last_insert_id();
     let label: String = label.chars().take(255).collect();
     tx.exec_drop(s.grant.as_str(), (key.as_bytes(), &token.to_bytes()[..], label, micros(ttl))).await?;

@@ -193,6 +193,8 @@ impl PostgresBackend {
     /// [`acquire_free`](Statements::acquire_free): it registers nothing.
     pub(super) async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let started = Instant::now();
+        // At most 2^62: fits the signed bigint counter.
+        let floor = req.fence_floor_within(MAX_FENCE_FLOOR, STORE)? as i64;
         let token = req.token.to_bytes();
         let token = &token[..];
         let ttl_ms = req.ttl.as_millis() as i64;
@@ -201,22 +203,24 @@ impl PostgresBackend {
         // Other waiters of this key in this client: the new row starts wanted.
         let others_wait = self.inner.waiting.count(key) > usize::from(waiting);
         let rows = if waiting {
-            let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            let params: [(&(dyn ToSql + Sync), Type); 7] = [
                 (&key, Type::TEXT),
                 (&token, Type::BYTEA),
                 (&ttl_ms, Type::INT8),
                 (&req.label, Type::TEXT),
                 (&register, Type::BOOL),
                 (&others_wait, Type::BOOL),
+                (&floor, Type::INT8),
             ];
             self.query("acquire", Some(key), Stmt::Acquire, &params).await?
         } else {
-            let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            let params: [(&(dyn ToSql + Sync), Type); 6] = [
                 (&key, Type::TEXT),
                 (&token, Type::BYTEA),
                 (&ttl_ms, Type::INT8),
                 (&req.label, Type::TEXT),
                 (&others_wait, Type::BOOL),
+                (&floor, Type::INT8),
             ];
             self.query("acquire", Some(key), Stmt::AcquireFree, &params).await?
         };

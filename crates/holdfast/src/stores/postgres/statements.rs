@@ -147,10 +147,10 @@ impl Statements {
                      RETURNING 1
                  )
                  {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w)",
-                grant = grant_ctes(&t, &f, "$6"),
+                grant = grant_ctes(&t, &f, "$6", "$7"),
             ),
             // `acquire` without `w`.
-            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false", grant = grant_ctes(&t, &f, "$5")),
+            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false", grant = grant_ctes(&t, &f, "$5", "$6")),
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
             // its commit; payload = the key.
@@ -292,14 +292,15 @@ const GRANT_COLUMNS: &str = "SELECT (SELECT fence FROM ins), (SELECT fence FROM 
 /// The CTEs `cur`, `f`, `ins` and `mine` of the acquire statements (see
 /// `acquire` in [`Statements::new`]), up to and without the closing
 /// parenthesis of `mine`, on lease table `t` and fence table `f`; `wanted`
-/// is the parameter a new row's `wanted` starts from.
-fn grant_ctes(t: &str, f: &str, wanted: &str) -> String {
+/// is the parameter a new row's `wanted` starts from, `floor` the request's
+/// fence floor (0: none; the fence is at least it, and the counter with it).
+fn grant_ctes(t: &str, f: &str, wanted: &str, floor: &str) -> String {
     format!(
         "WITH cur AS (
                      SELECT token, fence, expires_at, wanted FROM {t}
                      WHERE key = $1 AND expires_at > clock_timestamp()
                  ), f AS (
-                     UPDATE {f} SET value = value + 1
+                     UPDATE {f} SET value = greatest(value + 1, {floor}::int8)
                      WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
                      RETURNING value
                  ), ins AS (

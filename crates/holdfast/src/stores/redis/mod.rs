@@ -180,13 +180,14 @@ impl RedisBackend {
     /// fair queue's call is in fair.rs.)
     async fn attempt(&self, req: &AcquireRequest, waiting: bool) -> Result<Attempt> {
         let config = &self.inner.config;
+        let floor = req.fence_floor_within(MAX_FENCE_FLOOR, STORE)?;
         let which = hot_path_keys(config, &[H, Q, E]);
         let mut inv = self.inner.scripts.acquire.call(which.len());
         for &which in which {
             inv.key_parts(&key_parts(&config.prefix, &req.key, which));
         }
         inv.arg(&req.token.hex_digits()[..]).arg(ms(req.ttl)).arg(&req.label);
-        inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 });
+        inv.arg(ms(config.fence_keep)).arg(if waiting { waiter_horizon(config) } else { 0 }).arg(floor);
         let started = Instant::now();
         let generation = self.track(&self.inner.conn, &mut inv);
         let (granted, value): (i64, i64) = self.invoke(&inv).await?;

@@ -130,6 +130,8 @@ impl SqliteBackend {
     /// its mode keeps one.
     async fn attempt(&self, req: &AcquireRequest, peek: bool, reserve: bool) -> Result<Attempt> {
         let started = Instant::now();
+        // At most 2^62: fits the signed INTEGER counter.
+        let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)? as i64;
         let (key, token, ttl, label, mode) =
             (req.key.as_str().to_owned(), req.token, req.ttl, req.label.clone(), req.mode);
         let outcome = self
@@ -141,7 +143,7 @@ impl SqliteBackend {
                         return Ok(busy);
                     }
                 }
-                sql::acquire(conn, &key, token, mode, ttl, &label, reserve)
+                sql::acquire(conn, &key, token, mode, ttl, &label, reserve, floor)
             })
             .await?;
         match outcome {

@@ -140,8 +140,9 @@ pub(super) fn peek(
 }
 
 /// One `BEGIN IMMEDIATE` transaction: grant `key` to `token` in `mode` if the
-/// admission rule allows it; if not and `reserve`, leave (or refresh) the
-/// request's reservation.
+/// admission rule allows it, with a fence of at least `floor`; if not and
+/// `reserve`, leave (or refresh) the request's reservation.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn acquire(
     conn: &mut Connection,
     key: &str,
@@ -150,6 +151,7 @@ pub(super) fn acquire(
     ttl: Duration,
     label: &str,
     reserve: bool,
+    floor: i64,
 ) -> rusqlite::Result<Acquired> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
@@ -166,7 +168,7 @@ pub(super) fn acquire(
             Acquired::Granted { fence }
         }
         Decision::Grant => {
-            let fence = next_fence(&tx)?;
+            let fence = next_fence_from(&tx, floor)?;
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO holdfast_grants
                    (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
@@ -198,6 +200,16 @@ pub(super) fn acquire(
 fn next_fence(tx: &Connection) -> rusqlite::Result<i64> {
     tx.prepare_cached("UPDATE holdfast_fence SET value = value + 1 WHERE id = 0 RETURNING value")?
         .query_row([], |r| r.get(0))
+}
+
+/// The next fence, at least `floor` (a request's fence floor; 0: none): the
+/// counter becomes it, so later fences are above it.
+fn next_fence_from(tx: &Connection, floor: i64) -> rusqlite::Result<i64> {
+    if floor == 0 {
+        return next_fence(tx);
+    }
+    tx.prepare_cached("UPDATE holdfast_fence SET value = max(value + 1, ?1) WHERE id = 0 RETURNING value")?
+        .query_row([floor], |r| r.get(0))
 }
 
 /// Rows of holders that died this long ago are swept.

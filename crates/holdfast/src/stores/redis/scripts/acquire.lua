@@ -1,7 +1,8 @@
 -- Non-fair acquire. KEYS: H, and in a cluster Q and E (elsewhere the script
 -- names them H:q and H:e itself: one hash tag; see hot_path_keys in keys.rs).
 -- ARGV: token, ttl_ms, label, fence_keep_ms, waiter horizon ms (0: a try, or
--- a first attempt made before subscribing).
+-- a first attempt made before subscribing), fence floor (0: none; a grant's
+-- fence is at least the floor, and f, the last fence, becomes it).
 -- Returns {1, fence} when granted, {0, ms_left} when busy (-1: wait on the fair queue).
 -- The hot path of every lock, written for the server's time (issue 33):
 -- one HMGET of the fields it uses, TIME, one HSET (and a PEXPIREAT once per
@@ -39,6 +40,8 @@ end
 local f = tonumber(v[2] or '0') or 0
 local us = sec * 1000000 + usec
 if f >= us then f = f + 1 else f = us end
+local floor = tonumber(ARGV[6]) or 0
+if floor > f then f = floor end
 local lease_end = now + tonumber(ARGV[2])
 local keep = tonumber(ARGV[4])
 if e < lease_end + keep then
