@@ -49,6 +49,8 @@ mod redis_cluster;
 mod redis_sentinel;
 #[path = "redlock.rs"]
 mod redlock;
+#[path = "redlock_rounds.rs"]
+mod redlock_rounds;
 #[path = "registry.rs"]
 mod registry;
 #[path = "segmented.rs"]

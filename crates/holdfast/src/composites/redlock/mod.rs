@@ -10,10 +10,9 @@
 //! # How a grant is made
 //!
 //! 1. One round asks every member at once, each call bounded by a short
-//!    timeout (`call_timeout_ms`, 250 ms), with a token of the round's own.
-//!    A waiter asks the first member that answers before the others, and
-//!    the others only if it granted: waiters queue on that member, and a
-//!    round that would not count never holds a majority.
+//!    timeout (`call_timeout_ms`, 250 ms), with a token of the round's own
+//!    and a fence floor (below): the first round of a waiting `acquire` as
+//!    of a `try_acquire`, so an uncontended acquire is one round trip.
 //! 2. With a majority granted, the fence is the highest fence any granting
 //!    member issued, written back (raised with max, never overwritten) to
 //!    every granting member that issued a lower one. The grant counts only if
@@ -27,6 +26,47 @@
 //!    other's next member: split votes resolve without a stall. A round that
 //!    still fails releases everything and the next one starts after a
 //!    jittered delay.
+//!
+//! # The fence floor: no write-back when the members agree
+//!
+//! Each round carries a floor
+//! ([`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)):
+//! one above the highest fence this lock saw for the key, or on members
+//! whose fences follow a clock (Redis) the client's clock plus a call
+//! timeout (see `floors.rs`). A member grants `max(its next fence, floor)`,
+//! so when the floor is above every granting member's counter they all
+//! answer the same fence and step 2 writes nothing back. Whether to write
+//! back is read from each member's answer, never from the floor the client
+//! sent: a stale floor (another client granted since, a member's counter
+//! ran ahead) leaves the answers apart, and the members below the highest
+//! are written back as before. Any floor is safe; a stale one costs a
+//! write-back, a high one a gap in the fences.
+//!
+//! # Why the first round of a waiting acquire asks every member at once
+//!
+//! It used to ask the first member alone, and the others only if that one
+//! granted (waiters queue on the first member). Two things are kept:
+//!
+//! - **A round that does not count never holds a majority.** The first
+//!   round counts any majority it gets, as `try_acquire`'s does; a round
+//!   without a majority holds a minority, which `status` and an election's
+//!   observer never take for a holder (they need a majority naming one
+//!   fence). Counting only a majority that includes the first member (so
+//!   as not to pass a waiter that holds it) would break this: a majority of
+//!   the others, held but not counted, all answering the floor's fence,
+//!   would show a holder that never held. (A counted round can still fail
+//!   its validity check after a majority answered alike: only when the
+//!   round took nearly a whole TTL, as for `try_acquire`.)
+//! - **Split votes resolve without a stall.** Rivals that each got a
+//!   minority in their first round release it and wait in the members'
+//!   order (step 3), as before.
+//!
+//! What is given up: a waiter that holds the first member and waits on the
+//! next one in order can be passed by a round that gets all the others at
+//! once (the client that just released, typically). It is passed only while
+//! that round wins its race at the member the waiter waits on, which the
+//! waiter's notification makes even; the waiter's own round stays valid
+//! meanwhile, and it gets the key once it wins one race.
 //!
 //! The lease counts as held while a majority holds it; renewals go to every
 //! member and succeed with a majority; a release goes to every member.
@@ -77,6 +117,7 @@
 //! (`tests/redlock`).
 
 mod config;
+mod floors;
 mod quorum;
 mod rounds;
 
@@ -94,7 +135,8 @@ use crate::backend::{AcquireRequest, Backend, Grant, HolderInfo, LockStatus, Ren
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
-use quorum::Members;
+use floors::Floors;
+use quorum::{Members, Vote};
 use rounds::Rounds;
 
 /// Delays between failed rounds of a waiting acquire: doubling, jittered.
@@ -110,6 +152,7 @@ const SPLIT_WAIT_CALLS: u32 = 4;
 pub struct RedLock {
     members: Members,
     rounds: Rounds,
+    floors: Floors,
 }
 
 impl RedLock {
@@ -141,6 +184,7 @@ impl RedLock {
         Ok(RedLock {
             members: Members { stores: members, call_timeout: DEFAULT_CALL_TIMEOUT },
             rounds: Rounds::default(),
+            floors: Floors::default(),
         })
     }
 
@@ -163,26 +207,41 @@ impl RedLock {
         config::open_url(url, connect).await
     }
 
-    /// A request like `req` under the round token `round`.
-    fn round_request(req: &AcquireRequest, round: OwnerToken) -> AcquireRequest {
+    /// The next round of `req`'s acquisition: under a round token of its
+    /// own (see [`rounds`]) and with the key's fence floor (see [`floors`];
+    /// a floor the caller set is not RedLock's to honour, since it does not
+    /// declare [`Capabilities::fence_floor`]).
+    fn round_request(&self, req: &AcquireRequest) -> AcquireRequest {
         let mut r = req.clone();
-        r.token = round;
+        r.token = self.rounds.next(&req.key, req.token, req.ttl);
+        r.fence_floor = self.floors.next(&req.key, self.members.call_timeout);
         r
     }
 
-    /// One round of tries on every member: the grant, the number of
+    /// Remembers the fences `votes` issued, for the next round's floor.
+    fn saw(&self, key: &LockKey, votes: &[Vote]) {
+        if let Some(fence) = votes.iter().map(|v| v.grant.fence).max() {
+            self.floors.saw(key, fence);
+        }
+    }
+
+    /// Completes a round that got a majority (see [`Members::complete`]).
+    async fn complete(&self, round: &AcquireRequest, votes: Vec<Vote>) -> Option<Grant> {
+        self.saw(&round.key, &votes);
+        self.members.complete(round, votes).await
+    }
+
+    /// One round of tries on every member at once: the grant, the number of
     /// members that granted if it did not count (busy), or the error of a
-    /// majority of members failing. A waiting acquire
-    /// (`queued`) counts a majority only if it includes the first member
-    /// that answered, where waiters queue: taking the key on the other
-    /// members past a waiter that holds the first one would let a process
-    /// that just released keep a contended key to itself.
-    async fn try_round(&self, round: &AcquireRequest, queued: bool) -> Result<std::result::Result<Grant, usize>> {
-        let tally = if queued { self.members.try_queued(round).await } else { self.members.try_all(round).await };
+    /// majority of members failing. Any majority counts, so a round that
+    /// does not count never holds one (module docs).
+    async fn try_round(&self, round: &AcquireRequest) -> Result<std::result::Result<Grant, usize>> {
+        let tally = self.members.try_all(round).await;
         let majority = self.majority();
         let votes = tally.votes.len();
-        if votes >= majority && (!queued || tally.has_first()) {
-            return Ok(self.members.complete(round, tally.votes).await.ok_or(votes));
+        self.saw(&round.key, &tally.votes);
+        if votes >= majority {
+            return Ok(self.complete(round, tally.votes).await.ok_or(votes));
         }
         if self.members.stores.len() - tally.failed < majority {
             // Too many members failed for a majority: a store error, not "busy".
@@ -230,8 +289,8 @@ impl Backend for RedLock {
     }
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
-        let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
-        let votes = match self.try_round(&round, false).await? {
+        let round = self.round_request(req);
+        let votes = match self.try_round(&round).await? {
             Ok(grant) => {
                 self.rounds.granted(&req.key, req.token, round.token);
                 return Ok(Some(grant));
@@ -249,10 +308,11 @@ impl Backend for RedLock {
         // in most contended tries). One more try, in the members' order,
         // settles it, as waiting rounds do; the uncontended case keeps its
         // single round.
-        let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
+        let round = self.round_request(req);
         let held = self.members.try_in_order(&round, self.members.call_timeout * SPLIT_WAIT_CALLS).await;
+        self.saw(&req.key, &held);
         if held.len() >= self.majority() {
-            if let Some(grant) = self.members.complete(&round, held).await {
+            if let Some(grant) = self.complete(&round, held).await {
                 self.rounds.granted(&req.key, req.token, round.token);
                 return Ok(Some(grant));
             }
@@ -264,8 +324,8 @@ impl Backend for RedLock {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let mut delay = ROUND_DELAYS.min;
         loop {
-            let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
-            match self.try_round(&round, true).await {
+            let round = self.round_request(req);
+            match self.try_round(&round).await {
                 Ok(Ok(grant)) => {
                     self.rounds.granted(&req.key, req.token, round.token);
                     return Ok(grant);
@@ -275,10 +335,11 @@ impl Backend for RedLock {
                     // members in order under a fresh round token (a late
                     // release of this round cannot touch the next one).
                     let _ = self.release_rounds(&req.key, req.token).await;
-                    let round = Self::round_request(req, self.rounds.next(&req.key, req.token, req.ttl));
+                    let round = self.round_request(req);
                     let held = self.members.wait_in_order(&round).await;
+                    self.saw(&req.key, &held);
                     if held.len() >= self.majority() {
-                        if let Some(grant) = self.members.complete(&round, held).await {
+                        if let Some(grant) = self.complete(&round, held).await {
                             self.rounds.granted(&req.key, req.token, round.token);
                             return Ok(grant);
                         }

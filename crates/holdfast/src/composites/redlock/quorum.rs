@@ -42,15 +42,10 @@ pub(super) struct Tally {
     pub(super) votes: Vec<Vote>,
     pub(super) failed: usize,
     pub(super) error: Option<Error>,
-    /// The first member (in order) that answered.
-    pub(super) first_answering: Option<usize>,
 }
 
 impl Tally {
     fn count(&mut self, member: usize, out: Result<Option<Grant>>) {
-        if out.is_ok() && self.first_answering.is_none() {
-            self.first_answering = Some(member);
-        }
         match out {
             Ok(Some(grant)) => self.votes.push(Vote { member, grant }),
             Ok(None) => {}
@@ -59,12 +54,6 @@ impl Tally {
                 self.error.get_or_insert(e);
             }
         }
-    }
-
-    /// Whether the first member that answered granted: waiters queue on it,
-    /// so a round that did not get it must not take the key past them.
-    pub(super) fn has_first(&self) -> bool {
-        self.first_answering.is_some_and(|first| self.votes.iter().any(|v| v.member == first))
     }
 }
 
@@ -103,40 +92,14 @@ impl Members {
 
     /// One try on every member at once, with `req` (a round's token).
     pub(super) async fn try_all(&self, req: &AcquireRequest) -> Tally {
-        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
-        self.try_from(req, 0, &mut tally).await;
-        tally
-    }
-
-    /// One try for a waiter: the members in order until one answers, and
-    /// the rest at once only if that one granted. A waiter that does not get
-    /// the first member touches no other, so no majority forms for a round
-    /// that would not count (a `status` or an election's observer would see
-    /// a holder that never held).
-    pub(super) async fn try_queued(&self, req: &AcquireRequest) -> Tally {
-        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None, first_answering: None };
-        for (member, store) in self.stores.iter().enumerate() {
-            let out = self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await;
-            let answered = out.is_ok();
-            tally.count(member, out);
-            if answered {
-                if tally.has_first() {
-                    self.try_from(req, member + 1, &mut tally).await;
-                }
-                break;
-            }
-        }
-        tally
-    }
-
-    /// Tries the members from `first` on at once, counting them in `tally`.
-    async fn try_from(&self, req: &AcquireRequest, first: usize, tally: &mut Tally) {
-        let calls = self.stores.iter().enumerate().skip(first).map(|(i, store)| async move {
+        let calls = self.stores.iter().enumerate().map(|(i, store)| async move {
             (i, self.call(i, "acquire", store.try_acquire(req), self.call_timeout).await)
         });
+        let mut tally = Tally { votes: Vec::new(), failed: 0, error: None };
         for (member, out) in join_all(calls).await {
             tally.count(member, out);
         }
+        tally
     }
 
     /// Waits on the members in their order (the same in every client, so
@@ -214,7 +177,10 @@ impl Members {
         let fence = votes.iter().map(|v| v.grant.fence).max()?;
         let raises = votes.iter().map(|v| async move {
             if v.grant.fence >= fence {
-                // Its counter already stands at the fence.
+                // Its counter already stands at the fence: read from its
+                // answer, whatever floor was sent (a client that skipped the
+                // write-back because it believed its floor above the counters
+                // lets fences go back: model variant `ClientTrustsFloor`).
                 return true;
             }
             let raise = self.stores[v.member].raise_fence(&req.key, req.token, fence);
