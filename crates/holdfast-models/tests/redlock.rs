@@ -44,9 +44,12 @@ fn c_validity_before_write_back_lets_the_fence_go_backwards() {
 #[test]
 fn d_shipped_design_holds_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = RedlockModel::new(RedlockVariant::Shipped).symmetric_checker().spawn_dfs().join();
+    let model = RedlockModel::new(RedlockVariant::Shipped);
+    assert!(model.floors > 0, "the shipped design sends floors: explore them");
+    let checker = model.symmetric_checker().spawn_dfs().join();
     println!(
-        "redlock Shipped: complete={} unique states={} (one per symmetry class) in {:.1?}",
+        "redlock Shipped (floors 0..={}): complete={} unique states={} (one per symmetry class) in {:.1?}",
+        RedlockModel::new(RedlockVariant::Shipped).floors,
         checker.is_done(),
         checker.unique_state_count(),
         started.elapsed()
@@ -70,6 +73,20 @@ fn f_shipped_design_without_the_drift_margin_breaks_exclusion() {
     // The validity must subtract the drift: with a store clock running a tick
     // fast, a key expires while its holder still counts on it. Two attempts
     // are enough for that and keep the search short.
-    let model = RedlockModel { drift_margin: 0, attempts: 2, ..RedlockModel::new(RedlockVariant::Shipped) };
+    let model = RedlockModel { drift_margin: 0, attempts: 2, floors: 0, ..RedlockModel::new(RedlockVariant::Shipped) };
     assert_counterexamples_in(model, &[MUTUAL_EXCLUSION]);
+}
+
+#[test]
+fn g_skipping_the_write_back_on_the_clients_belief_lets_the_fence_go_backwards() {
+    // The client sent a floor and skips the write-back, believing every
+    // member's counter was below it; a stale floor leaves a member behind.
+    assert_counterexamples(RedlockVariant::ClientTrustsFloor, &[FENCES_INCREASE, NO_STALE_WRITE]);
+}
+
+#[test]
+fn h_a_store_that_sets_its_counter_to_the_floor_repeats_a_fence() {
+    // `counter = floor` instead of `max(counter + 1, floor)`: a floor at or
+    // below the counter issues a fence already granted.
+    assert_counterexamples(RedlockVariant::FloorSetsCounter, &[FENCES_INCREASE, NO_STALE_WRITE]);
 }

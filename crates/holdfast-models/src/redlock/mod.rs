@@ -1,12 +1,16 @@
 //! Model 1: a fenced RedLock over [`STORES`] independent stores.
 //!
 //! Each store keeps, for the one key, a holder token with an expiry (by the
-//! store's clock) and a fence counter. A client sends one token to every store;
-//! a store grants when the key is free or expired and answers with its counter
-//! bumped. Once a majority granted, the client picks the fence as the maximum
-//! of their counters and (depending on the [`RedlockVariant`]) writes it back,
-//! then counts itself granted if its validity, `ttl - elapsed - drift` by its own
-//! clock from before it sent the acquire, is still positive.
+//! store's clock) and a fence counter. A client sends one token to every store
+//! at once (the first round of `acquire` and `try_acquire` alike), with a
+//! fence floor: any floor, stale or too low included, as a client's cache of
+//! the last fence it saw may be. A store grants when the key is free or
+//! expired and answers with its fence, `max(counter + 1, floor)`, which its
+//! counter becomes. Once a majority granted, the client picks the fence as
+//! the maximum of their answers and (depending on the [`RedlockVariant`])
+//! writes it back to the members whose answer was lower, then counts itself
+//! granted if its validity, `ttl - elapsed - drift` by its own clock from
+//! before it sent the acquire, is still positive.
 //!
 //! The network is [`crate::network::Network`] (lossy, reordering); time and drift
 //! are [`crate::clock`]'s abstraction (store clocks run ahead of the clients'). The model is hand-written rather than built
@@ -37,18 +41,51 @@ pub enum RedlockVariant {
     /// (c) The fence is written back with max, but the client counts itself
     /// granted before the write-back was acknowledged.
     ValidityBeforeWriteBack,
-    /// (d) The shipped design: max write-back to the granting majority, validity
-    /// checked after a majority acknowledged it.
+    /// (d) The shipped design: max write-back to the members of the granting
+    /// majority whose answer was below the fence (a member that answered the
+    /// fence already stands there), validity checked after a majority stands
+    /// at the fence; acquires carry any floor.
     Shipped,
     /// (e) The shipped design, with one store restarting without persistence
     /// (losing its key and counter) at any moment.
     ShippedWithRestart,
+    /// (g) The shipped design, but a client that sent a floor skips the
+    /// write-back, believing every member's counter was below its floor (so
+    /// that all answered the floor), instead of reading it in the answers.
+    ClientTrustsFloor,
+    /// (h) The shipped design, but a store given a floor *sets* its counter
+    /// to the floor instead of `max(counter + 1, floor)`.
+    FloorSetsCounter,
 }
 
 impl RedlockVariant {
     /// Whether the client writes the chosen fence back before it holds.
     pub fn writes_back_before_holding(self) -> bool {
-        matches!(self, Self::OverwritingWriteBack | Self::Shipped | Self::ShippedWithRestart)
+        matches!(
+            self,
+            Self::OverwritingWriteBack
+                | Self::Shipped
+                | Self::ShippedWithRestart
+                | Self::ClientTrustsFloor
+                | Self::FloorSetsCounter
+        )
+    }
+
+    /// Whether the write-back skips the members whose answer was the fence
+    /// (they count as acknowledged at once): the shipped design and the
+    /// variants of it; the older variants write back to the whole majority.
+    pub fn skips_members_at_the_fence(self) -> bool {
+        matches!(self, Self::Shipped | Self::ShippedWithRestart | Self::ClientTrustsFloor | Self::FloorSetsCounter)
+    }
+
+    /// Whether a client that sent a floor skips the write-back (g).
+    pub fn trusts_its_floor(self) -> bool {
+        matches!(self, Self::ClientTrustsFloor)
+    }
+
+    /// Whether a store sets its counter to a floor instead of raising it (h).
+    pub fn floor_sets_counter(self) -> bool {
+        matches!(self, Self::FloorSetsCounter)
     }
 
     /// Whether a write-back sets the counter (true) or raises it (false).
@@ -74,6 +111,13 @@ pub const NO_STALE_WRITE: &str = "the register accepts no write from an older gr
 /// would prove nothing about them).
 pub const THIRD_GRANT_REACHED: &str = "a third grant is made";
 
+/// The highest floor a client sends in the checked configuration: with three
+/// attempts no counter passes 3 by grants alone, so floors 0 to 2 are below,
+/// at and above the counters a grant meets (a floor of 2 against counters
+/// 0 and 1 makes a majority answer alike; against counters 2 and 3 it is
+/// stale). Floors up to 3 add no new ordering and multiply the space.
+pub const FLOORS: u8 = 2;
+
 /// The model and its configuration.
 #[derive(Clone, Debug)]
 pub struct RedlockModel {
@@ -88,6 +132,9 @@ pub struct RedlockModel {
     pub drift_margin: u8,
     /// Acquisition attempts all clients together may make.
     pub attempts: u8,
+    /// The highest fence floor a client may send; it sends any floor from 0
+    /// (none) up to this one, so stale and too-low floors are covered.
+    pub floors: u8,
     /// Whether every successor state is replaced by its symmetry class's
     /// representative, so that a breadth-first search (which stateright runs
     /// without symmetry reduction) explores the reduced space too.
@@ -97,9 +144,15 @@ pub struct RedlockModel {
 impl RedlockModel {
     /// The checked configuration: TTL 2 ticks, drift 1 tick (a validity window
     /// of one tick), three attempts in total (the fence hazards need three
-    /// grants; TTL 3 makes the space about five times larger).
+    /// grants; TTL 3 makes the space about five times larger), floors up to
+    /// [`FLOORS`] (see there) for the designs that send floors, none for the
+    /// older variants (a, b, c, e), which predate them.
     pub fn new(variant: RedlockVariant) -> Self {
-        Self { variant, ttl: 2, drift: 1, drift_margin: 1, attempts: 3, representatives_only: false }
+        let floors = match variant {
+            RedlockVariant::Shipped | RedlockVariant::ClientTrustsFloor | RedlockVariant::FloorSetsCounter => FLOORS,
+            _ => 0,
+        };
+        Self { variant, ttl: 2, drift: 1, drift_margin: 1, attempts: 3, floors, representatives_only: false }
     }
 
     /// The checker for this model, exploring one state per symmetry class
@@ -143,8 +196,9 @@ pub enum RedlockAction {
     Tick,
     /// One store's clock runs a tick ahead of the clients' (drift).
     StoreClockRunsAhead(u8),
-    /// A client starts an acquisition attempt with a fresh token.
-    StartAttempt(u8),
+    /// A client starts an acquisition attempt with a fresh token and a fence
+    /// floor (0: none).
+    StartAttempt(u8, u8),
     /// The network delivers a message.
     Deliver(Message),
     /// A store restarts without persistence.
@@ -158,7 +212,10 @@ impl fmt::Display for RedlockAction {
             Self::StoreClockRunsAhead(store) => {
                 write!(f, "S{}'s clock runs a tick ahead", store + 1)
             }
-            Self::StartAttempt(client) => write!(f, "{} sends acquire to all stores", client_name(client)),
+            Self::StartAttempt(client, 0) => write!(f, "{} sends acquire to all stores", client_name(client)),
+            Self::StartAttempt(client, floor) => {
+                write!(f, "{} sends acquire, floor {floor}, to all stores", client_name(client))
+            }
             Self::Deliver(message) => write!(f, "deliver: {message}"),
             Self::RestartStore(store) => write!(f, "S{} restarts empty", store + 1),
         }
@@ -188,7 +245,9 @@ impl Model for RedlockModel {
             // earlier only moves the next attempt's start earlier, and its
             // messages can be delayed to land just as late.
             if *phase == Phase::Idle && state.attempts_left > 0 {
-                actions.push(RedlockAction::StartAttempt(index as u8));
+                for floor in 0..=self.floors {
+                    actions.push(RedlockAction::StartAttempt(index as u8, floor));
+                }
             }
         }
         for message in state.network.distinct() {

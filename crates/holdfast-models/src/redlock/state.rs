@@ -23,14 +23,16 @@ pub const MAJORITY: usize = STORES / 2 + 1;
 /// A store that refuses sends nothing: a refusal changes nothing at a client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Message {
-    /// Take the key if it is free or expired.
+    /// Take the key if it is free or expired, with a fence of at least `floor`.
     Acquire {
         /// The client whose attempt is waiting for the answer.
         from: Option<u8>,
         /// The store asked.
         store: u8,
+        /// The fence floor (0: none).
+        floor: u8,
     },
-    /// The store granted: its fence counter after the bump.
+    /// The store granted: its fence, which its counter now stands at.
     AcquireReply {
         /// The client answered.
         client: u8,
@@ -87,6 +89,9 @@ pub enum Phase {
         elapsed: u8,
         /// Each store's grant (its counter) once it arrived.
         granted: [Option<u8>; STORES],
+        /// Whether it sent a floor and will trust it (variant g only; false
+        /// elsewhere, so that the floor adds no states where it is not read).
+        trusts_floor: bool,
     },
     /// A majority granted; the chosen fence is being written back to it.
     WritingBack {
@@ -161,8 +166,11 @@ fn sender(from: Option<u8>) -> String {
 impl fmt::Display for Message {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Message::Acquire { from, store } => {
+            Message::Acquire { from, store, floor: 0 } => {
                 write!(f, "acquire {}->S{}", sender(from), store + 1)
+            }
+            Message::Acquire { from, store, floor } => {
+                write!(f, "acquire floor {floor} {}->S{}", sender(from), store + 1)
             }
             Message::AcquireReply { client, store, counter } => {
                 write!(f, "S{} grants {} counter {counter}", store + 1, client_name(client))
@@ -193,7 +201,7 @@ impl fmt::Display for RedlockState {
             let name = client_name(index as u8);
             match *phase {
                 Phase::Idle => write!(f, "{name}:idle ")?,
-                Phase::Acquiring { elapsed, granted } => {
+                Phase::Acquiring { elapsed, granted, .. } => {
                     let grants: Vec<String> = (0..STORES)
                         .filter_map(|store| granted[store].map(|counter| format!("S{}:{counter}", store + 1)))
                         .collect();

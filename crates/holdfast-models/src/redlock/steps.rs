@@ -28,11 +28,12 @@ pub fn next_state(model: &RedlockModel, state: &RedlockState, action: RedlockAct
             store.clock.run_ahead();
             count_down(&mut store.remaining);
         }
-        RedlockAction::StartAttempt(client) => {
+        RedlockAction::StartAttempt(client, floor) => {
             next.attempts_left = next.attempts_left.checked_sub(1)?;
-            next.clients[usize::from(client)] = Phase::Acquiring { elapsed: 0, granted: [None; STORES] };
+            let trusts_floor = floor > 0 && model.variant.trusts_its_floor();
+            next.clients[usize::from(client)] = Phase::Acquiring { elapsed: 0, granted: [None; STORES], trusts_floor };
             for store in 0..STORES as u8 {
-                next.network.send(Message::Acquire { from: Some(client), store });
+                next.network.send(Message::Acquire { from: Some(client), store, floor });
             }
         }
         RedlockAction::Deliver(message) => {
@@ -54,11 +55,15 @@ pub fn next_state(model: &RedlockModel, state: &RedlockState, action: RedlockAct
 
 fn deliver(model: &RedlockModel, state: &mut RedlockState, message: Message) {
     match message {
-        Message::Acquire { from, store } => {
+        Message::Acquire { from, store, floor } => {
             let entry = &mut state.stores[usize::from(store)];
             if entry.remaining == 0 {
                 entry.remaining = model.ttl;
-                entry.counter += 1;
+                entry.counter = if model.variant.floor_sets_counter() && floor > 0 {
+                    floor
+                } else {
+                    (entry.counter + 1).max(floor)
+                };
                 if let Some(client) = from {
                     let counter = entry.counter;
                     state.network.send(Message::AcquireReply { client, store, counter });
@@ -81,10 +86,10 @@ fn deliver(model: &RedlockModel, state: &mut RedlockState, message: Message) {
 }
 
 fn receive_grant(model: &RedlockModel, state: &mut RedlockState, client: u8, store: u8, counter: u8) {
-    let Phase::Acquiring { elapsed, granted } = &mut state.clients[usize::from(client)] else {
+    let Phase::Acquiring { elapsed, granted, trusts_floor } = &mut state.clients[usize::from(client)] else {
         return;
     };
-    let elapsed = *elapsed;
+    let (elapsed, trusts_floor) = (*elapsed, *trusts_floor);
     granted[usize::from(store)] = Some(counter);
     let granted = *granted;
     if granted.iter().flatten().count() < MAJORITY {
@@ -92,7 +97,16 @@ fn receive_grant(model: &RedlockModel, state: &mut RedlockState, client: u8, sto
     }
     // The majority is in: the fence is the highest counter among it.
     let fence = granted.iter().flatten().copied().max().unwrap_or(0);
-    let written = granted.map(|grant| grant.is_some());
+    if trusts_floor {
+        // (g): it sent a floor and believes every member answered it.
+        hold_if_valid(model, state, client, elapsed, fence);
+        return;
+    }
+    // A member whose answer was the fence stands at it already: no write to
+    // it, and it counts as acknowledged (as `complete` skips it).
+    let skip = model.variant.skips_members_at_the_fence();
+    let written = granted.map(|grant| grant.is_some_and(|counter| !skip || counter < fence));
+    let acked = granted.map(|grant| skip && grant == Some(fence));
     let write_back = |state: &mut RedlockState| {
         for store in 0..STORES as u8 {
             if written[usize::from(store)] {
@@ -101,8 +115,14 @@ fn receive_grant(model: &RedlockModel, state: &mut RedlockState, client: u8, sto
         }
     };
     if model.variant.writes_back_before_holding() {
+        if acked.iter().filter(|ack| **ack).count() >= MAJORITY {
+            // The majority answered alike (the floor was above its counters):
+            // nothing to write back, one round.
+            hold_if_valid(model, state, client, elapsed, fence);
+            return;
+        }
         write_back(state);
-        state.clients[usize::from(client)] = Phase::WritingBack { elapsed, fence, written, acked: [false; STORES] };
+        state.clients[usize::from(client)] = Phase::WritingBack { elapsed, fence, written, acked };
         return;
     }
     let holds = hold_if_valid(model, state, client, elapsed, fence);
@@ -164,8 +184,10 @@ fn normalize(model: &RedlockModel, state: &mut RedlockState) {
         _ => true,
     });
     state.network.rewrite(|message| match message {
-        Message::Acquire { from: Some(client), store } if !matches!(phase_of(client), Phase::Acquiring { .. }) => {
-            Message::Acquire { from: None, store }
+        Message::Acquire { from: Some(client), store, floor }
+            if !matches!(phase_of(client), Phase::Acquiring { .. }) =>
+        {
+            Message::Acquire { from: None, store, floor }
         }
         Message::WriteBack { from: Some(client), store, fence }
             if !matches!(phase_of(client), Phase::WritingBack { .. }) =>

@@ -38,7 +38,9 @@ fn renamed(state: &RedlockState, stores: &[usize; STORES], clients: &[usize; CLI
     }
     for (old, phase) in state.clients.iter().enumerate() {
         next.clients[clients[old]] = match *phase {
-            Phase::Acquiring { elapsed, granted } => Phase::Acquiring { elapsed, granted: permute(&granted, stores) },
+            Phase::Acquiring { elapsed, granted, trusts_floor } => {
+                Phase::Acquiring { elapsed, granted: permute(&granted, stores), trusts_floor }
+            }
             Phase::WritingBack { elapsed, fence, written, acked } => Phase::WritingBack {
                 elapsed,
                 fence,
@@ -49,7 +51,9 @@ fn renamed(state: &RedlockState, stores: &[usize; STORES], clients: &[usize; CLI
         };
     }
     next.network.rewrite(|message| match message {
-        Message::Acquire { from, store } => Message::Acquire { from: from.map(client_id), store: store_id(store) },
+        Message::Acquire { from, store, floor } => {
+            Message::Acquire { from: from.map(client_id), store: store_id(store), floor }
+        }
         Message::AcquireReply { client, store, counter } => {
             Message::AcquireReply { client: client_id(client), store: store_id(store), counter }
         }
