@@ -16,6 +16,9 @@ use holdfast::redlock::RedLock;
 use holdfast::{Capabilities, Client, ClientOptions, LockKey, OwnerToken, Result};
 use holdfast_testkit::servers::redis::RedisServer;
 
+/// How long each logged call waits before it is sent.
+const CALL_DELAY: Duration = Duration::from_millis(20);
+
 /// Every member call of one test: which store call, when it started and
 /// when it ended, on one logical clock (a counter every start and end
 /// takes a number from).
@@ -58,6 +61,10 @@ struct Logged {
 impl Logged {
     async fn log<T>(&self, what: &'static str, call: impl std::future::Future<Output = T>) -> T {
         let started = self.calls.tick();
+        // Every call waits a moment before it is sent, so calls sent
+        // together are all started before any of them ends (a loaded machine
+        // ran a reply in before the next call of the same round had started).
+        tokio::time::sleep(CALL_DELAY).await;
         let out = call.await;
         let ended = self.calls.tick();
         self.calls.log.lock().expect("log").push((what, started, ended));
@@ -113,7 +120,7 @@ async fn members(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
 /// since the fence floor the lock sends makes every member issue the same
 /// fence. (Before: the first member alone, then the others, then the
 /// write-back to the members that issued a lower fence, then the release:
-/// four.)
+/// four.) A try refused by every member is one round trip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_uncontended_acquire_and_release_are_two_round_trips() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -123,7 +130,9 @@ async fn an_uncontended_acquire_and_release_are_two_round_trips() {
         .into_iter()
         .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
         .collect();
-    let c = Client::with_backend(Arc::new(RedLock::new(logged).expect("redlock")), ClientOptions::default());
+    // A call timeout well above the logged calls' delay, on a loaded machine.
+    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
+    let c = Client::with_backend(Arc::new(lock), ClientOptions::default());
     let mut last = 0;
     for i in 0..5 {
         let g = c.mutex("uncontended").acquire_timeout(Duration::from_secs(5)).await.expect("acquire");
@@ -141,12 +150,28 @@ async fn an_uncontended_acquire_and_release_are_two_round_trips() {
         assert_eq!(log.len(), 6, "cycle {i}: only the acquire and the release: {names:?}");
         assert_eq!(round_trips(&log), 2, "cycle {i}: {log:?}");
     }
+    // Held by another process's lock: a try is one round, and a round that
+    // every member refused leaves nothing to release.
+    let other = Client::with_backend(
+        Arc::new(RedLock::new(members(&servers).await).expect("redlock")),
+        ClientOptions::default(),
+    );
+    let held = other.mutex("uncontended").try_acquire().await.expect("try").expect("free");
+    assert!(c.mutex("uncontended").try_acquire().await.expect("try").is_none(), "granted while held");
+    let log = calls.take();
+    let names: Vec<&str> = log.iter().map(|c| c.0).collect();
+    assert_eq!(names, ["try_acquire"; 3], "a refused try: {names:?}");
+    held.release().await.expect("release");
 }
 
 /// Two clients (two processes' locks, each remembering the fences it saw)
-/// take turns, so each one's remembered fence is stale; one member's counter
-/// is then raised far above the others' (its fences jump), and majorities
-/// with and without it follow. Every fence is above the one before.
+/// take turns, so each one's remembered fence is stale. Then one member's
+/// counter jumps far above the others' (an hour, in µs); A's next grant
+/// includes that member (its fence is that member's answer, so the others
+/// must be written back although A sent a floor), and B, which never saw
+/// the jump, is next granted by the two others alone. Every fence is above
+/// the one before. (A client that skipped the write-back because it sent a
+/// floor gave B a fence an hour below A's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fences_increase_with_stale_floors_and_a_member_ahead() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -161,29 +186,34 @@ async fn fences_increase_with_stale_floors_and_a_member_ahead() {
     let direct = members(&servers).await;
     let key = LockKey::new("stale").expect("key");
     let mut fences = Vec::new();
-    for round in 0..12 {
-        let c = if round % 3 == 0 { &a } else { &b };
-        if round == 4 {
-            // Member 2's counter jumps an hour (in µs) ahead of the others.
-            let token = OwnerToken::random();
-            let req = AcquireRequest::new(key.clone(), token, Duration::from_secs(5));
-            let g = direct[2].try_acquire(&req).await.expect("try").expect("free");
-            assert!(direct[2].raise_fence(&key, token, g.fence + 3_600_000_000).await.expect("raise"));
-            assert!(direct[2].release(&key, token).await.expect("release"));
+    let turn = |c: &Client, waiting: bool| {
+        let c = c.clone();
+        async move {
+            let g = if waiting {
+                c.mutex("stale").acquire_timeout(Duration::from_secs(5)).await.expect("acquire")
+            } else {
+                c.mutex("stale").try_acquire().await.expect("try").expect("a majority is free")
+            };
+            let fence = g.fence();
+            g.release().await.expect("release");
+            fence
         }
-        // From round 8 on, member 2 is held by someone else: majorities
-        // without the member that stands ahead.
-        if round == 8 {
-            let req = AcquireRequest::new(key.clone(), OwnerToken::random(), Duration::from_secs(60));
-            direct[2].try_acquire(&req).await.expect("try").expect("free");
-        }
-        let g = if round % 2 == 0 {
-            c.mutex("stale").acquire_timeout(Duration::from_secs(5)).await.expect("acquire")
-        } else {
-            c.mutex("stale").try_acquire().await.expect("try").expect("a majority is free")
-        };
-        fences.push(g.fence());
-        g.release().await.expect("release");
+    };
+    for round in 0..4 {
+        fences.push(turn(if round % 2 == 0 { &a } else { &b }, round % 3 == 0).await);
     }
+    // Member 2's counter jumps an hour (in µs) ahead of the others.
+    let token = OwnerToken::random();
+    let req = AcquireRequest::new(key.clone(), token, Duration::from_secs(5));
+    let g = direct[2].try_acquire(&req).await.expect("try").expect("free");
+    assert!(direct[2].raise_fence(&key, token, g.fence + 3_600_000_000).await.expect("raise"));
+    assert!(direct[2].release(&key, token).await.expect("release"));
+    fences.push(turn(&a, true).await);
+    // Member 2 is held by someone else from now on: majorities without it.
+    let req = AcquireRequest::new(key.clone(), OwnerToken::random(), Duration::from_secs(60));
+    direct[2].try_acquire(&req).await.expect("try").expect("free");
+    fences.push(turn(&b, true).await);
+    fences.push(turn(&a, false).await);
+    fences.push(turn(&b, false).await);
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences not strictly increasing: {fences:?}");
 }

@@ -235,11 +235,14 @@ impl RedLock {
     /// members that granted if it did not count (busy), or the error of a
     /// majority of members failing. Any majority counts, so a round that
     /// does not count never holds one (module docs).
-    async fn try_round(&self, round: &AcquireRequest) -> Result<std::result::Result<Grant, usize>> {
+    async fn try_round(&self, client: OwnerToken, round: &AcquireRequest) -> Result<std::result::Result<Grant, usize>> {
         let tally = self.members.try_all(round).await;
         let majority = self.majority();
         let votes = tally.votes.len();
         self.saw(&round.key, &tally.votes);
+        if votes == 0 && tally.failed == 0 {
+            self.rounds.left_nothing(&round.key, client, round.token);
+        }
         if votes >= majority {
             return Ok(self.complete(round, tally.votes).await.ok_or(votes));
         }
@@ -290,7 +293,7 @@ impl Backend for RedLock {
 
     async fn try_acquire(&self, req: &AcquireRequest) -> Result<Option<Grant>> {
         let round = self.round_request(req);
-        let votes = match self.try_round(&round).await? {
+        let votes = match self.try_round(req.token, &round).await? {
             Ok(grant) => {
                 self.rounds.granted(&req.key, req.token, round.token);
                 return Ok(Some(grant));
@@ -325,7 +328,7 @@ impl Backend for RedLock {
         let mut delay = ROUND_DELAYS.min;
         loop {
             let round = self.round_request(req);
-            match self.try_round(&round).await {
+            match self.try_round(req.token, &round).await {
                 Ok(Ok(grant)) => {
                     self.rounds.granted(&req.key, req.token, round.token);
                     return Ok(grant);

@@ -52,6 +52,17 @@ impl Rounds {
         round
     }
 
+    /// Every member answered `round` "busy": it left nothing on any member
+    /// (a refused try leaves nothing behind), so no release need name it.
+    /// (A contended acquire's first round then costs no release round trip.)
+    pub(super) fn left_nothing(&self, key: &LockKey, client: OwnerToken, round: OwnerToken) {
+        if let Some(entry) = self.entries().get_mut(&(key.clone(), client)) {
+            if entry.holding != Some(round) {
+                entry.sent.retain(|t| *t != round);
+            }
+        }
+    }
+
     /// `round` won: renewals go to it.
     pub(super) fn granted(&self, key: &LockKey, client: OwnerToken, round: OwnerToken) {
         if let Some(entry) = self.entries().get_mut(&(key.clone(), client)) {
