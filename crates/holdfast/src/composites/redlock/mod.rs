@@ -61,12 +61,17 @@
 //!   minority in their first round release it and wait in the members'
 //!   order (step 3), as before.
 //!
-//! What is given up: a waiter that holds the first member and waits on the
-//! next one in order can be passed by a round that gets all the others at
-//! once (the client that just released, typically). It is passed only while
-//! that round wins its race at the member the waiter waits on, which the
-//! waiter's notification makes even; the waiter's own round stays valid
-//! meanwhile, and it gets the key once it wins one race.
+//! Within one lock (one process), an acquire that finds another acquire of
+//! the key waiting on the members in order skips the round on every member
+//! and queues behind it, so a process's waiters take turns (conformance
+//! `s1_hot_key_every_waiter_acquires`: per task 4..22 without this).
+//! What is given up: across processes, a waiter that holds the first member
+//! and waits on the next one in order can be passed by another process's
+//! round that gets all the others at once (the process that just released,
+//! typically). It is passed only while that round wins its race at the
+//! member the waiter waits on, which the waiter's notification makes even;
+//! the waiter's own round stays valid meanwhile, and it gets the key once it
+//! wins one race.
 //!
 //! The lease counts as held while a majority holds it; renewals go to every
 //! member and succeed with a majority; a release goes to every member.
@@ -137,7 +142,7 @@ use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
 use floors::Floors;
 use quorum::{Members, Vote};
-use rounds::Rounds;
+use rounds::{Rounds, Waiting};
 
 /// Delays between failed rounds of a waiting acquire: doubling, jittered.
 const ROUND_DELAYS: PollBounds = PollBounds { min: Duration::from_millis(5), max: Duration::from_millis(200) };
@@ -153,6 +158,7 @@ pub struct RedLock {
     members: Members,
     rounds: Rounds,
     floors: Floors,
+    waiting: Waiting,
 }
 
 impl RedLock {
@@ -185,6 +191,7 @@ impl RedLock {
             members: Members { stores: members, call_timeout: DEFAULT_CALL_TIMEOUT },
             rounds: Rounds::default(),
             floors: Floors::default(),
+            waiting: Waiting::default(),
         })
     }
 
@@ -326,31 +333,42 @@ impl Backend for RedLock {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let mut delay = ROUND_DELAYS.min;
+        // While another acquire of this lock waits for the key on the
+        // members in order, a first round on every member at once could take
+        // the others past it (conformance `s1_hot_key_every_waiter_acquires`:
+        // per task 4..22): queue behind it instead, this time. Later rounds
+        // start with a try as usual, so members that fail are still reported.
+        let mut try_first = !self.waiting.any(&req.key);
         loop {
-            let round = self.round_request(req);
-            match self.try_round(req.token, &round).await {
-                Ok(Ok(grant)) => {
-                    self.rounds.granted(&req.key, req.token, round.token);
-                    return Ok(grant);
-                }
-                Ok(Err(_)) => {
-                    // Busy: let go of this round everywhere, then wait on the
-                    // members in order under a fresh round token (a late
+            if std::mem::replace(&mut try_first, true) {
+                let round = self.round_request(req);
+                match self.try_round(req.token, &round).await {
+                    Ok(Ok(grant)) => {
+                        self.rounds.granted(&req.key, req.token, round.token);
+                        return Ok(grant);
+                    }
+                    // Busy: let go of this round everywhere, then wait on
+                    // the members in order under a fresh round token (a late
                     // release of this round cannot touch the next one).
-                    let _ = self.release_rounds(&req.key, req.token).await;
-                    let round = self.round_request(req);
-                    let held = self.members.wait_in_order(&round).await;
-                    self.saw(&req.key, &held);
-                    if held.len() >= self.majority() {
-                        if let Some(grant) = self.complete(&round, held).await {
-                            self.rounds.granted(&req.key, req.token, round.token);
-                            return Ok(grant);
-                        }
+                    Ok(Err(_)) => {
+                        let _ = self.release_rounds(&req.key, req.token).await;
+                    }
+                    Err(e) => {
+                        let _ = self.release_rounds(&req.key, req.token).await;
+                        return Err(e);
                     }
                 }
-                Err(e) => {
-                    let _ = self.release_rounds(&req.key, req.token).await;
-                    return Err(e);
+            }
+            {
+                let _waiting = self.waiting.enter(&req.key);
+                let round = self.round_request(req);
+                let held = self.members.wait_in_order(&round).await;
+                self.saw(&req.key, &held);
+                if held.len() >= self.majority() {
+                    if let Some(grant) = self.complete(&round, held).await {
+                        self.rounds.granted(&req.key, req.token, round.token);
+                        return Ok(grant);
+                    }
                 }
             }
             // A failed round: release it everywhere, then start the next

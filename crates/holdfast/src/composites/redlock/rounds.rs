@@ -104,3 +104,46 @@ pub(super) struct Taken {
     pub(super) holding: Option<OwnerToken>,
     pub(super) ttl: Duration,
 }
+
+/// How many acquires of this lock wait for each key on the members in
+/// order (see `acquire`: a new acquire queues behind them).
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    keys: Mutex<HashMap<LockKey, usize>>,
+}
+
+impl Waiting {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, usize>> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether an acquire waits for `key`.
+    pub(super) fn any(&self, key: &LockKey) -> bool {
+        self.keys().contains_key(key)
+    }
+
+    /// Counts an acquire waiting for `key` until the guard is dropped
+    /// (returned, or the acquire's future dropped).
+    pub(super) fn enter<'a>(&'a self, key: &LockKey) -> Entered<'a> {
+        *self.keys().entry(key.clone()).or_default() += 1;
+        Entered { waiting: self, key: key.clone() }
+    }
+}
+
+/// One waiting acquire, counted in [`Waiting`] while it lives.
+pub(super) struct Entered<'a> {
+    waiting: &'a Waiting,
+    key: LockKey,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut keys = self.waiting.keys();
+        if let Some(n) = keys.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                keys.remove(&self.key);
+            }
+        }
+    }
+}
