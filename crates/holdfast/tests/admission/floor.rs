@@ -37,6 +37,12 @@ async fn check_floor(store: &dyn Backend, cap: u64) {
     assert!(store.capabilities().fence_floor, "{} does not declare fence floors", store.name());
     let key = LockKey::new("floor/rule").expect("key");
     let f0 = grant(store, &key, 0, false).await;
+    // One above the last fence (what RedLock sends): exactly that fence,
+    // also on Redis, whose clock has moved past it since (members whose
+    // clocks differ must agree on it).
+    let fa = grant(store, &key, f0 + 1, false).await;
+    assert_eq!(fa, f0 + 1, "{}: a floor of the last fence + 1 is the fence", store.name());
+    let f0 = fa;
     // Above the counter: the floor itself, in both paths.
     let floor = f0 + AHEAD;
     let f1 = grant(store, &key, floor, false).await;

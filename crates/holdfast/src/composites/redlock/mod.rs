@@ -31,9 +31,9 @@
 //!
 //! Each round carries a floor
 //! ([`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)):
-//! one above the highest fence this lock saw for the key, or on members
-//! whose fences follow a clock (Redis) the client's clock plus a call
-//! timeout (see `floors.rs`). A member grants `max(its next fence, floor)`,
+//! one above the highest fence this lock saw for the key (never from the
+//! client's clock; see `floors.rs`). A member grants `max(its next fence,
+//! floor)` (a Redis member with a kept fence: `max(kept + 1, floor)`),
 //! so when the floor is above every granting member's counter they all
 //! answer the same fence and step 2 writes nothing back. Whether to write
 //! back is read from each member's answer, never from the floor the client
@@ -221,7 +221,7 @@ impl RedLock {
     fn round_request(&self, req: &AcquireRequest) -> AcquireRequest {
         let mut r = req.clone();
         r.token = self.rounds.next(&req.key, req.token, req.ttl);
-        r.fence_floor = self.floors.next(&req.key, self.members.call_timeout);
+        r.fence_floor = self.floors.next(&req.key);
         r
     }
 

@@ -39,8 +39,14 @@ if left then
 end
 local f = tonumber(v[2] or '0') or 0
 local us = sec * 1000000 + usec
-if f >= us then f = f + 1 else f = us end
 local floor = tonumber(ARGV[6]) or 0
+-- With a floor (RedLock's: one above the last fence it saw) and a kept
+-- fence, the next fence is the kept one plus one, not the clock, so that
+-- members whose clocks differ answer the same floor: while H exists f + 1
+-- is above every fence of the lock, as when the clock is behind f (the
+-- branch redis_cycle explores with clock steps); the clock is what a
+-- missing H needs.
+if f >= us or (floor > 0 and f > 0) then f = f + 1 else f = us end
 if floor > f then f = floor end
 local lease_end = now + tonumber(ARGV[2])
 local keep = tonumber(ARGV[4])
