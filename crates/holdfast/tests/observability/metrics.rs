@@ -124,7 +124,10 @@ pub fn scenario_counts_what_happened(url: &str, store: &'static str) {
         assert_eq!(seen.get(m::ACQUIRE_SECONDS, &s(&[("outcome", outcome)])), acq(outcome), "{outcome}");
     }
     let attempts = seen.get(m::ACQUIRE_ATTEMPTS_TOTAL, &s(&[]));
-    assert!(attempts >= 11.0, "attempts: {attempts}");
+    // The woken waiter of m:e attempts again, unless its store hands it the
+    // key in the holder's release (Redis: both are tasks of one client).
+    let least = if store == "redis" { 10.0 } else { 11.0 };
+    assert!(attempts >= least, "attempts: {attempts}");
     // The timed-out waiter and the woken one found the key busy; only the
     // woken one was handed the key.
     assert_eq!(seen.get(m::WAIT_SECONDS, &s(&[])), 2.0);

@@ -65,7 +65,7 @@ pub(super) enum Handed {
     Granted(Grant),
     /// Not handed; the lock was released as a plain release does (the lock's
     /// channel wakes the waiters of every client): the waiter waits on.
-    NotHanded,
+    Released,
     /// Not known whether the store handed it (the call failed without a
     /// reply; the releaser's own release is confirmed since): the waiter
     /// attempts with its own token at once.
@@ -176,7 +176,7 @@ impl RedisBackend {
                 handed = &mut offer.rx => {
                     let unknown = match handed {
                         Ok(Handed::Granted(grant)) => return Ok(grant),
-                        Ok(Handed::NotHanded) => false,
+                        Ok(Handed::Released) => false,
                         // A releaser dropped mid-call, or whose own release
                         // failed, tells nothing.
                         Ok(Handed::Unknown) | Err(_) => true,
@@ -278,12 +278,12 @@ impl TakenOffer {
                 Ok(true)
             }
             Ok((0, 1)) => {
-                let _ = offer.tx.send(Handed::NotHanded);
+                let _ = offer.tx.send(Handed::Released);
                 Ok(true)
             }
             Ok(_) => {
                 let released = self.backend.release_plain(&self.key, self.from).await;
-                let _ = offer.tx.send(Handed::NotHanded);
+                let _ = offer.tx.send(Handed::Released);
                 released
             }
             Err(e) => {
