@@ -15,6 +15,9 @@
 //! - [`redis_cycle`]: the Redis store's lock hash through acquire, renewal,
 //!   release, expiry and a clock step, against the cheaper layouts weighed
 //!   for an uncontended cycle (issue 33).
+//! - [`handover`]: the Redis store's local hand-over: a release that passes
+//!   the lock to a waiting task of the same process in one store call,
+//!   bounded so that other processes are not kept out (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -26,6 +29,7 @@ pub mod downgrade;
 pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;
+pub mod handover;
 pub mod network;
 pub mod redis_cycle;
 pub mod redlock;

@@ -12,6 +12,8 @@ use holdfast_testkit::servers::redis::RedisServer;
 mod fair;
 #[path = "redis/faults.rs"]
 mod faults;
+#[path = "redis/handover.rs"]
+mod handover;
 #[path = "redis/replicas.rs"]
 mod replicas;
 #[path = "redis/wakeups.rs"]

@@ -49,6 +49,13 @@
 //!   deletion: a failed release is retried by the client (in the background,
 //!   while the error is retryable) until it succeeds or returns `Ok(false)`
 //!   because the grant can no longer exist (its session ended).
+//!   Instead of freeing the key, a release may pass it in the same store
+//!   call to a waiting acquire of the same backend instance, under that
+//!   request's own token, with a new fence and the request's TTL from the
+//!   store's clock; that acquire then returns the grant as its own (the
+//!   Redis store's local hand-over, bounded so that other clients' waiters
+//!   are not kept out). Every rule above holds for such a grant: a dropped
+//!   acquire is released by its token, which removes a handed grant too.
 //! - [`renew`](Backend::renew) extends every listed lease that its token still
 //!   owns to its TTL from now (store clock), in as few round trips as the
 //!   store allows (one script, one statement, one keep-alive), and reports per

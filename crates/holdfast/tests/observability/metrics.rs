@@ -124,11 +124,17 @@ pub fn scenario_counts_what_happened(url: &str, store: &'static str) {
         assert_eq!(seen.get(m::ACQUIRE_SECONDS, &s(&[("outcome", outcome)])), acq(outcome), "{outcome}");
     }
     let attempts = seen.get(m::ACQUIRE_ATTEMPTS_TOTAL, &s(&[]));
-    assert!(attempts >= 11.0, "attempts: {attempts}");
+    // The woken waiter of m:e attempts again, unless its store hands it the
+    // key in the holder's release (Redis: both are tasks of one client).
+    let least = if store == "redis" { 10.0 } else { 11.0 };
+    assert!(attempts >= least, "attempts: {attempts}");
     // The timed-out waiter and the woken one found the key busy; only the
     // woken one was handed the key.
     assert_eq!(seen.get(m::WAIT_SECONDS, &s(&[])), 2.0);
-    assert_eq!(seen.get(m::HANDOFF_SECONDS, &s(&[])), 1.0);
+    // A key handed over in the holder's release (Redis, both tasks of one
+    // client) has no wake-up to measure a hand-off from.
+    let handoffs = if store == "redis" { 0.0 } else { 1.0 };
+    assert_eq!(seen.get(m::HANDOFF_SECONDS, &s(&[])), handoffs);
     let rel = |outcome| seen.get(m::RELEASE_TOTAL, &s(&[("outcome", outcome)]));
     assert_eq!((rel("released"), rel("not_held"), rel("error")), (7.0, 1.0, 0.0));
     assert_eq!(seen.get(m::RENEW_TOTAL, &s(&[("outcome", "gone")])), 1.0);

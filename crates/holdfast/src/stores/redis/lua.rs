@@ -26,7 +26,7 @@ use super::link::Link;
 const COMMON: &str = include_str!("scripts/common.lua");
 
 /// Every script: its name and body.
-const BODIES: [(&str, &str); 12] = [
+const BODIES: [(&str, &str); 13] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("fair_acquire", include_str!("scripts/fair_acquire.lua")),
     ("shared_acquire", include_str!("scripts/shared_acquire.lua")),
@@ -39,6 +39,7 @@ const BODIES: [(&str, &str); 12] = [
     ("read_record", include_str!("scripts/read_record.lua")),
     ("write_record", include_str!("scripts/write_record.lua")),
     ("shrink", include_str!("scripts/shrink.lua")),
+    ("hand_over", include_str!("scripts/hand_over.lua")),
 ];
 
 fn source(body: &str) -> String {
@@ -142,6 +143,7 @@ pub(super) struct Scripts {
     pub(super) read_record: LuaScript,
     pub(super) write_record: LuaScript,
     pub(super) shrink: LuaScript,
+    pub(super) hand_over: LuaScript,
     /// The function library's source.
     library: Arc<str>,
     /// `FCALL` (the library loaded at connect) rather than `EVALSHA`.
@@ -193,6 +195,7 @@ impl Scripts {
             read_record: script("read_record"),
             write_record: script("write_record"),
             shrink: script("shrink"),
+            hand_over: script("hand_over"),
             library,
             functions,
         }

@@ -7,6 +7,7 @@ mod cluster;
 mod config;
 mod error;
 mod fair;
+mod handover;
 mod keys;
 #[cfg(test)]
 mod keys_props;
@@ -63,6 +64,9 @@ struct Inner {
     notifier: Arc<Notifier>,
     client_id: String,
     durability: FenceDurability,
+    /// Offers of this client's waiting tasks to take a key handed over
+    /// (handover.rs).
+    offers: Arc<handover::Offers>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -124,7 +128,16 @@ impl RedisBackend {
         let durability = detect_durability(&mut conn.clone(), config.timeout).await;
         let scripts = Scripts::detect(&mut conn.clone(), config.timeout).await;
         Ok(RedisBackend {
-            inner: Arc::new(Inner { config, conn, renew_conn, scripts, notifier, client_id, durability }),
+            inner: Arc::new(Inner {
+                config,
+                conn,
+                renew_conn,
+                scripts,
+                notifier,
+                client_id,
+                durability,
+                offers: Arc::default(),
+            }),
         })
     }
 
@@ -228,6 +241,27 @@ impl RedisBackend {
         }
     }
 
+    /// The release script: by token, waking one waiter (the fair queue's
+    /// head, or the lock's channel).
+    async fn release_plain(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let config = &self.inner.config;
+        let naming = self.inner.notifier.naming();
+        let which = hot_path_keys(config, &[H, Q, E, S]);
+        let mut inv = self.inner.scripts.release.call(which.len());
+        for &which in which {
+            inv.key_parts(&key_parts(&config.prefix, key, which));
+        }
+        inv.arg(&token.hex_digits()[..])
+            .arg(ms(config.fence_keep))
+            .arg_parts(&naming.lock_channel_parts(key.as_str()))
+            .arg_parts(&naming.client_prefix_parts(key.as_str()));
+        // 2: the token released the lock before. Per the contract that is
+        // "owned none", unless this call re-sent its request after a lost
+        // connection: then the release was most likely its own first copy.
+        let held: i64 = self.invoke(&inv).await?;
+        Ok(held == 1 || (held == 2 && inv.was_resent()))
+    }
+
     async fn acquire_waiting(&self, req: &AcquireRequest) -> Result<Grant> {
         // Fast path: one script call when the key is free.
         let notifier = &self.inner.notifier;
@@ -244,7 +278,8 @@ impl RedisBackend {
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
         if req.mode == LeaseMode::Exclusive {
-            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await
+            // A releasing task of this client may hand the key over.
+            self.wait_or_take(req, &wakeup).await
         } else {
             wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
         }
@@ -321,22 +356,9 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        let config = &self.inner.config;
-        let naming = self.inner.notifier.naming();
-        let which = hot_path_keys(config, &[H, Q, E, S]);
-        let mut inv = self.inner.scripts.release.call(which.len());
-        for &which in which {
-            inv.key_parts(&key_parts(&config.prefix, key, which));
-        }
-        inv.arg(&token.hex_digits()[..])
-            .arg(ms(config.fence_keep))
-            .arg_parts(&naming.lock_channel_parts(key.as_str()))
-            .arg_parts(&naming.client_prefix_parts(key.as_str()));
-        // 2: the token released the lock before. Per the contract that is
-        // "owned none", unless this call re-sent its request after a lost
-        // connection: then the release was most likely its own first copy.
-        let held: i64 = self.invoke(&inv).await?;
-        Ok(held == 1 || (held == 2 && inv.was_resent()))
+        // A task of this client waiting for the key takes it over in the
+        // same call (handover.rs); else the plain release.
+        self.release_or_hand_over(key, token).await
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {

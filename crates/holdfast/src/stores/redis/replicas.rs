@@ -94,7 +94,7 @@ impl RedisBackend {
             Ok(()) => Ok(()),
             Err(e) => {
                 tracing::debug!(key = key.as_str(), error = %e, "grant not confirmed by replicas; releasing it");
-                if let Err(release) = crate::backend::Backend::release(self, key, token).await {
+                if let Err(release) = self.release_plain(key, token).await {
                     tracing::debug!(error = %release, "releasing an unconfirmed grant failed; its lease runs out");
                 }
                 Err(e)

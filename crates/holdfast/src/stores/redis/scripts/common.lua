@@ -26,6 +26,9 @@
 --           grant is held; it counts only while o is that token (see
 --           holder_fence), so no grant needs to clear it. A raised floor
 --           clears it: the raise is the grant's fence from then on.
+--       hn = "token count": the grant the last hand-over made (hand_over.lua)
+--           and how many hand-overs in a row led to it; it counts only
+--           while its token releases, so no other grant needs to clear it.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).

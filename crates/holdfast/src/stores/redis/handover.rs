@@ -1,0 +1,322 @@
+//! The local hand-over (issue 33, item 2): a release of a key that another
+//! task of this client waits for passes the lock straight to that task, in
+//! one store call (`hand_over.lua`), instead of a release, a notification
+//! and the waiter's own acquire. The design, its bound and its failure
+//! paths were model-checked first (holdfast-models' `handover`).
+//!
+//! - A task that waits for a key (non-fair, exclusive: a mutex's
+//!   `acquire`) leaves an **offer** here: its own token, TTL and label,
+//!   and the sending half of a oneshot. Fair waiters are served by the fair
+//!   queue's own hand-off, writers and shares by their reservations: they
+//!   leave no offer.
+//! - [`Backend::release`](crate::backend::Backend::release) of that key
+//!   takes the oldest offer and runs the hand-over: if the releasing token
+//!   holds an unexpired lease, no fair waiter is queued and fewer than
+//!   [`HAND_OVER_BOUND`] hand-overs in a row led to it, the store makes the
+//!   waiter's own token the holder with the next fence and the waiter's TTL
+//!   (server clock), and the grant goes to the waiter through the oneshot,
+//!   counted from before the call was sent. After the bound the script
+//!   releases as a plain release does and wakes the lock's channel, so a
+//!   waiter of another client can be granted: one client never keeps a key
+//!   from other clients for more than the bound's hand-overs in a row.
+//! - While a releaser holds its offer, the waiter does not return a grant
+//!   of its own attempts before the hand-over's outcome is known (the same
+//!   token either way; a releaser told "gone" releases that token).
+//! - When the call fails without a reply, the releaser releases its own
+//!   token first and only then tells the waiter ([`Handed::Unknown`]),
+//!   which attempts with its own token at once: a hand-over applied meanwhile is found as a retry by the
+//!   holder, and a late copy of the call, finding the released lease, hands
+//!   nothing (the model's `TellBeforeRelease` and `NoLeaseCheck` show what
+//!   goes wrong otherwise).
+//!
+//! Cancel safety: a waiter dropped at any point after its offer was taken
+//! either had the grant delivered (its client's cleanup releases its token,
+//! as for any acquire that raced a drop) or the releaser's send fails and
+//! the releaser releases the waiter's token itself, after the hand-over
+//! call's reply (so after the call was applied). A releaser dropped
+//! mid-call settles on a task of its own, as a failed call does.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::keys::{H, key_parts};
+use super::{RedisBackend, ms};
+use crate::backend::wait::{self, Attempt, KeyWaiters};
+use crate::backend::{AcquireRequest, Grant};
+use crate::lease::release::Release;
+use crate::lease::{Horizon, drift_margin};
+use crate::vocabulary::error::Result;
+use crate::vocabulary::key::{LockKey, OwnerToken};
+
+/// Hand-overs in a row (within one client) after which a release is a
+/// plain release that wakes every client's waiters. Eight keeps the cost
+/// of that release (a notification and a new acquire) to about a ninth of
+/// the grants under contention, and another client's waiter behind at most
+/// eight grants of this one.
+pub(super) const HAND_OVER_BOUND: u32 = 8;
+
+/// What a releaser tells a waiter whose offer it took.
+pub(super) enum Handed {
+    /// The store made the waiter's token the holder.
+    Granted(Grant),
+    /// Not handed; the lock was released as a plain release does (the lock's
+    /// channel wakes the waiters of every client): the waiter waits on.
+    Released,
+    /// Not known whether the store handed it (the call failed without a
+    /// reply; the releaser's own release is confirmed since): the waiter
+    /// attempts with its own token at once.
+    Unknown,
+}
+
+/// One waiting task's offer.
+struct Offer {
+    id: u64,
+    token: OwnerToken,
+    ttl: Duration,
+    label: String,
+    tx: oneshot::Sender<Handed>,
+}
+
+/// The offers of this client's waiting tasks, per key, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct Offers {
+    keys: Mutex<HashMap<String, VecDeque<Offer>>>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Offer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Offer").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl Offers {
+    /// Leaves an offer for `req`; `first`: ahead of the others (a waiter
+    /// whose taken offer came back keeps its place).
+    fn offer(self: &Arc<Self>, req: &AcquireRequest, first: bool) -> OfferGuard {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let offer = Offer { id, token: req.token, ttl: req.ttl, label: req.label.clone(), tx };
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = keys.entry(req.key.as_str().to_owned()).or_default();
+        if first {
+            queue.push_front(offer)
+        } else {
+            queue.push_back(offer)
+        }
+        OfferGuard { offers: self.clone(), key: req.key.as_str().to_owned(), id, rx }
+    }
+
+    /// Takes the oldest offer for `key`, if a task waits for it.
+    fn take(&self, key: &str) -> Option<Offer> {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = keys.get_mut(key)?;
+        let offer = queue.pop_front();
+        if queue.is_empty() {
+            keys.remove(key);
+        }
+        offer
+    }
+
+    /// Removes offer `id` of `key`; false if a releaser took it.
+    fn withdraw(&self, key: &str, id: u64) -> bool {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(queue) = keys.get_mut(key) else { return false };
+        let Some(at) = queue.iter().position(|o| o.id == id) else { return false };
+        queue.remove(at);
+        if queue.is_empty() {
+            keys.remove(key);
+        }
+        true
+    }
+}
+
+/// A waiter's offer: withdrawn when dropped, unless a releaser took it.
+struct OfferGuard {
+    offers: Arc<Offers>,
+    key: String,
+    id: u64,
+    rx: oneshot::Receiver<Handed>,
+}
+
+impl OfferGuard {
+    /// Withdraws the offer; false if a releaser took it (its outcome then
+    /// comes on `rx`).
+    fn withdraw(&self) -> bool {
+        self.offers.withdraw(&self.key, self.id)
+    }
+}
+
+impl Drop for OfferGuard {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+impl RedisBackend {
+    /// A non-fair exclusive wait ([`wait::until_granted`]) that also takes
+    /// a grant handed over by a releasing task of this client.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Backend::acquire`](crate::backend::Backend::acquire): see the module docs for a drop after a
+    /// releaser took the offer.
+    pub(super) async fn wait_or_take(&self, req: &AcquireRequest, wakeup: &KeyWaiters) -> Result<Grant> {
+        let mut offer = self.inner.offers.offer(req, false);
+        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, || self.attempt(req, true));
+        tokio::pin!(waited);
+        loop {
+            tokio::select! {
+                // In the order written: a handed grant first.
+                biased;
+                handed = &mut offer.rx => {
+                    let unknown = match handed {
+                        Ok(Handed::Granted(grant)) => return Ok(grant),
+                        Ok(Handed::Released) => false,
+                        // A releaser dropped mid-call, or whose own release
+                        // failed, tells nothing.
+                        Ok(Handed::Unknown) | Err(_) => true,
+                    };
+                    // Keeps its place among this client's waiters.
+                    offer = self.inner.offers.offer(req, true);
+                    // A hand-over applied meanwhile is this token's: an
+                    // attempt finds it (as a retry by the holder). After a
+                    // plain release the lock's channel wakes the waiters.
+                    if unknown {
+                        if let Attempt::Granted(grant) = self.attempt(req, true).await? {
+                            return Ok(grant);
+                        }
+                    }
+                }
+                outcome = &mut waited => {
+                    if offer.withdraw() {
+                        return outcome;
+                    }
+                    // A releaser took the offer: its outcome first (either
+                    // grant is this token's; the handed one is counted from
+                    // the earlier send).
+                    return match (&mut offer.rx).await {
+                        Ok(Handed::Granted(grant)) => Ok(grant),
+                        _ => outcome,
+                    };
+                }
+            }
+        }
+    }
+
+    /// [`Backend::release`]: a hand-over when a task of this client waits
+    /// for the key, else the plain release.
+    pub(super) async fn release_or_hand_over(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let Some(offer) = self.inner.offers.take(key.as_str()) else {
+            return self.release_plain(key, token).await;
+        };
+        let mut taken = TakenOffer { backend: self.clone(), key: key.clone(), from: token, offer: Some(offer) };
+        taken.run().await
+    }
+
+    /// One hand-over call: `(1, fence)` handed, `(0, 1)` released (the
+    /// bound), `(0, 0)` nothing changed.
+    async fn hand_over_call(&self, key: &LockKey, from: OwnerToken, offer: &Offer) -> Result<(i64, i64)> {
+        let config = &self.inner.config;
+        let mut inv = self.inner.scripts.hand_over.call(1);
+        inv.key_parts(&key_parts(&config.prefix, key, H));
+        inv.arg(&from.hex_digits()[..]).arg(&offer.token.hex_digits()[..]).arg(ms(offer.ttl)).arg(&offer.label);
+        inv.arg(ms(config.fence_keep)).arg(HAND_OVER_BOUND);
+        inv.arg_parts(&self.inner.notifier.naming().lock_channel_parts(key.as_str()));
+        let generation = self.track(&self.inner.conn, &mut inv);
+        let outcome: (i64, i64) = self.invoke(&inv).await?;
+        if outcome.0 == 1 {
+            // replicas=N (replicas.rs): an unconfirmed grant is released.
+            self.confirm_grant(key, offer.token, generation, inv.client_id()).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Releases `token` on a task of its own, retried while the store
+    /// fails, until its lease of `ttl` from now has surely run out.
+    fn release_in_background(&self, key: &LockKey, token: OwnerToken, ttl: Duration) {
+        let release = Release {
+            backend: Arc::new(self.clone()),
+            key: key.clone(),
+            token,
+            horizon: Horizon::At(tokio::time::Instant::now() + ttl + 2 * drift_margin(ttl)),
+            observed: None,
+        };
+        if release.spawn().is_none() {
+            tracing::debug!("no runtime to release a handed grant in; its lease will expire");
+        }
+    }
+}
+
+/// A releaser's hand-over, from the taken offer to the waiter's answer;
+/// dropped before that, it settles on a task of its own.
+struct TakenOffer {
+    backend: RedisBackend,
+    key: LockKey,
+    from: OwnerToken,
+    offer: Option<Offer>,
+}
+
+impl TakenOffer {
+    async fn run(&mut self) -> Result<bool> {
+        let Some(offer) = self.offer.as_ref() else { return Ok(false) };
+        let started = Instant::now();
+        let outcome = self.backend.hand_over_call(&self.key, self.from, offer).await;
+        let Some(offer) = self.offer.take() else { return Ok(false) };
+        match outcome {
+            Ok((1, fence)) => {
+                let grant = Grant::new(fence.max(0) as u64, started, offer.ttl);
+                if offer.tx.send(Handed::Granted(grant)).is_err() {
+                    // The waiter is gone; the call was applied before its
+                    // reply, so this release comes after it (or hands on).
+                    self.backend.release_in_background(&self.key, offer.token, offer.ttl);
+                }
+                Ok(true)
+            }
+            Ok((0, 1)) => {
+                let _ = offer.tx.send(Handed::Released);
+                Ok(true)
+            }
+            Ok(_) => {
+                let released = self.backend.release_plain(&self.key, self.from).await;
+                let _ = offer.tx.send(Handed::Released);
+                released
+            }
+            Err(e) => {
+                tracing::debug!(key = %self.key, error = %e, "hand-over call failed; releasing, then telling the waiter");
+                Self::settle(&self.backend, &self.key, self.from, offer).await
+            }
+        }
+    }
+
+    /// After a call whose outcome is unknown: the releaser's own release
+    /// first, confirmed, then the waiter is told (or, gone, its token
+    /// released). A late copy of the call then finds no lease to hand.
+    /// Returns the own release's error; without that confirmation the
+    /// waiter is told nothing (its offer is dropped, which it reads as
+    /// "not known" and attempts), and the client retries the release.
+    async fn settle(backend: &RedisBackend, key: &LockKey, from: OwnerToken, offer: Offer) -> Result<bool> {
+        let released = backend.release_plain(key, from).await?;
+        if offer.tx.send(Handed::Unknown).is_err() {
+            backend.release_in_background(key, offer.token, offer.ttl);
+        }
+        Ok(released)
+    }
+}
+
+impl Drop for TakenOffer {
+    fn drop(&mut self) {
+        let Some(offer) = self.offer.take() else { return };
+        let (backend, key, from) = (self.backend.clone(), self.key.clone(), self.from);
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        handle.spawn(async move {
+            if let Err(e) = Self::settle(&backend, &key, from, offer).await {
+                tracing::debug!(key = %key, error = %e, "could not settle a dropped hand-over; leases run out");
+            }
+        });
+    }
+}
