@@ -262,9 +262,9 @@ impl AcquireRequest {
         not(any(feature = "sqlite", feature = "redis", feature = "postgres", feature = "mysql")),
         allow(dead_code)
     )]
-    pub(crate) fn fence_floor_within(&self, cap: u64, store: &'static str) -> crate::Result<u64> {
+    pub(crate) fn fence_floor_within(&self, cap: u64, store: &'static str) -> Result<u64> {
         if self.fence_floor > cap {
-            return Err(crate::Error::invalid(
+            return Err(crate::vocabulary::error::Error::invalid(
                 "fence floor",
                 format!("{} is above {cap}, the highest floor the {store} store takes", self.fence_floor),
             ));
