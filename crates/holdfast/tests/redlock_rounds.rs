@@ -115,6 +115,19 @@ async fn members(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
     out
 }
 
+/// A RedLock client over `servers` whose member calls are logged in
+/// `calls`, with a call timeout well above the logged calls' delay (on a
+/// loaded machine).
+async fn logged_client(servers: &[RedisServer], calls: &Arc<Calls>) -> Client {
+    let logged: Vec<Arc<dyn Backend>> = members(servers)
+        .await
+        .into_iter()
+        .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
+        .collect();
+    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
+    Client::with_backend(Arc::new(lock), ClientOptions::default())
+}
+
 /// An uncontended waiting acquire and its release over three members: one
 /// round trip each (every member asked at once), and no fence write-back,
 /// since the fence floor the lock sends makes every member issue the same
@@ -125,14 +138,7 @@ async fn members(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
 async fn an_uncontended_acquire_and_release_are_two_round_trips() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let calls = Arc::new(Calls::default());
-    let logged: Vec<Arc<dyn Backend>> = members(&servers)
-        .await
-        .into_iter()
-        .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
-        .collect();
-    // A call timeout well above the logged calls' delay, on a loaded machine.
-    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
-    let c = Client::with_backend(Arc::new(lock), ClientOptions::default());
+    let c = logged_client(&servers, &calls).await;
     let mut last = 0;
     for i in 0..5 {
         let g = c.mutex("uncontended").acquire_timeout(Duration::from_secs(5)).await.expect("acquire");
@@ -230,13 +236,7 @@ async fn fences_increase_with_stale_floors_and_a_member_ahead() {
 async fn a_waiting_round_floors_later_members_and_releases_only_those_it_asked() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let calls = Arc::new(Calls::default());
-    let logged: Vec<Arc<dyn Backend>> = members(&servers)
-        .await
-        .into_iter()
-        .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
-        .collect();
-    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
-    let c = Client::with_backend(Arc::new(lock), ClientOptions::default());
+    let c = logged_client(&servers, &calls).await;
     let direct = members(&servers).await;
     let key = LockKey::new("floored").expect("key");
     // Members 0 and 1 held by another owner; member 0's fence an hour ahead.
