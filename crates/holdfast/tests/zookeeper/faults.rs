@@ -78,8 +78,19 @@ fn leader_failover_keeps_order_and_fences() {
     };
     let grants = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
+    // The waiters ride out the whole election, however long a loaded
+    // machine makes it (the test allows 60 s), not the default 10 s of a
+    // store failing in a row, after which an acquire gives up with the
+    // store's error.
+    let patient = |label: String| {
+        let url = url.clone();
+        async move {
+            let options = ClientOptions::default().with_label(label).with_store_retry(Duration::from_secs(60));
+            Client::connect_with(&url, options).await.expect("connect")
+        }
+    };
     for i in 0..3 {
-        let c = rt.block_on(client(&url, &format!("w{i}")));
+        let c = rt.block_on(patient(format!("w{i}")));
         let grants = grants.clone();
         waiters.push(rt.spawn(async move {
             let g = c.mutex(key).acquire_timeout(Duration::from_secs(90)).await.expect("waiter acquire");
@@ -174,12 +185,16 @@ fn waiter_on_a_dead_ensemble_gets_the_store_error() {
 fn release_lost_in_a_rolling_restart_completes() {
     use holdfast::backend::{AcquireRequest, Backend};
     let mut server = ZkServer::start_ensemble(3);
-    let url = format!("{}?session_timeout=10000&timeout=2000", server.url());
+    // Session timeout 30 s: the client keeps the session through a
+    // disconnection of up to 7.5 s (a quarter), and moving it to another
+    // member took longer than 2.5 s (a 10 s timeout's quarter) on a loaded
+    // CI machine, which abandoned it and made the retry find nothing.
+    let url = format!("{}?session_timeout=30000&timeout=2000", server.url());
     // The holder knows only the followers: killing a leader would add an
     // election to the restart, which may outlast the disconnect grace.
     let leader = server.leader().expect("a leader");
     let followers: Vec<usize> = (0..server.len()).filter(|&i| i != leader).collect();
-    let holder_url = format!("{}?session_timeout=10000&timeout=2000", server.url_of(&followers));
+    let holder_url = format!("{}?session_timeout=30000&timeout=2000", server.url_of(&followers));
     let rt = runtime();
     let backend = rt.block_on(ZkBackend::open_url(&holder_url)).expect("connect");
     let session = rt.block_on(backend.session_id()).expect("session id");
