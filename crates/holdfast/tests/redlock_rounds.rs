@@ -115,6 +115,19 @@ async fn members(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
     out
 }
 
+/// A RedLock client over `servers` whose member calls are logged in
+/// `calls`, with a call timeout well above the logged calls' delay (on a
+/// loaded machine).
+async fn logged_client(servers: &[RedisServer], calls: &Arc<Calls>) -> Client {
+    let logged: Vec<Arc<dyn Backend>> = members(servers)
+        .await
+        .into_iter()
+        .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
+        .collect();
+    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
+    Client::with_backend(Arc::new(lock), ClientOptions::default())
+}
+
 /// An uncontended waiting acquire and its release over three members: one
 /// round trip each (every member asked at once), and no fence write-back,
 /// since the fence floor the lock sends makes every member issue the same
@@ -125,14 +138,7 @@ async fn members(servers: &[RedisServer]) -> Vec<Arc<dyn Backend>> {
 async fn an_uncontended_acquire_and_release_are_two_round_trips() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let calls = Arc::new(Calls::default());
-    let logged: Vec<Arc<dyn Backend>> = members(&servers)
-        .await
-        .into_iter()
-        .map(|store| Arc::new(Logged { store, calls: calls.clone() }) as Arc<dyn Backend>)
-        .collect();
-    // A call timeout well above the logged calls' delay, on a loaded machine.
-    let lock = RedLock::new(logged).expect("redlock").with_call_timeout(Duration::from_secs(2));
-    let c = Client::with_backend(Arc::new(lock), ClientOptions::default());
+    let c = logged_client(&servers, &calls).await;
     let mut last = 0;
     for i in 0..5 {
         let g = c.mutex("uncontended").acquire_timeout(Duration::from_secs(5)).await.expect("acquire");
@@ -216,4 +222,50 @@ async fn fences_increase_with_stale_floors_and_a_member_ahead() {
     fences.push(turn(&a, false).await);
     fences.push(turn(&b, false).await);
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences not strictly increasing: {fences:?}");
+}
+
+/// A waiting acquire whose first members free up one after another: the
+/// first member's counter stands an hour (in µs) above the second's, as a
+/// Redis member's does when it handed the key over locally (its fence then
+/// comes from its clock). The second member is asked with the first one's
+/// fence as its floor, so it answers that fence and the round needs no
+/// write-back; and the release goes only to the two members the round
+/// asked, not to the third. (Before: a `raise_fence` to the second member
+/// in every such round, and a release to all three.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_round_floors_later_members_and_releases_only_those_it_asked() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let calls = Arc::new(Calls::default());
+    let c = logged_client(&servers, &calls).await;
+    let direct = members(&servers).await;
+    let key = LockKey::new("floored").expect("key");
+    // Members 0 and 1 held by another owner; member 0's fence an hour ahead.
+    let other = OwnerToken::random();
+    let req = AcquireRequest::new(key.clone(), other, Duration::from_secs(30));
+    let g0 = direct[0].try_acquire(&req).await.expect("try").expect("free");
+    assert!(direct[0].raise_fence(&key, other, g0.fence + 3_600_000_000).await.expect("raise"));
+    let g1 = direct[1].try_acquire(&req).await.expect("try").expect("free");
+    assert!(g1.fence < g0.fence + 3_600_000_000);
+    let waiter = tokio::spawn({
+        let c = c.clone();
+        async move { c.mutex("floored").acquire_timeout(Duration::from_secs(10)).await.expect("acquire") }
+    });
+    // The waiter's first round (every member at once) is refused by a
+    // majority; it then waits on member 0, then member 1.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(direct[0].release(&key, other).await.expect("release 0"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(direct[1].release(&key, other).await.expect("release 1"));
+    let g = waiter.await.expect("waiter");
+    assert!(g.fence() > g0.fence + 3_600_000_000, "fence {} not above member 0's", g.fence());
+    let before_release = calls.take();
+    let names: Vec<&str> = before_release.iter().map(|c| c.0).collect();
+    assert!(!names.contains(&"raise_fence"), "the waiting round wrote a fence back: {names:?}");
+    g.release().await.expect("release");
+    let log = calls.take();
+    let names: Vec<&str> = log.iter().map(|c| c.0).collect();
+    assert_eq!(names, ["release"; 2], "the release of a round that asked two members: {names:?}");
+    // Member 2 never held it: free there for anyone.
+    let probe = AcquireRequest::new(key.clone(), OwnerToken::random(), Duration::from_secs(5));
+    assert!(direct[2].try_acquire(&probe).await.expect("try").is_some());
 }

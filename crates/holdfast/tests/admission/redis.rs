@@ -1,7 +1,7 @@
-//! The admission table on Redis, twice: the Lua `decide` of the shipped
+//! The admission table on Redis, twice: the Lua `decide_shares` of the shipped
 //! `common.lua` called directly by a small harness script, and the store's
 //! acquire (`acquire.lua` for a mutex, `shared_acquire.lua` otherwise, each
-//! reading the keys through `read_lock`/`read_shares`) on the case's rows
+//! reading the keys through `read_lock`/`decide_shares`) on the case's rows
 //! seeded into the lock's hash H and shares hash S as the scripts write them
 //! (layout at the top of `common.lua`).
 
@@ -19,16 +19,20 @@ use super::{LIVE_MS, Leeway, Live, ends_in_ms, number, run_table};
 /// The helpers every script of the store starts with: the very file it ships.
 const COMMON: &str = include_str!("../../src/stores/redis/scripts/common.lua");
 
-/// Calls the Lua `decide` with the request and rows from ARGV: token, mode,
-/// weight, limit, then per row token, held, mode, weight, limit, order.
-/// Returns {decision, value or ''}.
+/// Calls the Lua `decide_shares` with the request from ARGV (token, mode,
+/// weight, limit) on the rows that follow (per row token, held, mode,
+/// weight, limit, order), written as live entries into the scratch hash
+/// KEYS[1] as the scripts write S. Returns {decision, value or ''}.
 const HARNESS: &str = "
-local rows = {}
+redis.call('DEL', KEYS[1])
+local now = math.floor(now_us() / 1000)
 for i = 5, #ARGV, 6 do
-  rows[#rows + 1] = { t = ARGV[i], held = ARGV[i + 1] == '1', m = tonumber(ARGV[i + 2]),
-                      w = tonumber(ARGV[i + 3]), l = tonumber(ARGV[i + 4]), ord = tonumber(ARGV[i + 5]) }
+  redis.call('HSET', KEYS[1], ARGV[i], share_entry({ held = ARGV[i + 1] == '1', m = tonumber(ARGV[i + 2]),
+    w = tonumber(ARGV[i + 3]), l = tonumber(ARGV[i + 4]), ord = tonumber(ARGV[i + 5]), x = now + 60000,
+    label = 'harness' }))
 end
-local d, v = decide(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), rows)
+local d, v = decide_shares(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), now, nil, nil)
+redis.call('DEL', KEYS[1])
 if v == nil then v = '' else v = string.format('%d', v) end
 return { d, v }
 ";
@@ -42,11 +46,11 @@ async fn raw(server: &RedisServer) -> MultiplexedConnection {
     c.get_multiplexed_async_connection().await.expect("raw connection")
 }
 
-/// What the Lua `decide` says of a case, as a [`Decision`].
+/// What the Lua `decide_shares` says of a case, as a [`Decision`].
 async fn lua_decide(conn: &mut MultiplexedConnection, script: &redis::Script, case: &Case) -> Decision {
     let (m, w, l) = admission::encode(case.mode);
     let mut inv = script.prepare_invoke();
-    inv.arg(hex(case.token)).arg(m).arg(w).arg(l);
+    inv.key("admission/harness-rows").arg(hex(case.token)).arg(m).arg(w).arg(l);
     for r in case.live_rows() {
         let (m, w, l) = admission::encode(r.mode);
         inv.arg(OwnerToken::from_bytes(r.token).to_hex()).arg(u8::from(r.held)).arg(m).arg(w).arg(l).arg(r.order);
@@ -63,7 +67,8 @@ async fn lua_decide(conn: &mut MultiplexedConnection, script: &redis::Script, ca
 }
 
 /// The Lua port of the rule, from the `common.lua` the store ships, agrees
-/// with every case of the table (the one the Rust `decide` passes).
+/// with every case of the table (the one the Rust `decide` passes), on
+/// rows read from a hash as the share and writer acquire reads S.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lua_decide_passes_the_admission_table() {
     let server = RedisServer::start();
@@ -74,7 +79,10 @@ async fn lua_decide_passes_the_admission_table() {
     for (i, case) in all.iter().enumerate() {
         let got = lua_decide(&mut conn, &script, case).await;
         if !case.accepts(&got) {
-            failed.push(format!("case {i} \"{}\": expected {:?}, Lua decide said {got:?}", case.name, case.expect));
+            failed.push(format!(
+                "case {i} \"{}\": expected {:?}, Lua decide_shares said {got:?}",
+                case.name, case.expect
+            ));
         }
     }
     assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), all.len(), failed.join("\n"));

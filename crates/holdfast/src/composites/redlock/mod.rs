@@ -243,6 +243,7 @@ impl RedLock {
     /// majority of members failing. Any majority counts, so a round that
     /// does not count never holds one (module docs).
     async fn try_round(&self, client: OwnerToken, round: &AcquireRequest) -> Result<std::result::Result<Grant, usize>> {
+        self.rounds.reach(&round.key, client, round.token, self.members.stores.len());
         let tally = self.members.try_all(round).await;
         let majority = self.majority();
         let votes = tally.votes.len();
@@ -319,7 +320,8 @@ impl Backend for RedLock {
         // settles it, as waiting rounds do; the uncontended case keeps its
         // single round.
         let round = self.round_request(req);
-        let held = self.members.try_in_order(&round, self.members.call_timeout * SPLIT_WAIT_CALLS).await;
+        let ask = |n| self.rounds.reach(&req.key, req.token, round.token, n);
+        let held = self.members.try_in_order(&round, self.members.call_timeout * SPLIT_WAIT_CALLS, &ask).await;
         self.saw(&req.key, &held);
         if held.len() >= self.majority() {
             if let Some(grant) = self.complete(&round, held).await {
@@ -362,7 +364,8 @@ impl Backend for RedLock {
             {
                 let _waiting = self.waiting.enter(&req.key);
                 let round = self.round_request(req);
-                let held = self.members.wait_in_order(&round).await;
+                let ask = |n| self.rounds.reach(&req.key, req.token, round.token, n);
+                let held = self.members.wait_in_order(&round, &ask).await;
                 self.saw(&req.key, &held);
                 if held.len() >= self.majority() {
                     if let Some(grant) = self.complete(&round, held).await {

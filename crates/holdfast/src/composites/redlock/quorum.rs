@@ -66,6 +66,17 @@ fn valid_left(held: &[Vote], ttl: Duration) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
+/// The floor for the members asked after `grant` in the same round: at
+/// least its fence, so that a member whose counter stands lower answers that
+/// same fence and needs no write-back (a member that issued a lower fence
+/// than an earlier member of its round cost one more round trip; with
+/// Redis's local hand-over the first member's fence comes from its clock and
+/// the next member's from its kept fence, so almost every contended round
+/// did). Any floor is safe (see [`super::floors`]); none past the lowest cap.
+fn raised_floor(floor: u64, grant: &Grant) -> u64 {
+    if grant.fence <= super::floors::MAX_FLOOR { floor.max(grant.fence) } else { floor }
+}
+
 fn timed_out(store: &'static str, what: &str, after: Duration) -> Error {
     Error::backend(store, true, format!("RedLock member: no reply to {what} within {after:?}"))
 }
@@ -108,9 +119,15 @@ impl Members {
     /// notification and lasts no longer than the earliest grant so far stays
     /// valid; a member that fails is passed over. Returns the grants had,
     /// fewer than a majority if no majority could be had in time.
-    pub(super) async fn wait_in_order(&self, req: &AcquireRequest) -> Vec<Vote> {
+    ///
+    /// `ask` is told, before each call, how many members (a prefix in
+    /// order) the round has asked so far, so that its release names no
+    /// other. Each member after a grant is asked with that grant's fence as
+    /// its floor (see [`raised_floor`]).
+    pub(super) async fn wait_in_order(&self, req: &AcquireRequest, ask: &(dyn Fn(usize) + Sync)) -> Vec<Vote> {
         let majority = self.majority();
         let mut held: Vec<Vote> = Vec::new();
+        let mut req = req.clone();
         for member in 0..self.stores.len() {
             if held.len() >= majority || self.stores.len() - member < majority - held.len() {
                 break;
@@ -125,7 +142,9 @@ impl Members {
                 }
             };
             let store = &self.stores[member];
-            if let Ok(grant) = self.call(member, "acquire", store.acquire(req), limit).await {
+            ask(member + 1);
+            if let Ok(grant) = self.call(member, "acquire", store.acquire(&req), limit).await {
+                req.fence_floor = raised_floor(req.fence_floor, &grant);
                 held.push(Vote { member, grant });
             }
         }
@@ -141,17 +160,28 @@ impl Members {
     /// while the grants so far stay valid. Two clients never hold each
     /// other's next member, so one of them gets a majority. Returns the
     /// grants had.
-    pub(super) async fn try_in_order(&self, req: &AcquireRequest, limit: Duration) -> Vec<Vote> {
+    /// `ask` and the floors as in [`wait_in_order`](Self::wait_in_order).
+    pub(super) async fn try_in_order(
+        &self,
+        req: &AcquireRequest,
+        limit: Duration,
+        ask: &(dyn Fn(usize) + Sync),
+    ) -> Vec<Vote> {
         let majority = self.majority();
         let mut held: Vec<Vote> = Vec::new();
+        let mut req = req.clone();
         for member in 0..self.stores.len() {
             if held.len() >= majority || self.stores.len() - member < majority - held.len() {
                 break;
             }
             let store = &self.stores[member];
             if held.is_empty() {
-                match self.call(member, "acquire", store.try_acquire(req), self.call_timeout).await {
-                    Ok(Some(grant)) => held.push(Vote { member, grant }),
+                ask(member + 1);
+                match self.call(member, "acquire", store.try_acquire(&req), self.call_timeout).await {
+                    Ok(Some(grant)) => {
+                        req.fence_floor = raised_floor(req.fence_floor, &grant);
+                        held.push(Vote { member, grant });
+                    }
                     Ok(None) => break,
                     // Down: the next member is the first that answers.
                     Err(_) => {}
@@ -159,7 +189,9 @@ impl Members {
                 continue;
             }
             let Some(left) = valid_left(&held, req.ttl) else { break };
-            if let Ok(grant) = self.call(member, "acquire", store.acquire(req), left.min(limit)).await {
+            ask(member + 1);
+            if let Ok(grant) = self.call(member, "acquire", store.acquire(&req), left.min(limit)).await {
+                req.fence_floor = raised_floor(req.fence_floor, &grant);
                 held.push(Vote { member, grant });
             }
         }
@@ -209,9 +241,18 @@ impl Members {
     /// background until its lease (`ttl`) has surely run out. Otherwise the
     /// first error (the caller retries the whole release: it is idempotent
     /// on the members that succeeded).
-    pub(super) async fn release_all(&self, key: &LockKey, rounds: &[OwnerToken], ttl: Duration) -> Result<bool> {
-        let calls = rounds.iter().flat_map(|&token| {
-            self.stores.iter().enumerate().map(move |(i, store)| async move {
+    ///
+    /// Each round token goes only to the members its round asked (a prefix
+    /// of the members, in order; see [`super::rounds`]): a member never asked
+    /// with a token cannot hold it.
+    pub(super) async fn release_all(
+        &self,
+        key: &LockKey,
+        rounds: &[(OwnerToken, usize)],
+        ttl: Duration,
+    ) -> Result<bool> {
+        let calls = rounds.iter().flat_map(|&(token, asked)| {
+            self.stores.iter().enumerate().take(asked).map(move |(i, store)| async move {
                 (i, token, self.call(i, "release", store.release(key, token), self.call_timeout).await)
             })
         });

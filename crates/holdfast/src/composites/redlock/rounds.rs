@@ -6,7 +6,11 @@
 //! release could delete the next round's grant on that member while the
 //! client counted it in its majority. So rounds never share a token, and this
 //! table remembers, per client token, every round token sent (released
-//! together at the end) and the one that holds (renewed).
+//! together at the end) and the one that holds (renewed). With each round
+//! token it keeps how many members (a prefix, in the members' order) may
+//! have been asked with it, widened before each call is sent, so that the
+//! release goes to those members only: a waiting round that got its
+//! majority from the first members never asked the others.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,8 +20,9 @@ use crate::vocabulary::key::{LockKey, OwnerToken};
 
 #[derive(Debug, Default)]
 struct Entry {
-    /// Every round token sent for this acquisition, in order.
-    sent: Vec<OwnerToken>,
+    /// Every round token sent for this acquisition, in order, with the
+    /// number of members (from the first) that may have been asked with it.
+    sent: Vec<(OwnerToken, usize)>,
     /// The round token of the grant the client was given.
     holding: Option<OwnerToken>,
     /// The lease TTL asked for (a round's leases last at most this long
@@ -48,8 +53,20 @@ impl Rounds {
             return holding;
         }
         let round = OwnerToken::random();
-        entry.sent.push(round);
+        entry.sent.push((round, 0));
         round
+    }
+
+    /// The first `members` members are about to be asked with `round` (or
+    /// were): its release must reach them. Only ever widens; called before
+    /// the calls are sent, so a round dropped midway is released on every
+    /// member it may have reached.
+    pub(super) fn reach(&self, key: &LockKey, client: OwnerToken, round: OwnerToken, members: usize) {
+        if let Some(entry) = self.entries().get_mut(&(key.clone(), client)) {
+            if let Some(sent) = entry.sent.iter_mut().find(|(t, _)| *t == round) {
+                sent.1 = sent.1.max(members);
+            }
+        }
     }
 
     /// Every member answered `round` "busy": it left nothing on any member
@@ -58,7 +75,7 @@ impl Rounds {
     pub(super) fn left_nothing(&self, key: &LockKey, client: OwnerToken, round: OwnerToken) {
         if let Some(entry) = self.entries().get_mut(&(key.clone(), client)) {
             if entry.holding != Some(round) {
-                entry.sent.retain(|t| *t != round);
+                entry.sent.retain(|(t, _)| *t != round);
             }
         }
     }
@@ -87,9 +104,10 @@ impl Rounds {
     pub(super) fn restore(&self, key: &LockKey, client: OwnerToken, taken: Taken) {
         let mut entries = self.entries();
         let entry = entries.entry((key.clone(), client)).or_default();
-        for t in taken.sent {
-            if !entry.sent.contains(&t) {
-                entry.sent.push(t);
+        for (t, asked) in taken.sent {
+            match entry.sent.iter_mut().find(|(s, _)| *s == t) {
+                Some(sent) => sent.1 = sent.1.max(asked),
+                None => entry.sent.push((t, asked)),
             }
         }
         entry.holding = entry.holding.or(taken.holding);
@@ -100,7 +118,7 @@ impl Rounds {
 /// An acquisition taken out of the table, to release.
 #[derive(Debug)]
 pub(super) struct Taken {
-    pub(super) sent: Vec<OwnerToken>,
+    pub(super) sent: Vec<(OwnerToken, usize)>,
     pub(super) holding: Option<OwnerToken>,
     pub(super) ttl: Duration,
 }

@@ -36,7 +36,7 @@ if o ~= token then
     local r = parse_share(token, v)
     local live = r and r.held and r.x > now
     if r and r.held and s.e ~= 0 then
-      local _, latest = read_shares(sk, now)
+      local latest = latest_share(sk, now)
       redis.call('HSET', h, 'sx', int(latest), 'r', token)
     end
     wake_waiters(s.w, now, chan)

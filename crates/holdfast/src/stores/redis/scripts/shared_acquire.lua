@@ -11,22 +11,18 @@ local horizon = tonumber(ARGV[9])
 local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
-local rows, latest = read_shares(sk, now)
 local o = holder(s, now)
-if o then rows[#rows + 1] = { t = o, held = true, m = 0, w = 1, l = 0, ord = holder_fence(s) } end
-local d, v = decide(token, m, w, lim, rows)
+local d, v, latest = decide_shares(sk, token, m, w, lim, now, o, o and holder_fence(s))
 if d == 'held' then
   if o == token then return regrant(h, s, now, ttl, keep) end
-  for _, r in ipairs(rows) do
-    if r.t == token then
-      r.x = now + ttl
-      redis.call('HSET', sk, token, share_entry(r))
-      local sx = s.sx
-      if r.x > sx then sx = r.x end
-      redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
-      return {1, r.ord}
-    end
-  end
+  -- A retry by a share's holder (rare: its reply was lost): its entry whole.
+  local r = parse_share(token, redis.call('HGET', sk, token))
+  r.x = now + ttl
+  redis.call('HSET', sk, token, share_entry(r))
+  local sx = s.sx
+  if r.x > sx then sx = r.x end
+  redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
+  return {1, r.ord}
 end
 if d == 'grant' then
   local f = next_fence(s, us)
