@@ -18,6 +18,9 @@
 //! - [`handover`]: the Redis store's local hand-over: a release that passes
 //!   the lock to a waiting task of the same process in one store call,
 //!   bounded so that other processes are not kept out (issue 33).
+//! - [`pg_fence`]: per-key fences on PostgreSQL: a key's fence kept in its
+//!   lease row, the namespace counter only for keys without one, against the
+//!   variants weighed (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -31,6 +34,7 @@ pub mod fallback;
 pub mod grant_log;
 pub mod handover;
 pub mod network;
+pub mod pg_fence;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;

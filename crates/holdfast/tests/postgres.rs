@@ -154,11 +154,13 @@ async fn hostile_keys_are_data() {
         let g = b.mutex(other).try_acquire().await.expect("try").expect("a neighbour of a wildcard key");
         g.release().await.expect("release");
     }
-    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), keys.len().to_string());
+    // A release keeps the key's row (its fence), expired: count live rows.
+    let live = "SELECT count(*) FROM holdfast_leases WHERE expires_at > clock_timestamp()";
+    assert_eq!(psql(&server, live), keys.len().to_string());
     for g in guards {
         g.release().await.expect("release");
     }
-    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), "0", "release leaves no rows");
+    assert_eq!(psql(&server, live), "0", "release leaves no live rows");
     for bad in ["nul\0".to_owned(), "k".repeat(257), "é".repeat(129)] {
         assert!(matches!(a.mutex(bad).try_acquire().await, Err(Error::InvalidInput { what: "key", .. })));
     }
@@ -265,7 +267,7 @@ async fn uncontended_acquire_and_release_statements() {
 
 /// An expired row is taken over atomically by the next acquirer (higher
 /// fence, the same single row); the stale token can neither release nor
-/// renew it; release deletes the row.
+/// renew it; release leaves the row expired, keeping its fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn expired_row_is_taken_over() {
     let server = PostgresServer::start();
@@ -289,8 +291,10 @@ async fn expired_row_is_taken_over() {
         .expect("stale renew");
     assert_eq!(renewed, vec![false]);
     assert!(a.mutex(key.as_str()).try_acquire().await.expect("try").is_none(), "the stale token freed the key");
+    let fence = g.fence();
     g.release().await.expect("release");
-    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases"), "0");
+    assert_eq!(psql(&server, row), "1|t", "release keeps the row, expired");
+    assert_eq!(psql(&server, "SELECT fence FROM holdfast_leases WHERE key = 'takeover/k'"), fence.to_string());
 }
 
 /// The listener's connection is killed and the key released while it is
@@ -353,7 +357,7 @@ async fn concurrent_first_use_creates_tables_once() {
     let (_, c) = &clients[0];
     let g = c.mutex("k").acquire().await.expect("acquire");
     assert_eq!(psql(&server, "SELECT count(*) FROM fresh_ns.jobs"), "1");
-    assert_eq!(psql(&server, "SELECT value FROM fresh_ns.jobs_fence"), g.fence().to_string());
+    assert_eq!(psql(&server, "SELECT value FROM fresh_ns.jobs_fence WHERE id = 1"), g.fence().to_string());
     g.release().await.expect("release");
     // Another namespace on the same database has its own rows and counter.
     let other = connect(&format!("{}&schema=fresh_ns&table=other", server.url()), "o").await;

@@ -39,6 +39,8 @@ mod observability;
 mod postgres;
 #[path = "postgres_faults.rs"]
 mod postgres_faults;
+#[path = "postgres_fences.rs"]
+mod postgres_fences;
 #[path = "postgres_history.rs"]
 mod postgres_history;
 #[path = "redis.rs"]

@@ -1,6 +1,7 @@
 //! PostgreSQL floor: holdfast's own two statements (the acquire CTE that
-//! bumps the namespace's fence counter and inserts or takes over an expired
-//! lease row, and the owner-checked `DELETE`), prepared once and sent by a
+//! takes over the key's released or expired row with its fence + 1, or for
+//! a key without a row bumps the namespace's fence counter and inserts, and
+//! the owner-checked release that keeps the row), prepared once and sent by a
 //! plain tokio-postgres client on one connection with the same connection
 //! settings as the URL gives holdfast. So `holdfast / floor` is the cost of
 //! the client around the statements (renewal, cancel safety, waiting), not of
@@ -49,13 +50,14 @@ impl PostgresFloor {
         drop(PostgresBackend::open(cfg.clone()).await?);
         let (t, f) =
             (format!("\"{}\".\"{}\"", cfg.schema, cfg.table), format!("\"{}\".\"{}_fence\"", cfg.schema, cfg.table));
+        // Per-key fences: a key with a row takes its fence + 1 under the
+        // row's lock; only a key without one draws from the counter (row 1).
         let acquire_sql = format!(
             "WITH cur AS (
-                 SELECT token, fence, expires_at, wanted FROM {t}
-                 WHERE key = $1 AND expires_at > clock_timestamp()
+                 SELECT token, fence, expires_at, wanted FROM {t} WHERE key = $1
              ), f AS (
                  UPDATE {f} SET value = value + 1
-                 WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
+                 WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM cur)
                  RETURNING value
              ), ins AS (
                  INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
@@ -63,15 +65,25 @@ impl PostgresFloor {
                         clock_timestamp() + $3::int8 * interval '1 millisecond', false
                  FROM f
                  ON CONFLICT (key) DO UPDATE
-                     SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-                         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-                         wanted = excluded.wanted
+                     SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
+                         label = excluded.label, acquired_at = excluded.acquired_at,
+                         expires_at = excluded.expires_at, wanted = excluded.wanted
                      WHERE l.expires_at <= clock_timestamp()
                  RETURNING l.fence
+             ), up AS (
+                 UPDATE {t} AS l SET token = $2, fence = l.fence + 1, label = 'floor',
+                     acquired_at = clock_timestamp(),
+                     expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond', wanted = false
+                 WHERE key = $1 AND expires_at <= clock_timestamp() AND EXISTS (SELECT 1 FROM cur)
+                 RETURNING l.fence
              )
-             SELECT (SELECT fence FROM ins)"
+             SELECT coalesce((SELECT fence FROM ins), (SELECT fence FROM up))"
         );
-        let release_sql = format!("DELETE FROM {t} WHERE key = $1 AND token = $2");
+        // The release keeps the row (its fence) as the released marker.
+        let release_sql = format!(
+            "UPDATE {t} SET token = '\\x'::bytea, label = '', expires_at = least(expires_at, clock_timestamp())
+             WHERE key = $1 AND token = $2"
+        );
         timed(async {
             let (client, connection) = cfg.connection_config().connect(NoTls).await.map_err(map_err)?;
             tokio::spawn(connection);
@@ -87,8 +99,8 @@ impl PostgresFloor {
 #[async_trait]
 impl Floor for PostgresFloor {
     fn describe(&self) -> &'static str {
-        "tokio-postgres, one connection, prepared: holdfast's acquire statement (fence counter + INSERT .. ON \
-         CONFLICT DO UPDATE .. WHERE expired) + DELETE .. WHERE token"
+        "tokio-postgres, one connection, prepared: holdfast's acquire statement (the row's fence + 1, or the \
+         counter + INSERT .. ON CONFLICT DO UPDATE .. WHERE expired) + UPDATE .. WHERE token (row kept)"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {

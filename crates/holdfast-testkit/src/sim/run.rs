@@ -68,9 +68,9 @@ pub struct RunConfig {
     /// `stores` and `stores + 1`), and locks plainly on the arbiter too.
     pub tenants: bool,
     /// The fence counter scope of store `s` is `counter_scopes[s % len]`:
-    /// by default the first store keeps a counter per key (as Redis) and
-    /// the others one for the store (as a SQLite file, a PostgreSQL or
-    /// MySQL namespace).
+    /// by default the first store keeps a counter per key (as Redis), the
+    /// second one for the store (as a SQLite file or a MySQL namespace) and
+    /// the third per key over one for the store (as a PostgreSQL namespace).
     pub counter_scopes: Vec<CounterScope>,
 }
 
@@ -93,7 +93,7 @@ impl Default for RunConfig {
             redlock: false,
             fallback: false,
             tenants: false,
-            counter_scopes: vec![CounterScope::PerKey, CounterScope::PerStore],
+            counter_scopes: vec![CounterScope::PerKey, CounterScope::PerStore, CounterScope::KeyRows],
         }
     }
 }

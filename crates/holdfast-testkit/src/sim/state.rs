@@ -1,7 +1,8 @@
 //! What a simulated store keeps: per key, its leases and reservations with
 //! expiries on the store's own clock and the record kept with it, and the
-//! fence counter: one per key, or one for the whole store as SQLite keeps
-//! per file and PostgreSQL and MySQL per namespace ([`CounterScope`]).
+//! fence counter: one per key, one for the whole store as SQLite keeps
+//! per file and MySQL per namespace, or PostgreSQL's per key over one per
+//! namespace ([`CounterScope`]).
 //! Every method is one atomic store operation, applied when a request
 //! arrives over its link.
 
@@ -55,9 +56,17 @@ pub enum CounterScope {
     #[default]
     PerKey,
     /// One counter for every key of the store: SQLite's per file,
-    /// PostgreSQL's and MySQL's per namespace. A grant or a raised floor on
-    /// one key moves every key's later fences.
+    /// MySQL's per namespace. A grant or a raised floor on one key moves
+    /// every key's later fences.
     PerStore,
+    /// PostgreSQL's per-key fences: a key's counter lives with its row,
+    /// which a release keeps; a key without a row (never used, or swept)
+    /// draws its first fence from the store's counter, and a swept row
+    /// raises the store's counter to its fence. Here every key without a
+    /// live row is swept at each release (a keep period of nothing, the
+    /// harshest the model `pg_fence` allows); a raised floor moves the key's
+    /// fence only.
+    KeyRows,
 }
 
 /// The data of one simulated store.
@@ -79,7 +88,9 @@ impl StoreState {
 
     /// The live rows of `key` at store time `now` (expired ones dropped).
     fn key(&mut self, key: &str, now: Duration) -> &mut KeyState {
-        let k = self.keys.entry(key.to_owned()).or_default();
+        // A key without a row starts from the store's counter (KeyRows).
+        let start = if self.scope == CounterScope::KeyRows { self.counter } else { 0 };
+        let k = self.keys.entry(key.to_owned()).or_insert_with(|| KeyState { counter: start, ..KeyState::default() });
         k.entries.retain(|e| e.expires > now);
         k
     }
@@ -87,17 +98,35 @@ impl StoreState {
     /// Runs `f` on `key`'s live rows with the key's counter; under
     /// [`CounterScope::PerStore`] that counter is the store's one counter.
     fn with_key<R>(&mut self, key: &str, now: Duration, f: impl FnOnce(&mut KeyState) -> R) -> R {
-        let (shared, per_store) = (self.counter, self.scope == CounterScope::PerStore);
+        let (shared, scope) = (self.counter, self.scope);
+        let new_row = !self.keys.contains_key(key);
         let k = self.key(key, now);
-        if per_store {
+        if scope == CounterScope::PerStore || (scope == CounterScope::KeyRows && new_row) {
             k.counter = shared;
         }
         let out = f(k);
         let after = k.counter;
-        if per_store {
+        if scope == CounterScope::PerStore || (scope == CounterScope::KeyRows && new_row) {
             self.counter = after;
         }
         out
+    }
+
+    /// [`CounterScope::KeyRows`]: deletes every key without a live row,
+    /// raising the store's counter to its fence (PostgreSQL's sweep).
+    fn sweep(&mut self, now: Duration) {
+        if self.scope != CounterScope::KeyRows {
+            return;
+        }
+        let counter = &mut self.counter;
+        self.keys.retain(|_, k| {
+            k.entries.retain(|e| e.expires > now);
+            let keep = !k.entries.is_empty();
+            if !keep {
+                *counter = (*counter).max(k.counter);
+            }
+            keep
+        });
     }
 
     /// One attempt. A waiting request (`reserve`) that is refused leaves or
@@ -159,6 +188,7 @@ impl StoreState {
         let k = self.key(key, now);
         let held = k.entries.iter().any(|e| e.token == token && e.held);
         k.entries.retain(|e| e.token != token);
+        self.sweep(now);
         held
     }
 

@@ -31,7 +31,7 @@ fn at(ms: i64) -> String {
 /// The statements that seed a case's rows under `key`.
 fn seed_sql(key: &str, case: &Case) -> String {
     let mut sql = format!(
-        "UPDATE public.holdfast_leases_fence SET value = greatest(value, {MAX_ORDER}) WHERE id = 0;
+        "UPDATE public.holdfast_leases_fence SET value = greatest(value, {MAX_ORDER}) WHERE id = 1;
          DELETE FROM {LEASES} WHERE key = '{key}'; DELETE FROM {SHARES} WHERE key = '{key}';"
     );
     let waiting = case.rows.iter().any(|r| !r.held);
@@ -42,13 +42,16 @@ fn seed_sql(key: &str, case: &Case) -> String {
         )
     };
     let shares: Vec<_> = case.rows.iter().filter(|r| r.held && !r.mode.is_exclusive()).collect();
+    // The key's fence lives in its lease row: a live holder's own, else
+    // the table's highest order (as the namespace counter held it before
+    // fences were kept per key).
     if let Some(x) = case.rows.iter().find(|r| r.held && r.mode.is_exclusive()) {
-        sql += &lease(bytea(x.token), x.order, at(ends_in_ms(x)));
+        let fence = if x.expired { MAX_ORDER } else { x.order };
+        sql += &lease(bytea(x.token), fence, at(ends_in_ms(x)));
     } else if let Some(latest) = shares.iter().max_by_key(|r| ends_in_ms(r)) {
-        let fence = shares.iter().map(|r| r.order).max().unwrap_or(0);
-        sql += &lease(GATE.to_owned(), fence, at(ends_in_ms(latest)));
+        sql += &lease(GATE.to_owned(), MAX_ORDER, at(ends_in_ms(latest)));
     } else if waiting {
-        sql += &lease(GATE.to_owned(), 0, "timestamptz 'epoch'".to_owned());
+        sql += &lease(GATE.to_owned(), MAX_ORDER, "timestamptz 'epoch'".to_owned());
     }
     for r in case.rows.iter().filter(|r| !(r.held && r.mode.is_exclusive())) {
         let (m, w, l) = admission::encode(r.mode);

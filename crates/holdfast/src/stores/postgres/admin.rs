@@ -8,6 +8,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::error::map_err;
 use super::gate::is_gate;
+use super::statements::RELEASED;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::vocabulary::error::Result;
@@ -36,16 +37,23 @@ impl PostgresBackend {
     }
 
     /// One transaction: the key's lease row locked (as every shared acquire
-    /// locks it first), then deleted (the exclusive holder, or the shares'
-    /// gate), its held shares deleted (reservations stay), and the waiters
-    /// told at commit by the channel every release uses. The namespace's
-    /// fence counter is untouched, so the next grant's fence is above the
-    /// removed ones; the holders' renewals find no row and fail.
+    /// locks it first), then released (the exclusive holder, or the shares'
+    /// gate: the row stays with the key's fence, as after a release), its
+    /// held shares deleted (reservations stay), and the waiters told at
+    /// commit by the channel every release uses. The next grant's fence is
+    /// above the removed ones (the row's fence + 1); the holders' renewals
+    /// find no row of theirs and fail.
     pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
         let (t, s) = self.admin_tables();
         let lock_row = format!("SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE");
-        let del_lease =
-            format!("DELETE FROM {t} WHERE key = $1 RETURNING token, fence, expires_at > clock_timestamp()");
+        // The row stays as the released marker, keeping the key's fence
+        // (read after the lock above, so `o` is the latest version).
+        let del_lease = format!(
+            "UPDATE {t} AS l SET token = {RELEASED}, label = '', expires_at = least(l.expires_at, clock_timestamp())
+             FROM (SELECT token, expires_at > clock_timestamp() AS live FROM {t} WHERE key = $1) o
+             WHERE l.key = $1
+             RETURNING o.token, l.fence, o.live"
+        );
         let del_shares =
             format!("DELETE FROM {s} WHERE key = $1 AND held RETURNING fence, expires_at > clock_timestamp()");
         let (k, channel) = (key.as_str(), &self.inner.channel);

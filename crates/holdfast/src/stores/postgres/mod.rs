@@ -4,6 +4,7 @@
 
 mod admin;
 mod config;
+mod ddl;
 mod error;
 mod gate;
 mod listener;

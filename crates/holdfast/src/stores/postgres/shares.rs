@@ -39,8 +39,10 @@ use crate::vocabulary::key::{LockKey, OwnerToken};
 #[derive(Debug)]
 pub(super) struct ShareSql {
     lock_gate: String,
+    make_gate: String,
     rows: String,
     fence_next: String,
+    place_next: String,
     upsert: String,
     gate_to_shares: String,
     grant_writer: String,
@@ -67,11 +69,18 @@ impl ShareSql {
         let f = format!("{schema}.\"{}_fence\"", config.table);
         let s = format!("{schema}.\"{}_shares\"", config.table);
         ShareSql {
-            // Creates an expired gate row if the key has none; either way the
-            // row is locked until commit.
+            // The key's lease row, locked until commit (its latest version).
             lock_gate: format!(
-                "INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
-                 VALUES ($1, $2, 0, '', clock_timestamp(), timestamptz 'epoch', false)
+                "SELECT token, fence, expires_at > clock_timestamp(), {LEFT_MS} FROM {t} WHERE key = $1 FOR UPDATE"
+            ),
+            // A key without a row: an expired gate row made with a fence from
+            // the namespace counter (row 1, taken before the row, as a mutex
+            // grant of a key without a row takes it), or the row made since,
+            // locked; either way locked until commit.
+            make_gate: format!(
+                "WITH f AS (UPDATE {f} SET value = value + 1 WHERE id = 1 RETURNING value)
+                 INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
+                 SELECT $1, $2, f.value, '', clock_timestamp(), timestamptz 'epoch', false FROM f
                  ON CONFLICT (key) DO UPDATE SET wanted = l.wanted
                  RETURNING token, fence, expires_at > clock_timestamp(), {LEFT_MS}"
             ),
@@ -79,7 +88,19 @@ impl ShareSql {
                 "SELECT token, mode, weight, limit_n, held, fence, {LEFT_MS}
                  FROM {s} WHERE key = $1 AND expires_at > clock_timestamp()"
             ),
-            fence_next: format!("UPDATE {f} SET value = value + 1 WHERE id = 0 RETURNING value"),
+            // The key's next fence, from its (locked) lease row: above every
+            // earlier grant of the key, shared or exclusive, and every place.
+            fence_next: format!(
+                "UPDATE {t} SET fence = greatest(fence, (SELECT coalesce(max(fence), 0) FROM {s} WHERE key = $1)) + 1
+                 WHERE key = $1 RETURNING fence"
+            ),
+            // A reservation's place: after every fence and place of the key,
+            // written nowhere but the reservation (an exclusive holder's
+            // fence in the row stays its own).
+            place_next: format!(
+                "SELECT greatest((SELECT fence FROM {t} WHERE key = $1),
+                                 (SELECT max(fence) FROM {s} WHERE key = $1)) + 1"
+            ),
             upsert: format!(
                 "INSERT INTO {s} (key, token, mode, weight, limit_n, held, fence, label, acquired_at, expires_at)
                  VALUES ($1, $3, $4, $5, $6, $7, $8, $9, clock_timestamp(), {UNTIL})
@@ -88,7 +109,7 @@ impl ShareSql {
                      label = excluded.label, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"
             ),
             gate_to_shares: format!(
-                "UPDATE {t} SET fence = $4, label = '',
+                "UPDATE {t} SET fence = greatest(fence, $4), label = '',
                      expires_at = greatest(CASE WHEN token = $3 THEN expires_at ELSE timestamptz 'epoch' END, {UNTIL}),
                      token = $3
                  WHERE key = $1"
@@ -142,8 +163,8 @@ impl ShareSql {
 
 /// Closes the transaction connection unless disarmed: a caller that gave
 /// up (timeout, dropped future, failed `ROLLBACK`) may have left it inside a
-/// transaction, holding row locks (the key's gate row, the namespace's fence
-/// counter once it drew a fence) that every grant of a free key waits for.
+/// transaction, holding row locks (the key's gate row, and the namespace's
+/// fence counter if the key had no row) that every grant of the key waits for.
 /// Marking it broken is not enough: the connection would stay open, idle in
 /// that transaction, until the next shared call replaced it, and the lock
 /// statements queued behind a wait for those row locks would time out until
@@ -219,10 +240,11 @@ impl PostgresBackend {
         let mode = mode as i16;
         let outcome = self
             .transaction("acquire", async |c| {
-                let g = c
-                    .query_typed_one(&sql.lock_gate, &[(&key, Type::TEXT), (&gate, Type::BYTEA)])
-                    .await
-                    .map_err(map_err)?;
+                let by_key = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&gate, Type::BYTEA)];
+                let g = match c.query_typed(&sql.lock_gate, &by_key[..1]).await.map_err(map_err)?.pop() {
+                    Some(g) => g,
+                    None => c.query_typed_one(&sql.make_gate, &by_key).await.map_err(map_err)?,
+                };
                 let gate_token: Vec<u8> = g.try_get(0).map_err(map_err)?;
                 let gate_fence: i64 = g.try_get(1).map_err(map_err)?;
                 let gate_live: bool = g.try_get(2).map_err(map_err)?;
@@ -252,8 +274,8 @@ impl PostgresBackend {
                     });
                 }
                 let others_wait = rows.iter().any(|r| !r.held && r.token != token);
-                let fence_next = async || -> Result<i64> {
-                    c.query_typed_one(&sql.fence_next, &[]).await.map_err(map_err)?.try_get(0).map_err(map_err)
+                let next = async |stmt: &str| -> Result<i64> {
+                    c.query_typed_one(stmt, &by_key[..1]).await.map_err(map_err)?.try_get(0).map_err(map_err)
                 };
                 let base = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&ttl_ms, Type::INT8)];
                 // The share row, held or a reservation, at `order` (its fence or place).
@@ -290,7 +312,7 @@ impl PostgresBackend {
                         Outcome::Granted(fence)
                     }
                     Decision::Grant => {
-                        let fence = fence_next().await?;
+                        let fence = next(&sql.fence_next).await?;
                         if req.mode.is_exclusive() {
                             c.query_typed(
                                 &sql.grant_writer,
@@ -322,7 +344,7 @@ impl PostgresBackend {
                     Decision::Refuse { reserve: true, keep_order } if reserve => {
                         let place = match keep_order {
                             Some(place) => place as i64,
-                            None => fence_next().await?,
+                            None => next(&sql.place_next).await?,
                         };
                         upsert(false, place).await?;
                         // So that the releases that may admit it notify.

@@ -17,6 +17,7 @@ use futures::TryStreamExt;
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+use super::ddl::{KEEP_TRIGGER, REFUSE_TRIGGER};
 use super::error::{map_err, timed_out};
 use super::pool::statement_lost;
 #[cfg(doc)]
@@ -69,27 +70,37 @@ impl PostgresBackend {
                     "SELECT to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND EXISTS (
                                 SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'wanted'),
                             current_setting('fsync'), current_setting('synchronous_commit'),
-                            to_regclass($4) IS NOT NULL",
+                            to_regclass($4) IS NOT NULL,
+                            EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $5)
+                            AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $6)",
                     &[
                         (&i.sql.lease_regclass, Type::TEXT),
                         (&i.sql.fence_regclass, Type::TEXT),
                         (&i.sql.shares_regclass, Type::TEXT),
                         (&i.sql.records_regclass, Type::TEXT),
+                        (&KEEP_TRIGGER, Type::TEXT),
+                        (&REFUSE_TRIGGER, Type::TEXT),
                     ],
                 )
                 .await
                 .map_err(map_err)?;
             let exists: bool = row.try_get(0).map_err(map_err)?;
-            if !exists {
+            let per_key_fences: bool = row.try_get(4).map_err(map_err)?;
+            if !exists || !per_key_fences {
                 if !i.config.create {
-                    return Err(Error::backend(
-                        STORE,
-                        false,
+                    let what = if exists {
+                        format!(
+                            "namespace {} has no per-key fences yet (triggers {KEEP_TRIGGER} / {REFUSE_TRIGGER}) \
+                             and create=false; run the migration in the store docs (Migration: per-key fences)",
+                            i.sql.lease_regclass
+                        )
+                    } else {
                         format!(
                             "tables {} / {} / {} do not exist and create=false; run the migration in the store docs",
                             i.sql.lease_regclass, i.sql.fence_regclass, i.sql.shares_regclass
-                        ),
-                    ));
+                        )
+                    };
+                    return Err(Error::backend(STORE, false, what));
                 }
                 c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
             } else if i.config.create && !row.try_get::<_, bool>(3).map_err(map_err)? {
@@ -229,19 +240,23 @@ impl PostgresBackend {
         let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
         let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
         let registered: bool = row.try_get(3).map_err(map_err)?;
+        let run_again: bool = row.try_get(4).map_err(map_err)?;
         let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         Ok(match granted.or(mine) {
             Some(fence) => Attempt::Granted(Grant::new(fence as u64, started, req.ttl)),
+            // The row the snapshot saw free changed or went (a sweep): at once again.
+            None if run_again => Attempt::Busy { expires_in: Some(Duration::ZERO) },
             None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
             None => Attempt::Busy { expires_in: left },
         })
     }
 
     /// One statement: if `token` holds an unexpired lease of `key`
-    /// (exclusive or shared, not a reservation), the namespace's fence
-    /// counter raised to `floor` if it is lower (never lowered), so every
-    /// later grant of any key of the namespace gets a fence above it; whether
-    /// it held (a token that holds nothing raises nothing).
+    /// (exclusive or shared, not a reservation), the key's fence (kept in
+    /// its lease row) raised to `floor` if it is lower (never lowered), so
+    /// every later grant of the key gets a fence above it (a swept row
+    /// raises the namespace counter to its fence); whether it held (a token
+    /// that holds nothing raises nothing).
     pub(super) async fn raise_fence_to(&self, key: &str, token: OwnerToken, floor: u64) -> Result<bool> {
         if floor > MAX_FENCE_FLOOR {
             return Err(Error::invalid(
@@ -287,8 +302,9 @@ impl PostgresBackend {
         row.try_get(0).map_err(map_err)
     }
 
-    /// At most once a minute per client: delete a few rows whose holders
-    /// vanished long ago and whose keys nobody took since.
+    /// At most once a minute per client: delete a few rows released or
+    /// expired over a minute ago whose keys nobody took since, raising the
+    /// namespace counter to their fences (a key seen again draws from it).
     pub(super) async fn maybe_sweep(&self) {
         let i = &self.inner;
         let now = i.epoch.elapsed().as_millis() as u64;
@@ -298,7 +314,16 @@ impl PostgresBackend {
         {
             return;
         }
-        if let Err(e) = self.query("sweep", None, Stmt::Sweep, &[]).await {
+        // The counter first, as a grant of a key without a row takes it
+        // before the row: the two never wait for each other's rows.
+        let sql = &i.sql;
+        let swept = self
+            .transaction("sweep", async |c| {
+                c.query_typed(&sql.sweep_lock, &[]).await.map_err(map_err)?;
+                c.query_typed(&sql.sweep, &[]).await.map_err(map_err).map(|_| ())
+            })
+            .await;
+        if let Err(e) = swept {
             tracing::debug!(error = %e, "sweep of expired lease rows failed");
         }
     }

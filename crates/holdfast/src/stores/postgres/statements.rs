@@ -20,11 +20,12 @@ pub(super) struct Statements {
     pub shares_regclass: String,
     /// `"schema"."table_records"` as text, for `to_regclass`.
     pub records_regclass: String,
-    /// Creates the schema, the tables and the counter row; run in one
-    /// transaction under a transaction-scoped advisory lock.
+    /// Creates the schema, the tables, the counter rows and the triggers of
+    /// per-key fences, or migrates a namespace of an earlier version; run
+    /// in one transaction under a transaction-scoped advisory lock (see `ddl`).
     pub create: String,
     /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool)` ->
-    /// `(granted fence, own fence, holder ms left, registered)`.
+    /// `(granted fence, own fence, holder ms left, registered, run again)`.
     pub acquire: String,
     /// The first attempt of a task not registered as a waiter: `$1 key,
     /// $2 token, $3 ttl_ms, $4 label, $5 the row starts wanted (bool)` ->
@@ -42,10 +43,17 @@ pub(super) struct Statements {
     pub renew: String,
     /// `$1 key` -> `(label, fence, ms left)` of the unexpired exclusive holder.
     pub status: String,
-    /// Deletes up to 16 rows whose lease ran out more than a minute ago.
+    /// Locks the counter (row 1) for the sweep: a sweep takes the counter
+    /// before any lease row, as a grant of a key without a row does.
+    pub sweep_lock: String,
+    /// Deletes up to 16 rows released or expired more than a minute ago; the
+    /// delete trigger raises the counter to each deleted fence in the same
+    /// statement (as for any client's delete); run after `sweep_lock` in one
+    /// transaction.
     pub sweep: String,
-    /// `$1 key, $2 token, $3 floor` -> `(held)`: the counter raised to the
-    /// floor if lower; whether the token holds an unexpired lease of the key.
+    /// `$1 key, $2 token, $3 floor` -> `(held)`: the key's fence (in its
+    /// lease row) raised to the floor if lower; whether the token holds an
+    /// unexpired lease of the key.
     pub raise_fence: String,
     /// `$1 key` -> `(value)` of the record kept with the key, if any.
     pub read_record: String,
@@ -63,7 +71,6 @@ impl Statements {
             Stmt::Release => &self.release,
             Stmt::Renew => &self.renew,
             Stmt::Status => &self.status,
-            Stmt::Sweep => &self.sweep,
             Stmt::RaiseFence => &self.raise_fence,
             Stmt::ReadRecord => &self.read_record,
             Stmt::WriteRecord => &self.write_record,
@@ -84,53 +91,23 @@ impl Statements {
             fence_regclass: f.clone(),
             shares_regclass: sh.clone(),
             records_regclass: r.clone(),
-            create: format!(
-                "BEGIN;
-                 SELECT pg_advisory_xact_lock({lock_id});
-                 CREATE SCHEMA IF NOT EXISTS {schema};
-                 CREATE TABLE IF NOT EXISTS {t} (
-                     key         text        PRIMARY KEY,
-                     token       bytea       NOT NULL,
-                     fence       bigint      NOT NULL,
-                     label       text        NOT NULL,
-                     acquired_at timestamptz NOT NULL,
-                     expires_at  timestamptz NOT NULL,
-                     wanted      boolean     NOT NULL DEFAULT false
-                 ) WITH (fillfactor = 80);
-                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wanted boolean NOT NULL DEFAULT false;
-                 CREATE TABLE IF NOT EXISTS {f} (
-                     id    integer PRIMARY KEY CHECK (id = 0),
-                     value bigint  NOT NULL
-                 );
-                 INSERT INTO {f} (id, value) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
-                 CREATE TABLE IF NOT EXISTS {sh} (
-                     key         text        NOT NULL,
-                     token       bytea       NOT NULL,
-                     mode        smallint    NOT NULL,
-                     weight      bigint      NOT NULL,
-                     limit_n     bigint      NOT NULL,
-                     held        boolean     NOT NULL,
-                     fence       bigint      NOT NULL,
-                     label       text        NOT NULL,
-                     acquired_at timestamptz NOT NULL,
-                     expires_at  timestamptz NOT NULL,
-                     PRIMARY KEY (key, token)
-                 );
-                 CREATE TABLE IF NOT EXISTS {r} (
-                     key   text   PRIMARY KEY,
-                     value bigint NOT NULL
-                 );
-                 COMMIT;"
-            ),
-            // cur: the unexpired holder, if any (statement snapshot).
-            // f: the namespace counter, bumped only when the key looked free;
-            //    its row lock is held to commit, so fences are handed out in
-            //    commit order (a SEQUENCE is not: nextval runs before the
-            //    insert and a slow inserter could commit a smaller fence after
-            //    a faster one was granted and released).
-            // ins: insert, or take over an expired row; ON CONFLICT re-checks
-            //    the expiry on the latest row version under its row lock.
-            //    `wanted` starts true if other waiters of this client wait.
+            create: super::ddl::create_sql(&config.schema, &config.table, lock_id),
+            // cur: the key's lease row, if any, live or not (the statement's
+            //    snapshot): a released row stays, holding the key's fence.
+            // f: the namespace counter (row 1), bumped only when cur saw no
+            //    row (a key never used, or swept); its row lock is held to
+            //    commit, so fences are handed out in commit order.
+            // ins: insert with the counter's fence, or, against a row made
+            //    since the snapshot, take it over if it is not live (ON
+            //    CONFLICT re-checks on the latest row version under its row
+            //    lock) with max(its fence + 1, the counter's).
+            // up: when cur saw a row, take it over if it is not live, with
+            //    its fence + 1 (or the floor), both read on the latest row
+            //    version under its row lock: the counter is not touched, so
+            //    grants of different keys never wait for each other. If the
+            //    row went since the snapshot (a sweep), nothing happens and
+            //    the last column asks the client to run the statement again
+            //    (never an insert with the snapshot's fence: model pg_fence).
             // mine: a retry by the holding token (its first reply was lost):
             //    the same grant, its lease counted from now, as the client
             //    counts it from the retry.
@@ -143,14 +120,14 @@ impl Statements {
                 "{grant}), w AS (
                      UPDATE {t} SET wanted = true
                      WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
-                       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2)
+                       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp())
                      RETURNING 1
                  )
-                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w)",
+                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}",
                 grant = grant_ctes(&t, &f, "$6", "$7"),
             ),
             // `acquire` without `w`.
-            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false", grant = grant_ctes(&t, &f, "$5", "$6")),
+            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}", grant = grant_ctes(&t, &f, "$5", "$6")),
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
             // its commit; payload = the key.
@@ -158,9 +135,12 @@ impl Statements {
             // freed share, or a writer that stopped waiting, may admit them);
             // the caller then shrinks the key's gate row (see `shares`).
             release: format!(
-                "WITH d AS (
-                     DELETE FROM {t} WHERE key = $1 AND token = $2
-                     RETURNING expires_at > clock_timestamp() AS live, wanted
+                "WITH o AS (
+                     SELECT expires_at > clock_timestamp() AS live FROM {t} WHERE key = $1 AND token = $2
+                 ), d AS (
+                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(expires_at, clock_timestamp())
+                     FROM o WHERE key = $1 AND token = $2
+                     RETURNING o.live, wanted
                  ), s AS (
                      DELETE FROM {sh} WHERE key = $1 AND token = $2
                      RETURNING held AND expires_at > clock_timestamp() AS live, held
@@ -208,6 +188,10 @@ impl Statements {
                  FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND {not_gate}",
                 not_gate = super::gate::gate_sql("token", false)
             ),
+            sweep_lock: format!("SELECT value FROM {f} WHERE id = 1 FOR UPDATE"),
+            // The counter is raised to each deleted fence by the delete
+            // trigger (`ddl`), in this statement: an UPDATE of the counter
+            // here too would meet the row the trigger already changed.
             sweep: format!(
                 "DELETE FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds' AND key IN (
                      SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
@@ -215,11 +199,11 @@ impl Statements {
             ),
             // h: the holder check (the exclusive lease row, not the shares'
             //    gate token, or a held share), on the statement's snapshot.
-            // f: only if it held, the namespace counter to max(value,
-            //    floor), never lower; a no-op writes nothing. A
-            //    data-modifying CTE runs whether or not the query reads it.
-            //    When it writes, it waits for the row lock of a grant in
-            //    flight, which then has its fence.
+            // r: only if it held, the key's fence (in its lease row: the
+            //    holder's, or the gate of its share) raised to max(fence,
+            //    floor), never lower: every later grant of the key takes the
+            //    row's fence + 1. A data-modifying CTE runs whether or not
+            //    the query reads it.
             raise_fence: format!(
                 "WITH h AS (
                      SELECT EXISTS (SELECT 1 FROM {t}
@@ -228,11 +212,13 @@ impl Statements {
                                     WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp())
                          AS held
                  ),
-                 f AS (
-                     UPDATE {f} SET value = $3 WHERE id = 0 AND value < $3 AND (SELECT held FROM h)
+                 r AS (
+                     UPDATE {t} SET fence = $3
+                     WHERE key = $1 AND fence < $3 AND (token = $2 OR {is_gate}) AND (SELECT held FROM h)
                      RETURNING 1
                  )
-                 SELECT held FROM h"
+                 SELECT held FROM h",
+                is_gate = super::gate::gate_sql("token", true)
             ),
             read_record: format!("SELECT value FROM {r} WHERE key = $1"),
             // h: first the lock of the key's lease row (the exclusive
@@ -272,36 +258,48 @@ pub(super) enum Stmt {
     Release = 1,
     Renew = 2,
     Status = 3,
-    Sweep = 4,
-    RaiseFence = 5,
-    AcquireFree = 6,
-    ReadRecord = 7,
-    WriteRecord = 8,
+    RaiseFence = 4,
+    AcquireFree = 5,
+    ReadRecord = 6,
+    WriteRecord = 7,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 9;
+    pub(super) const COUNT: usize = 8;
 }
 
 /// The columns both acquire statements return: the granted fence, the
 /// holder's own fence on a retry, and the holder's time left.
-const GRANT_COLUMNS: &str = "SELECT (SELECT fence FROM ins), (SELECT fence FROM mine),
-        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur)";
+const GRANT_COLUMNS: &str = "SELECT coalesce((SELECT fence FROM ins), (SELECT fence FROM up)),
+        (SELECT fence FROM mine),
+        (SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM cur
+         WHERE expires_at > clock_timestamp())";
 
-/// The CTEs `cur`, `f`, `ins` and `mine` of the acquire statements (see
+/// The last column of both acquire statements: the snapshot saw a row that
+/// was free, and nothing was granted: the row changed or went (a sweep)
+/// since the snapshot, and the statement changed nothing; the client runs
+/// it again at once rather than insert with the snapshot's fence.
+const RUN_AGAIN: &str = "EXISTS (SELECT 1 FROM cur WHERE expires_at <= clock_timestamp())
+        AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM mine)";
+
+/// The token of the released marker: a released lease row stays, so that
+/// the key's fence stays with it.
+pub(super) const RELEASED: &str = "'\\x'::bytea";
+
+/// The CTEs `cur`, `f`, `ins`, `up` and `mine` of the acquire statements (see
 /// `acquire` in [`Statements::new`]), up to and without the closing
 /// parenthesis of `mine`, on lease table `t` and fence table `f`; `wanted`
 /// is the parameter a new row's `wanted` starts from, `floor` the request's
-/// fence floor (0: none; the fence is at least it, and the counter with it).
+/// fence floor (0: none; the fence is at least it, and the counter with it
+/// when the counter is drawn from).
 fn grant_ctes(t: &str, f: &str, wanted: &str, floor: &str) -> String {
     format!(
         "WITH cur AS (
-                     SELECT token, fence, expires_at, wanted FROM {t}
-                     WHERE key = $1 AND expires_at > clock_timestamp()
+                     SELECT token, fence, expires_at, wanted FROM {t} WHERE key = $1
                  ), f AS (
                      UPDATE {f} SET value = greatest(value + 1, {floor}::int8)
-                     WHERE id = 0 AND NOT EXISTS (SELECT 1 FROM cur)
+                     WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM cur)
                      RETURNING value
                  ), ins AS (
                      INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
@@ -309,10 +307,16 @@ fn grant_ctes(t: &str, f: &str, wanted: &str, floor: &str) -> String {
                             clock_timestamp() + $3::int8 * interval '1 millisecond', {wanted}
                      FROM f
                      ON CONFLICT (key) DO UPDATE
-                         SET token = excluded.token, fence = excluded.fence, label = excluded.label,
-                             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
-                             wanted = excluded.wanted
+                         SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
+                             label = excluded.label, acquired_at = excluded.acquired_at,
+                             expires_at = excluded.expires_at, wanted = excluded.wanted
                          WHERE l.expires_at <= clock_timestamp()
+                     RETURNING l.fence
+                 ), up AS (
+                     UPDATE {t} AS l SET token = $2, fence = greatest(l.fence + 1, {floor}::int8), label = $4,
+                         acquired_at = clock_timestamp(),
+                         expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond', wanted = {wanted}
+                     WHERE key = $1 AND expires_at <= clock_timestamp() AND EXISTS (SELECT 1 FROM cur)
                      RETURNING l.fence
                  ), mine AS (
                      UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'

@@ -1,0 +1,100 @@
+//! The DDL of one namespace: its tables, and the migration to per-key
+//! fences (a namespace made by an earlier version is brought forward by the
+//! same text, run once under the namespace's advisory lock).
+//!
+//! A key's fence lives in its lease row, which a release keeps (the released
+//! marker: an empty token, expired at the release); only a key without a row
+//! draws from the namespace counter, row 1 of `<table>_fence`. Row 0 is the
+//! counter of the earlier layout: its clients would keep drawing from it and
+//! deleting rows whose fences ran ahead of it, so after the migration every
+//! write to row 0 fails (trigger `holdfast_refuse_old`, naming the upgrade),
+//! and every delete of a lease row, by any client, raises row 1 to the
+//! deleted fence (trigger `holdfast_keep_fence`). The model `pg_fence` in
+//! holdfast-models checks this design and the variants weighed against it.
+
+/// The name of the trigger that raises the counter on a lease row's delete.
+pub(super) const KEEP_TRIGGER: &str = "holdfast_keep_fence";
+/// The name of the trigger that refuses writes to the old counter row.
+pub(super) const REFUSE_TRIGGER: &str = "holdfast_refuse_old";
+
+/// The text that creates (or migrates) the namespace: one transaction under
+/// `pg_advisory_xact_lock(lock_id)`. `schema` and `table` are checked
+/// identifiers; `t`, `f`, `sh`, `r` their quoted tables.
+pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
+    let q = format!("\"{schema}\"");
+    let t = format!("{q}.\"{table}\"");
+    let f = format!("{q}.\"{table}_fence\"");
+    let sh = format!("{q}.\"{table}_shares\"");
+    let r = format!("{q}.\"{table}_records\"");
+    // Function names stay within 63 bytes: the table name has at most 57.
+    let keep_fn = format!("{q}.\"{table}_keep\"");
+    let refuse_fn = format!("{q}.\"{table}_old\"");
+    format!(
+        "BEGIN;
+         SELECT pg_advisory_xact_lock({lock_id});
+         CREATE SCHEMA IF NOT EXISTS {q};
+         CREATE TABLE IF NOT EXISTS {t} (
+             key         text        PRIMARY KEY,
+             token       bytea       NOT NULL,
+             fence       bigint      NOT NULL,
+             label       text        NOT NULL,
+             acquired_at timestamptz NOT NULL,
+             expires_at  timestamptz NOT NULL,
+             wanted      boolean     NOT NULL DEFAULT false
+         ) WITH (fillfactor = 80);
+         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wanted boolean NOT NULL DEFAULT false;
+         CREATE TABLE IF NOT EXISTS {f} (
+             id    integer PRIMARY KEY,
+             value bigint  NOT NULL
+         );
+         INSERT INTO {f} (id, value) VALUES (0, 0) ON CONFLICT (id) DO NOTHING;
+         CREATE TABLE IF NOT EXISTS {sh} (
+             key         text        NOT NULL,
+             token       bytea       NOT NULL,
+             mode        smallint    NOT NULL,
+             weight      bigint      NOT NULL,
+             limit_n     bigint      NOT NULL,
+             held        boolean     NOT NULL,
+             fence       bigint      NOT NULL,
+             label       text        NOT NULL,
+             acquired_at timestamptz NOT NULL,
+             expires_at  timestamptz NOT NULL,
+             PRIMARY KEY (key, token)
+         );
+         CREATE TABLE IF NOT EXISTS {r} (
+             key   text   PRIMARY KEY,
+             value bigint NOT NULL
+         );
+         -- Per-key fences. The old counter row is locked first, so that no
+         -- client of the old layout draws from it while row 1 is made.
+         SELECT value FROM {f} WHERE id = 0 FOR UPDATE;
+         DO $do$ DECLARE c text; BEGIN
+             FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = '{f}'::regclass AND contype = 'c' LOOP
+                 EXECUTE format('ALTER TABLE {f} DROP CONSTRAINT %I', c);
+             END LOOP;
+         END $do$;
+         INSERT INTO {f} (id, value)
+         SELECT 1, greatest((SELECT value FROM {f} WHERE id = 0),
+                            (SELECT coalesce(max(fence), 0) FROM {t}),
+                            (SELECT coalesce(max(fence), 0) FROM {sh}))
+         ON CONFLICT (id) DO NOTHING;
+         CREATE OR REPLACE FUNCTION {keep_fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+         BEGIN
+             UPDATE {f} SET value = OLD.fence WHERE id = 1 AND value < OLD.fence;
+             RETURN OLD;
+         END $fn$;
+         DROP TRIGGER IF EXISTS {KEEP_TRIGGER} ON {t};
+         CREATE TRIGGER {KEEP_TRIGGER} BEFORE DELETE ON {t}
+             FOR EACH ROW EXECUTE FUNCTION {keep_fn}();
+         CREATE OR REPLACE FUNCTION {refuse_fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+         BEGIN
+             RAISE EXCEPTION 'holdfast: namespace {schema}.{table} keeps per-key fences; this client is of an \
+                 earlier version, which draws fences from a counter the namespace no longer uses: upgrade it'
+                 USING ERRCODE = 'object_not_in_prerequisite_state';
+         END $fn$;
+         DROP TRIGGER IF EXISTS {REFUSE_TRIGGER} ON {f};
+         CREATE TRIGGER {REFUSE_TRIGGER} BEFORE UPDATE ON {f}
+             FOR EACH ROW WHEN (OLD.id = 0) EXECUTE FUNCTION {refuse_fn}();
+         COMMIT;"
+    )
+}
