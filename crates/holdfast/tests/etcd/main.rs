@@ -1,11 +1,12 @@
-//! etcd-specific tests: fairness across clients, status, session loss,
-//! cleanup, and failover on a real three-member cluster.
+//! etcd-specific tests: fairness across clients, status, session loss, the
+//! key watch, cleanup, and failover on a real three-member cluster.
 #![cfg(feature = "etcd")]
 
 mod failover;
 mod queue;
 mod session;
 mod store;
+mod watch;
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex as StdMutex};

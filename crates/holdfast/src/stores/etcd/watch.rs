@@ -10,8 +10,17 @@
 //! stream breaks, it is reopened and every watcher resumes from the revision
 //! after the last one it saw; a watcher whose start was compacted away reads
 //! its key once instead.
+//!
+//! A watcher goes on the stream [`DEFER`] after it was asked for, not at
+//! once: most grants are released sooner, and a watcher that never reaches
+//! the stream costs neither its creation nor its cancellation (two stream
+//! messages and two answers, which were most of what an uncontended cycle
+//! cost beyond its two writes). Nothing is missed by the wait: the watcher
+//! starts at the revision after the one that wrote its key, so a deletion in
+//! the meantime is replayed by the server as soon as it is created. Only
+//! how soon `lost()` hears of it moves, by at most [`DEFER`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -23,6 +32,10 @@ use super::ops::Conn;
 
 /// The id of one watched key, on this client's watch stream.
 pub(super) type WatchId = i64;
+
+/// How long a key is held before its watcher goes on the stream: a bound on
+/// how much later `lost()` hears of a deletion behind the client's back.
+pub(super) const DEFER: Duration = Duration::from_millis(100);
 
 enum Command {
     Watch {
@@ -52,7 +65,7 @@ pub(super) struct KeyWatch {
 impl KeyWatch {
     pub(super) fn start(conn: Conn, shutdown: CancellationToken) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = Task { conn, tx: tx.clone(), rx, watched: HashMap::new(), stream: None };
+        let task = Task { conn, tx: tx.clone(), rx, watched: HashMap::new(), due: VecDeque::new(), stream: None };
         tokio::spawn(task.run(shutdown));
         KeyWatch { tx, next_id: AtomicI64::new(1) }
     }
@@ -78,6 +91,15 @@ struct Watched {
     /// The server cancelled the watcher and its key is being read: not on
     /// the stream until the read answers.
     checking: bool,
+    /// Not on the stream yet: its [`DEFER`] has not passed.
+    deferred: bool,
+}
+
+impl Watched {
+    /// Whether the watcher is (or, once a stream opens, will be) on the stream.
+    fn on_stream(&self) -> bool {
+        !self.checking && !self.deferred
+    }
 }
 
 /// A request for the stream, sent by a task of its own so that the watch
@@ -97,6 +119,10 @@ struct Task {
     tx: mpsc::UnboundedSender<Command>,
     rx: mpsc::UnboundedReceiver<Command>,
     watched: HashMap<WatchId, Watched>,
+    /// Deferred watchers by when they go on the stream (in order: every
+    /// watcher waits the same [`DEFER`]); an id unwatched meanwhile is
+    /// skipped when its turn comes.
+    due: VecDeque<(tokio::time::Instant, WatchId)>,
     stream: Option<Stream>,
 }
 
@@ -118,6 +144,7 @@ enum Event {
     Command(Option<Command>),
     Response(Result<Option<WatchResponse>, etcd_client::Error>),
     Reopen,
+    Due,
 }
 
 async fn forward(mut requests: WatchRequestSender, mut out: mpsc::UnboundedReceiver<Out>) {
@@ -139,7 +166,7 @@ impl Task {
         let mut reopen_at: Option<tokio::time::Instant> = None;
         let mut backoff = FIRST_BACKOFF;
         loop {
-            if self.stream.is_none() && reopen_at.is_none() && self.watched.values().any(|w| !w.checking) {
+            if self.stream.is_none() && reopen_at.is_none() && self.watched.values().any(Watched::on_stream) {
                 reopen_at = Some(tokio::time::Instant::now());
             }
             let event = {
@@ -156,6 +183,12 @@ impl Task {
                         None => std::future::pending().await,
                     }
                 };
+                let due = async {
+                    match self.due.front() {
+                        Some((at, _)) => tokio::time::sleep_until(*at).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 // Commands first: an unwatch queued before a release's delete
                 // was sent is applied before that delete's event is read.
                 tokio::select! {
@@ -164,6 +197,7 @@ impl Task {
                     command = rx.recv() => Event::Command(command),
                     response = response => Event::Response(response),
                     _ = reopen => Event::Reopen,
+                    _ = due => Event::Due,
                 }
             };
             let failed = match event {
@@ -188,8 +222,13 @@ impl Task {
                     self.open().await;
                     self.stream.is_none()
                 }
+                Event::Due => {
+                    let had_stream = self.stream.is_some();
+                    self.start_due(tokio::time::Instant::now());
+                    had_stream && self.stream.is_none()
+                }
             };
-            if failed && self.stream.is_none() && self.watched.values().any(|w| !w.checking) {
+            if failed && self.stream.is_none() && self.watched.values().any(Watched::on_stream) {
                 reopen_at = Some(tokio::time::Instant::now() + backoff);
                 backoff = (backoff * 2).min(LAST_BACKOFF);
             }
@@ -210,12 +249,12 @@ impl Task {
                 if gone.is_cancelled() {
                     return;
                 }
-                self.watched.insert(id, Watched { key: key.clone(), from, gone, checking: false });
-                // Without a stream, the reopen timer opens one with this key on it.
-                self.send(Out::Watch(id, key, from));
+                self.watched.insert(id, Watched { key, from, gone, checking: false, deferred: true });
+                self.due.push_back((tokio::time::Instant::now() + DEFER, id));
             }
             Command::Unwatch { id } => {
-                if self.watched.remove(&id).is_some_and(|w| !w.checking) {
+                // A deferred watcher never reached the server: nothing to cancel.
+                if self.watched.remove(&id).is_some_and(|w| w.on_stream()) {
                     self.send(Out::Cancel(id));
                 }
             }
@@ -234,10 +273,29 @@ impl Task {
         }
     }
 
+    /// Puts on the stream every deferred watcher whose [`DEFER`] has passed
+    /// by `now` and that is still watched. Without a stream, the reopen
+    /// timer opens one with these keys on it.
+    fn start_due(&mut self, now: tokio::time::Instant) {
+        while let Some(&(at, id)) = self.due.front() {
+            if at > now {
+                break;
+            }
+            self.due.pop_front();
+            let Some(w) = self.watched.get_mut(&id) else { continue };
+            w.deferred = false;
+            if w.checking {
+                continue;
+            }
+            let (key, from) = (w.key.clone(), w.from);
+            self.send(Out::Watch(id, key, from));
+        }
+    }
+
     /// Opens a stream with every watched key on it, each from where it was.
     async fn open(&mut self) {
         self.watched.retain(|_, w| !w.gone.is_cancelled());
-        let mut all = self.watched.iter().filter(|(_, w)| !w.checking).map(|(id, w)| (*id, w.key.clone(), w.from));
+        let mut all = self.watched.iter().filter(|(_, w)| w.on_stream()).map(|(id, w)| (*id, w.key.clone(), w.from));
         let Some((id, key, from)) = all.next() else { return };
         let rest: Vec<_> = all.collect();
         let mut client = self.conn.client.clone();
