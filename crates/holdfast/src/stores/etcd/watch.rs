@@ -35,7 +35,7 @@ pub(super) type WatchId = i64;
 
 /// How long a key is held before its watcher goes on the stream: a bound on
 /// how much later `lost()` hears of a deletion behind the client's back.
-pub(super) const DEFER: Duration = Duration::from_millis(100);
+pub(super) const DEFER: Duration = Duration::from_millis(50);
 
 enum Command {
     Watch {
