@@ -28,7 +28,7 @@ fn short_grants_send_nothing_on_the_watch_stream() {
         let before = watch_messages();
         let cycles = 50;
         for i in 0..cycles {
-            let g = c.mutex(&format!("short/{}", i % 4)).try_acquire().await.expect("try").expect("free");
+            let g = c.mutex(format!("short/{}", i % 4)).try_acquire().await.expect("try").expect("free");
             g.release().await.expect("release");
         }
         let per_cycle = (watch_messages() - before) / f64::from(cycles);

@@ -17,8 +17,9 @@
 //! messages and two answers, which were most of what an uncontended cycle
 //! cost beyond its two writes). Nothing is missed by the wait: the watcher
 //! starts at the revision after the one that wrote its key, so a deletion in
-//! the meantime is replayed by the server as soon as it is created. Only
-//! how soon `lost()` hears of it moves, by at most [`DEFER`].
+//! the meantime is replayed by the server once it is created. Only how soon
+//! `lost()` hears of it moves: by [`DEFER`], plus up to the 100 ms etcd
+//! takes to replay past events to a new watcher (its catch-up loop).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -33,8 +34,9 @@ use super::ops::Conn;
 /// The id of one watched key, on this client's watch stream.
 pub(super) type WatchId = i64;
 
-/// How long a key is held before its watcher goes on the stream: a bound on
-/// how much later `lost()` hears of a deletion behind the client's back.
+/// How long a key is held before its watcher goes on the stream: how much
+/// later, at most, `lost()` hears of a deletion behind the client's back
+/// (besides etcd's catch-up of a watcher that starts in the past).
 pub(super) const DEFER: Duration = Duration::from_millis(50);
 
 enum Command {
