@@ -152,6 +152,32 @@ fn on_a_terminal_ctrl_z_without_a_job_control_shell_does_not_hang_the_command() 
 }
 
 #[test]
+fn on_a_terminal_ctrl_z_that_stops_only_part_of_the_commands_group_does_not_hang_it() {
+    // CMD's leader catches SIGTSTP and goes on waiting for its child, which
+    // Ctrl-Z stopped: holdfast hears nothing from its own child (the leader
+    // never stops), yet the job must not hang. The same state arises when
+    // Ctrl-Z lands while a shell vforks (the shell cannot stop until its
+    // vfork child execs, and that child is stopped): CI saw that hang.
+    let env = Env::new();
+    let ready = env.path("ready");
+    let args = format!(
+        "run --backend {} --key tty -- sh -c 'trap \"echo caught\" TSTP; touch {}; sleep 1; echo finished'",
+        env.url,
+        ready.display()
+    );
+    let mut child = on_a_terminal(&env, &args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    wait_for_file(&ready, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300)); // sleep runs
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"\x1a").unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(10));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("finished"), "{stdout}");
+}
+
+#[test]
 fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
     // An interactive bash runs holdfast as a job: Ctrl-Z stops the job
     // (CMD's group and holdfast's), `jobs` says so, and `fg` resumes CMD.

@@ -218,6 +218,10 @@ impl Under<'_> {
         tokio::pin!(expiring);
         // holdfast stopped itself with CMD's job (Ctrl-Z) and waits to be continued.
         let mut suspended = false;
+        // A stop in CMD's group that its leader survives sends holdfast no SIGCHLD.
+        let mut stop_poll = tokio::time::interval(terminal::STOP_POLL);
+        stop_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let on_terminal = matches!(placement, Placement::Foreground(_));
         let status = loop {
             tokio::select! {
                 biased;
@@ -259,6 +263,14 @@ impl Under<'_> {
                     if let Placement::Foreground(terminal) = &placement
                         && terminal::is_stopped(pid)
                     {
+                        suspended = terminal.command_stopped(pid);
+                    }
+                }
+                _ = stop_poll.tick(), if on_terminal && !suspended => {
+                    if let Placement::Foreground(terminal) = &placement
+                        && terminal.command_group_stopped()
+                    {
+                        tracing::debug!("a member of the command's group is stopped");
                         suspended = terminal.command_stopped(pid);
                     }
                 }

@@ -1,5 +1,5 @@
 //! What `/proc` says about processes: their group and session, and whether
-//! a process group still has a member that can run.
+//! a process group still has a member that can run, or one that is stopped.
 
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
@@ -51,4 +51,14 @@ pub(crate) fn group_can_run(pgid: Pid) -> bool {
         return true;
     };
     pids.filter_map(|pid| Stat::of(pid).ok()).any(|s| s.pgrp == pgid.as_raw() && s.can_run())
+}
+
+/// Whether a member of process group `pgid` is stopped by a signal (state
+/// `T`; not `t`, a process a debugger stopped). holdfast hears only of its
+/// own child's stops (SIGCHLD); this finds the others.
+pub(crate) fn group_has_stopped_member(pgid: Pid) -> bool {
+    let Ok(pids) = pids() else {
+        return false;
+    };
+    pids.filter_map(|pid| Stat::of(pid).ok()).any(|s| s.pgrp == pgid.as_raw() && s.state == 'T')
 }

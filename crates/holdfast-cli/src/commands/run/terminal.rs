@@ -17,6 +17,15 @@
 //! continue the job, and the terminal itself discards Ctrl-Z for orphaned
 //! groups: holdfast continues CMD at once.
 //!
+//! A stop of CMD's group that CMD's own process survives is a stop of the
+//! job too. holdfast hears of its child's stops only (SIGCHLD), so while CMD
+//! has the terminal it also looks through CMD's group every
+//! [`STOP_POLL`] for a stopped member. Two ways to get there: CMD catches
+//! SIGTSTP and goes on waiting for a child that Ctrl-Z stopped; or Ctrl-Z
+//! lands while a shell vforks (dash, `posix_spawn`): the vfork child stops
+//! before it execs, and the shell cannot stop until it does. Without this
+//! the command would hang, and the lock with it.
+//!
 //! holdfast leaves the terminal alone when processes other than its own
 //! ancestors share its process group, as in `holdfast run ... | less`: they
 //! may be using the terminal. CMD then stays in holdfast's group, where the
@@ -30,6 +39,10 @@ use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 
 use super::procfs::{self, Stat};
+
+/// How often holdfast looks for a stopped member of CMD's group while CMD
+/// has the terminal (see the module docs): a scan of `/proc`, so not often.
+pub(crate) const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Where CMD runs, relative to holdfast's process group and the terminal.
 #[derive(Debug)]
@@ -95,6 +108,11 @@ impl Terminal {
     /// CMD has started and leads process group `group`.
     pub(crate) fn started(&mut self, group: Pid) {
         self.command_group = Some(group);
+    }
+
+    /// Whether CMD's group has a stopped member (its leader or another).
+    pub(crate) fn command_group_stopped(&self) -> bool {
+        self.command_group.is_some_and(|group| is_stopped(group) || procfs::group_has_stopped_member(group))
     }
 
     /// CMD's group has stopped (Ctrl-Z, SIGTTIN, SIGSTOP): stop holdfast's
