@@ -203,7 +203,8 @@ fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
     ));
     wait_for_file(&ready, Duration::from_secs(10));
     type_line("\x1a");
-    std::thread::sleep(Duration::from_millis(300));
+    // A stop that CMD's own process survives (a vfork) is seen within STOP_POLL (500 ms).
+    std::thread::sleep(Duration::from_millis(800));
     type_line(&format!("jobs > {}\n", jobs.display()));
     wait_for_file(&jobs, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(1500));
