@@ -15,6 +15,8 @@ use holdfast_testkit::servers::postgres::{PgBouncer, PostgresServer};
 use tokio::task::block_in_place;
 use tokio_postgres::NoTls;
 
+use crate::postgres_common::psql;
+
 /// Statement names tokio-postgres gives the statements it prepares ("s0",
 /// "s1", ... from a counter per process) that a foreign session claims: far
 /// more than this test binary prepares.
@@ -23,10 +25,6 @@ const FOREIGN_NAMES: usize = 2000;
 fn request(key: &str) -> AcquireRequest {
     AcquireRequest::new(LockKey::new(key).expect("key"), OwnerToken::random(), Duration::from_secs(30))
         .with_label("pooled")
-}
-
-fn psql(server: &PostgresServer, sql: &str) -> String {
-    block_in_place(|| server.psql(sql))
 }
 
 /// A plain session through the pooler, to pin one of its two server

@@ -13,19 +13,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use holdfast::backend::AcquireRequest;
-use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
+use holdfast::{Client, Error, LockKey, OwnerToken};
 use holdfast_testkit::servers::postgres::PostgresServer;
 use tokio::task::block_in_place;
 
-async fn connect(url: &str, label: &str) -> Client {
-    Client::connect_with(url, ClientOptions::default().with_label(label))
-        .await
-        .unwrap_or_else(|e| panic!("connect {label}: {e}"))
-}
-
-fn psql(server: &PostgresServer, sql: &str) -> String {
-    block_in_place(|| server.psql(sql))
-}
+use crate::postgres_common::{connect, psql};
 
 /// `sql` run by psql: its output, or its error text.
 fn psql_result(server: &PostgresServer, sql: &str) -> Result<String, String> {

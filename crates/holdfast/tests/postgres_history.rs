@@ -1,20 +1,17 @@
 //! PostgreSQL on a database with a history: what must stay true once the
 //! lease tables have served other lock work and autovacuum has analysed
-//! them (issue 34). The rest of the store's own tests are in `postgres.rs`.
+//! them (issue 34). The rest of the store's own tests are in `postgres.rs`,
+//! `postgres_connections.rs`, `postgres_faults.rs` and `postgres_fences.rs`.
 #![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use holdfast::{Client, ClientOptions, MutexGuard};
+use holdfast::{Client, MutexGuard};
 use holdfast_testkit::servers::postgres::PostgresServer;
 use tokio::task::block_in_place;
 
-async fn connect(url: &str, label: &str) -> Client {
-    Client::connect_with(url, ClientOptions::default().with_label(label))
-        .await
-        .unwrap_or_else(|e| panic!("connect {label}: {e}"))
-}
+use crate::postgres_common::connect;
 
 /// Mutex, semaphore and read-write lock cycles on one client, 8 tasks of
 /// each at once: every cycle inserts and deletes rows of the lease and shares

@@ -37,6 +37,10 @@ mod mysql_faults;
 mod observability;
 #[path = "postgres.rs"]
 mod postgres;
+#[path = "postgres_common.rs"]
+mod postgres_common;
+#[path = "postgres_connections.rs"]
+mod postgres_connections;
 #[path = "postgres_faults.rs"]
 mod postgres_faults;
 #[path = "postgres_fences.rs"]
