@@ -181,6 +181,20 @@ fn on_a_terminal_ctrl_z_that_stops_only_part_of_the_commands_group_does_not_hang
 fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
     // An interactive bash runs holdfast as a job: Ctrl-Z stops the job
     // (CMD's group and holdfast's), `jobs` says so, and `fg` resumes CMD.
+    ctrl_z_and_fg_under_bash("");
+}
+
+#[test]
+fn on_a_terminal_ctrl_z_that_stops_only_part_of_the_commands_group_stops_the_job_under_bash() {
+    // CMD's leader catches SIGTSTP; its child stops. holdfast finds the
+    // stopped child (no SIGCHLD tells it) and stops the job, so that bash
+    // lists it as stopped and `fg` continues the child.
+    ctrl_z_and_fg_under_bash("trap \"echo caught\" TSTP; ");
+}
+
+/// Ctrl-Z, `jobs` and `fg` under an interactive bash, with CMD
+/// `sh -c '<prefix>touch ready; sleep 1; touch finished'`.
+fn ctrl_z_and_fg_under_bash(prefix: &str) {
     let env = Env::new();
     let (ready, finished, jobs, rc) = (env.path("ready"), env.path("finished"), env.path("jobs.txt"), env.path("rc"));
     let mut bash = std::process::Command::new("script")
@@ -195,7 +209,7 @@ fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
     let mut typed = bash.stdin.take().unwrap();
     let mut type_line = |line: &str| typed.write_all(line.as_bytes()).unwrap();
     type_line(&format!(
-        "{} run --backend {} --key tty -- sh -c 'touch {}; sleep 1; touch {}'\n",
+        "{} run --backend {} --key tty -- sh -c '{prefix}touch {}; sleep 1; touch {}'\n",
         crate::bin(),
         env.url,
         ready.display(),
