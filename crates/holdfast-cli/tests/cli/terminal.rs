@@ -136,7 +136,7 @@ fn on_a_terminal_ctrl_z_without_a_job_control_shell_does_not_hang_the_command() 
     // driver itself discards Ctrl-Z for such orphaned process groups, and so
     // must holdfast for the command's group, or the command would stay
     // stopped forever (and the lock with it).
-    ctrl_z_without_job_control("");
+    ctrl_z_without_job_control(false);
 }
 
 #[test]
@@ -146,24 +146,32 @@ fn on_a_terminal_ctrl_z_that_stops_only_part_of_the_commands_group_does_not_hang
     // never stops), yet the job must not hang. The same state arises when
     // Ctrl-Z lands while a shell vforks (the shell cannot stop until its
     // vfork child execs, and that child is stopped): CI saw that hang.
-    ctrl_z_without_job_control("trap \"echo caught\" TSTP; ");
+    ctrl_z_without_job_control(true);
 }
 
-/// Ctrl-Z under `script` (no job control), with CMD
-/// `sh -c '<prefix>touch ready; sleep 1; echo finished'`: CMD finishes.
-fn ctrl_z_without_job_control(prefix: &str) {
+/// The script CMD runs: it touches `ready`, sleeps a second, then runs
+/// `then`. With `trap_tstp`, it catches SIGTSTP, and `sleep` runs before
+/// `ready` appears (a shell that caught a Ctrl-Z sent before `sleep`
+/// started would leave nothing stopped); the second `wait` waits for a
+/// `sleep` that the caught signal cut the first one short of.
+fn sleep_then(trap_tstp: bool, ready: &std::path::Path, then: &str) -> String {
+    let ready = ready.display();
+    if trap_tstp {
+        format!("trap \"echo caught\" TSTP; sleep 1 & touch {ready}; wait; wait; {then}")
+    } else {
+        format!("touch {ready}; sleep 1; {then}")
+    }
+}
+
+/// Ctrl-Z under `script` (no job control), with CMD [`sleep_then`]: CMD
+/// finishes.
+fn ctrl_z_without_job_control(trap_tstp: bool) {
     let env = Env::new();
     let ready = env.path("ready");
-    let args = format!(
-        "run --backend {} --key tty -- sh -c '{prefix}touch {}; sleep 1; echo finished'",
-        env.url,
-        ready.display()
-    );
+    let script = sleep_then(trap_tstp, &ready, "echo finished");
+    let args = format!("run --backend {} --key tty -- sh -c '{script}'", env.url);
     let mut child = on_a_terminal(&env, &args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     wait_for_file(&ready, Duration::from_secs(10));
-    if !prefix.is_empty() {
-        std::thread::sleep(Duration::from_millis(300)); // sleep runs
-    }
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"\x1a").unwrap();
     let status = wait_timeout(&mut child, Duration::from_secs(10));
@@ -177,7 +185,7 @@ fn ctrl_z_without_job_control(prefix: &str) {
 fn on_a_terminal_ctrl_z_and_fg_under_a_job_control_shell() {
     // An interactive bash runs holdfast as a job: Ctrl-Z stops the job
     // (CMD's group and holdfast's), `jobs` says so, and `fg` resumes CMD.
-    ctrl_z_and_fg_under_bash("");
+    ctrl_z_and_fg_under_bash(false);
 }
 
 #[test]
@@ -185,14 +193,13 @@ fn on_a_terminal_ctrl_z_that_stops_only_part_of_the_commands_group_stops_the_job
     // CMD's leader catches SIGTSTP; its child stops. holdfast finds the
     // stopped child (no SIGCHLD tells it) and stops the job, so that bash
     // lists it as stopped and `fg` continues the child.
-    ctrl_z_and_fg_under_bash("trap \"echo caught\" TSTP; ");
+    ctrl_z_and_fg_under_bash(true);
 }
 
-/// Ctrl-Z, `jobs` and `fg` under an interactive bash, with CMD
-/// `sh -c '<prefix>touch ready; sleep 1; touch finished'`.
-fn ctrl_z_and_fg_under_bash(prefix: &str) {
+/// Ctrl-Z, `jobs` and `fg` under an interactive bash, with CMD [`sleep_then`].
+fn ctrl_z_and_fg_under_bash(trap_tstp: bool) {
     let env = Env::new();
-    let (ready, finished, jobs, rc) = (env.path("ready"), env.path("finished"), env.path("jobs.txt"), env.path("rc"));
+    let (ready, finished, rc) = (env.path("ready"), env.path("finished"), env.path("rc"));
     let mut bash = std::process::Command::new("script")
         .env_remove("HOLDFAST_BACKEND")
         .env_remove("RUST_LOG")
@@ -204,21 +211,28 @@ fn ctrl_z_and_fg_under_bash(prefix: &str) {
         .unwrap();
     let mut typed = bash.stdin.take().unwrap();
     let mut type_line = |line: &str| typed.write_all(line.as_bytes()).unwrap();
-    type_line(&format!(
-        "{} run --backend {} --key tty -- sh -c '{prefix}touch {}; sleep 1; touch {}'\n",
-        crate::bin(),
-        env.url,
-        ready.display(),
-        finished.display()
-    ));
+    let script = sleep_then(trap_tstp, &ready, &format!("touch {}", finished.display()));
+    type_line(&format!("{} run --backend {} --key tty -- sh -c '{script}'\n", crate::bin(), env.url));
     wait_for_file(&ready, Duration::from_secs(10));
     type_line("\x1a");
-    // A stop that CMD's own process survives (a vfork) is seen within STOP_POLL (500 ms).
-    std::thread::sleep(Duration::from_millis(800));
-    type_line(&format!("jobs > {}\n", jobs.display()));
-    wait_for_file(&jobs, Duration::from_secs(10));
+    // bash hears of the stop once holdfast stops itself: at once when CMD's
+    // own process stops, within STOP_POLL (500 ms) when only its child does,
+    // later on a loaded machine. Ask `jobs` until it says so, for 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut listed = String::new();
+    for asked in 0.. {
+        std::thread::sleep(Duration::from_millis(300));
+        let jobs = env.path(&format!("jobs-{asked}.txt"));
+        type_line(&format!("jobs > {}\n", jobs.display()));
+        wait_for_file(&jobs, Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(100)); // created before it is written
+        listed = std::fs::read_to_string(&jobs).unwrap();
+        if listed.contains("Stopped") || Instant::now() > deadline {
+            break;
+        }
+    }
+    // CMD would finish within its 1 s sleep if it ran on.
     std::thread::sleep(Duration::from_millis(1500));
-    let listed = std::fs::read_to_string(&jobs).unwrap();
     let stopped_while_listed = !finished.exists();
     type_line(&format!("fg\necho $? > {}\nexit\n", rc.display()));
     wait_for_file(&rc, Duration::from_secs(10));

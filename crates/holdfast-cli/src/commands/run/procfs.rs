@@ -40,6 +40,13 @@ pub(crate) fn pids() -> std::io::Result<impl Iterator<Item = i32>> {
     Ok(std::fs::read_dir("/proc")?.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok()))
 }
 
+/// The members of process group `pgid` as `/proc` lists them, or `None` if
+/// `/proc` cannot be read.
+fn group_members(pgid: Pid) -> Option<impl Iterator<Item = Stat>> {
+    let pids = pids().ok()?;
+    Some(pids.filter_map(|pid| Stat::of(pid).ok()).filter(move |s| s.pgrp == pgid.as_raw()))
+}
+
 /// Whether process group `pgid` has a member that is not a zombie. A
 /// zombie still counts for `kill`, and orphans' zombies may stay unreaped
 /// for good under a PID 1 that does not reap (some containers).
@@ -47,18 +54,13 @@ pub(crate) fn group_can_run(pgid: Pid) -> bool {
     if killpg(pgid, None).is_err() {
         return false;
     }
-    let Ok(pids) = pids() else {
-        return true;
-    };
-    pids.filter_map(|pid| Stat::of(pid).ok()).any(|s| s.pgrp == pgid.as_raw() && s.can_run())
+    group_members(pgid).is_none_or(|mut members| members.any(|s| s.can_run()))
 }
 
-/// Whether a member of process group `pgid` is stopped by a signal (state
-/// `T`; not `t`, a process a debugger stopped). holdfast hears only of its
-/// own child's stops (SIGCHLD); this finds the others.
+/// Whether a member of process group `pgid`, its leader or another, is
+/// stopped by a signal (state `T`; not `t`, a process a debugger stopped).
+/// holdfast hears only of its own child's stops (SIGCHLD); this finds the
+/// others.
 pub(crate) fn group_has_stopped_member(pgid: Pid) -> bool {
-    let Ok(pids) = pids() else {
-        return false;
-    };
-    pids.filter_map(|pid| Stat::of(pid).ok()).any(|s| s.pgrp == pgid.as_raw() && s.state == 'T')
+    group_members(pgid).is_some_and(|mut members| members.any(|s| s.state == 'T'))
 }

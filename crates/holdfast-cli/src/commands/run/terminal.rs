@@ -112,7 +112,7 @@ impl Terminal {
 
     /// Whether CMD's group has a stopped member (its leader or another).
     pub(crate) fn command_group_stopped(&self) -> bool {
-        self.command_group.is_some_and(|group| is_stopped(group) || procfs::group_has_stopped_member(group))
+        self.command_group.is_some_and(procfs::group_has_stopped_member)
     }
 
     /// CMD's group has stopped (Ctrl-Z, SIGTTIN, SIGSTOP): stop holdfast's
