@@ -37,23 +37,32 @@ pub struct MysqlServer {
     admin: PathBuf,
     client: PathBuf,
     tls: bool,
+    statement_binlog: bool,
     process: Option<ServerProcess>,
 }
 
 impl MysqlServer {
     /// Initialises a data dir and starts the server; panics (with the log) on failure.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, false)
+    }
+
+    /// Like [`start`](Self::start), with the binary log on and written as
+    /// statements (`--log-bin --binlog-format=STATEMENT`), as some older
+    /// replication setups run: a server that refuses writes of
+    /// `READ COMMITTED` transactions.
+    pub fn start_statement_binlog() -> Self {
+        Self::start_with(false, true)
     }
 
     /// Like [`start`](Self::start), with TLS: a throwaway CA and a server
     /// certificate for `127.0.0.1` made with `openssl`; the CA is
     /// at [`ca_file`](Self::ca_file).
     pub fn start_tls() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, false)
     }
 
-    fn start_with(tls: bool) -> Self {
+    fn start_with(tls: bool, statement_binlog: bool) -> Self {
         let install = require_binary("mariadb-install-db", SBIN, "mariadb-server");
         let mariadbd = require_binary("mariadbd", SBIN, "mariadb-server");
         let admin = require_binary("mariadb-admin", SBIN, "mariadb-client");
@@ -82,7 +91,8 @@ impl MysqlServer {
         if tls {
             super::tls::make_server_certificate(&dir.path().join("tls"));
         }
-        let mut server = MysqlServer { port: free_port(), dir, mariadbd, admin, client, tls, process: None };
+        let mut server =
+            MysqlServer { port: free_port(), dir, mariadbd, admin, client, tls, statement_binlog, process: None };
         server.spawn();
         server.sql(&format!(
             "CREATE DATABASE IF NOT EXISTS {DATABASE}; \
@@ -118,6 +128,11 @@ impl MysqlServer {
             .args(["--skip-name-resolve", "--skip-log-bin"])
             .args(SERVER_FLAGS)
             .arg(format!("--log-error={}", self.error_log().display()));
+        if self.statement_binlog {
+            // After --skip-log-bin: the later option wins.
+            cmd.arg(format!("--log-bin={}", d.join("binlog").display()))
+                .args(["--binlog-format=STATEMENT", "--server-id=1"]);
+        }
         if self.tls {
             let t = d.join("tls");
             cmd.arg(format!("--ssl-ca={}", t.join("ca.pem").display()))

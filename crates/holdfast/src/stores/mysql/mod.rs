@@ -4,6 +4,7 @@
 mod admin;
 mod config;
 mod error;
+mod session;
 mod shares;
 mod shrink;
 mod sql;
@@ -15,8 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
+use mysql_async::{Conn, Pool};
 
 #[cfg(test)]
 pub(crate) use config::OPTIONS;
@@ -47,6 +47,18 @@ fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
     let w = Arc::new(LocalWakeups::default());
     reg.insert(id.to_owned(), Arc::downgrade(&w));
     w
+}
+
+/// Runs `f` within `config.timeout`; a timeout is a retryable error.
+async fn timed<T>(config: &MysqlConfig, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
+    match tokio::time::timeout(config.timeout, f).await {
+        Ok(r) => r.map_err(map_err),
+        Err(_) => Err(Error::backend(
+            STORE,
+            true,
+            format!("no answer from {}:{} within {:?}", config.host, config.port, config.timeout),
+        )),
+    }
 }
 
 /// The MySQL/MariaDB store.
@@ -99,55 +111,6 @@ impl MysqlBackend {
 
     async fn open_inner(config: MysqlConfig) -> Result<Self> {
         config::check_namespace(&config.namespace)?;
-        let ssl = match config.ssl_mode {
-            SslMode::Disabled => None,
-            mode => {
-                let mut ssl = SslOpts::default();
-                if let Some(ca) = &config.ssl_ca {
-                    ssl = ssl.with_root_certs(vec![ca.clone().into()]);
-                }
-                Some(match mode {
-                    SslMode::Required => {
-                        ssl.with_danger_accept_invalid_certs(true).with_danger_skip_domain_validation(true)
-                    }
-                    SslMode::VerifyCa => ssl.with_danger_skip_domain_validation(true),
-                    _ => ssl,
-                })
-            }
-        };
-        let pool_opts = PoolOpts::default()
-            .with_constraints(PoolConstraints::new(0, config.pool_max).unwrap_or_default())
-            // Keep idle connections up to `pool_max` for a minute (with the
-            // default of 0 the pool closes every connection above the minimum
-            // as soon as it is returned, and each call would reconnect).
-            .with_inactive_connection_ttl(Duration::from_secs(60))
-            // No session state is kept between calls, so no reset (it would
-            // cost a round trip per call and drop the prepared statements).
-            // A connection returned inside a transaction is rolled back by
-            // the pool before reuse.
-            .with_reset_connection(false);
-        let opts = OptsBuilder::default()
-            .ip_or_hostname(config.host.clone())
-            .tcp_port(config.port)
-            .user(Some(config.user.clone()))
-            .pass(config.password().map(str::to_owned))
-            .db_name(Some(config.database.clone()))
-            .stmt_cache_size(64)
-            // Row lock waits end within the call's own bound (the server
-            // default is 50 s); a lock wait timeout counts as contention.
-            .init(vec![format!("SET SESSION innodb_lock_wait_timeout = {}", config.timeout.as_secs().clamp(1, 600))])
-            // On loopback the driver would otherwise reconnect through the
-            // server's Unix socket; with TLS asked for, stay on TCP.
-            .prefer_socket(ssl.is_none())
-            .ssl_opts(ssl)
-            .pool_opts(pool_opts);
-        // Up to two renewal slices at once on connections of their own.
-        let renew_opts = opts.clone().pool_opts(
-            PoolOpts::default()
-                .with_constraints(PoolConstraints::new(0, 2).unwrap_or_default())
-                .with_inactive_connection_ttl(Duration::from_secs(60))
-                .with_reset_connection(false),
-        );
         let statements = sql::Statements::new(
             &config.leases_table(),
             &config.fence_table(),
@@ -155,37 +118,30 @@ impl MysqlBackend {
             &config.records_table(),
         );
         let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
+        let schema: Vec<&str> = statements.schema.iter().chain([&share_sql.schema]).map(String::as_str).collect();
+        let mut init = session::base_init(&config);
+        let once = session::driver_opts(&config, 1, init.clone()).into();
+        let facts = timed(&config, session::open_once(once, &schema)).await?;
+        if facts.read_committed {
+            init.push(session::READ_COMMITTED.to_owned());
+        } else {
+            tracing::debug!(
+                "the server logs statements (binlog_format=STATEMENT): sessions stay at its isolation level"
+            );
+        }
         let wakeups =
             shared_wakeups(&format!("{}:{}/{}/{}", config.host, config.port, config.database, config.namespace));
-        let backend = MysqlBackend {
-            pool: Pool::new(opts),
-            renew_pool: Pool::new(renew_opts),
+        Ok(MysqlBackend {
+            pool: Pool::new(session::driver_opts(&config, config.pool_max, init.clone())),
+            // Up to two renewal slices at once on connections of their own.
+            renew_pool: Pool::new(session::driver_opts(&config, 2, init)),
             config: Arc::new(config),
             sql: Arc::new(statements),
             shares: Arc::new(share_sql),
             wakeups,
             sweep_turn: Arc::default(),
-            fence_durability: FenceDurability::Durable,
-        };
-        let flush = backend
-            .timed(async {
-                let mut conn = backend.pool.get_conn().await?;
-                for stmt in backend.sql.schema.iter().chain([&backend.shares.schema]) {
-                    conn.query_drop(stmt.as_str()).await?;
-                }
-                conn.query_first::<Option<i64>, _>("SELECT @@innodb_flush_log_at_trx_commit").await
-            })
-            .await?;
-        let fence_durability = match flush.flatten() {
-            // 1: fsync at every commit (the default). 3 (MariaDB): the same.
-            Some(1 | 3) => FenceDurability::Durable,
-            // 2: written at commit, fsynced once a second: a server crash
-            // keeps commits, an OS crash may lose the last second.
-            Some(2) => FenceDurability::ProcessCrash,
-            // 0: even a server crash may lose the last second of grants.
-            _ => FenceDurability::Volatile,
-        };
-        Ok(MysqlBackend { fence_durability, ..backend })
+            fence_durability: facts.fence_durability,
+        })
     }
 
     /// The configuration.
@@ -250,14 +206,7 @@ impl MysqlBackend {
 
     /// Runs `f` with the configured bound; a timeout is a retryable error.
     async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
-        match tokio::time::timeout(self.config.timeout, f).await {
-            Ok(r) => r.map_err(map_err),
-            Err(_) => Err(Error::backend(
-                STORE,
-                true,
-                format!("no answer from {}:{} within {:?}", self.config.host, self.config.port, self.config.timeout),
-            )),
-        }
+        timed(&self.config, f).await
     }
 
     async fn conn(&self) -> mysql_async::Result<Conn> {

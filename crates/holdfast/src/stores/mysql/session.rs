@@ -1,0 +1,119 @@
+//! What every connection of the store is: the driver's options (TLS, pool,
+//! the statements each new session runs) and what the store reads from the
+//! server once, at open.
+//!
+//! # Isolation
+//!
+//! Sessions run `READ COMMITTED`. Under InnoDB's default `REPEATABLE READ`,
+//! a statement on a key that has no row also locks the gap before the next
+//! key in the index, so statements on *neighbouring* keys can wait for each
+//! other (and deadlock, each victim retried after a random pause): lock work
+//! on distinct keys, which never conflicts, would wait on keys it never
+//! names. Every read the store's decisions rest on
+//! is a locking read or a write, which sees the latest committed row under
+//! either level, and grants and gate changes are serialised by the fence
+//! counter's row lock, not by gap locks.
+//!
+//! The one exception: a server that writes its binary log as statements
+//! (`log_bin` on, `binlog_format=STATEMENT`) refuses every write of a
+//! `READ COMMITTED` transaction (error 1665). Against such a server the
+//! sessions stay at the server's level, which is correct too.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
+
+use super::config::{MysqlConfig, SslMode};
+use crate::vocabulary::capability::FenceDurability;
+
+/// The statement that sets a session's isolation level.
+pub(super) const READ_COMMITTED: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
+/// Driver options for `config`: `pool_max` connections kept idle for a
+/// minute, no reset on return, TLS as asked, and `init` run by every new
+/// session.
+pub(super) fn driver_opts(config: &MysqlConfig, pool_max: usize, init: Vec<String>) -> OptsBuilder {
+    let pool_opts = PoolOpts::default()
+        .with_constraints(PoolConstraints::new(0, pool_max).unwrap_or_default())
+        // Keep idle connections up to `pool_max` for a minute (with the
+        // default of 0 the pool closes every connection above the minimum as
+        // soon as it is returned, and each call would reconnect).
+        .with_inactive_connection_ttl(Duration::from_secs(60))
+        // No session state is kept between calls, so no reset (it would cost
+        // a round trip per call and drop the prepared statements). A
+        // connection returned inside a transaction is rolled back by the pool
+        // before reuse.
+        .with_reset_connection(false);
+    let ssl = ssl_opts(config);
+    OptsBuilder::default()
+        .ip_or_hostname(config.host.clone())
+        .tcp_port(config.port)
+        .user(Some(config.user.clone()))
+        .pass(config.password().map(str::to_owned))
+        .db_name(Some(config.database.clone()))
+        .stmt_cache_size(64)
+        .init(init)
+        // On loopback the driver would otherwise reconnect through the
+        // server's Unix socket; with TLS asked for, stay on TCP.
+        .prefer_socket(ssl.is_none())
+        .ssl_opts(ssl)
+        .pool_opts(pool_opts)
+}
+
+fn ssl_opts(config: &MysqlConfig) -> Option<SslOpts> {
+    let mode = config.ssl_mode;
+    if mode == SslMode::Disabled {
+        return None;
+    }
+    let mut ssl = SslOpts::default();
+    if let Some(ca) = &config.ssl_ca {
+        ssl = ssl.with_root_certs(vec![ca.clone().into()]);
+    }
+    Some(match mode {
+        SslMode::Required => ssl.with_danger_accept_invalid_certs(true).with_danger_skip_domain_validation(true),
+        SslMode::VerifyCa => ssl.with_danger_skip_domain_validation(true),
+        _ => ssl,
+    })
+}
+
+/// The statements every session runs at connect, before the isolation
+/// level is known: row lock waits end within the call's own bound (the
+/// server's default is 50 s), and a lock wait timeout counts as contention.
+pub(super) fn base_init(config: &MysqlConfig) -> Vec<String> {
+    vec![format!("SET SESSION innodb_lock_wait_timeout = {}", config.timeout.as_secs().clamp(1, 600))]
+}
+
+/// What the store reads from the server once, at open.
+#[derive(Debug)]
+pub(super) struct ServerFacts {
+    /// How far a granted fence survives a crash (`innodb_flush_log_at_trx_commit`).
+    pub(super) fence_durability: FenceDurability,
+    /// Whether sessions may run `READ COMMITTED` (see the module docs).
+    pub(super) read_committed: bool,
+}
+
+/// Connects once with `opts`, runs `schema` (idempotent `CREATE TABLE IF
+/// NOT EXISTS` statements) and reads the server's commit durability and
+/// binary log format; the connection is closed after.
+pub(super) async fn open_once(opts: Opts, schema: &[&str]) -> mysql_async::Result<ServerFacts> {
+    let mut conn = Conn::new(opts).await?;
+    for stmt in schema {
+        conn.query_drop(*stmt).await?;
+    }
+    let row: Option<(Option<i64>, Option<i64>, Option<String>)> =
+        conn.query_first("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@binlog_format").await?;
+    let _ = conn.disconnect().await;
+    let (flush, log_bin, format) = row.unwrap_or((None, None, None));
+    let fence_durability = match flush {
+        // 1: fsync at every commit (the default). 3 (MariaDB): the same.
+        Some(1 | 3) => FenceDurability::Durable,
+        // 2: written at commit, fsynced once a second: a server crash keeps
+        // commits, an OS crash may lose the last second.
+        Some(2) => FenceDurability::ProcessCrash,
+        // 0: even a server crash may lose the last second of grants.
+        _ => FenceDurability::Volatile,
+    };
+    let statement_log = log_bin == Some(1) && format.is_some_and(|f| f.eq_ignore_ascii_case("STATEMENT"));
+    Ok(ServerFacts { fence_durability, read_committed: !statement_log })
+}

@@ -1,0 +1,81 @@
+//! MySQL/MariaDB sessions: the isolation level the store's transactions run
+//! at, and a server whose binary log is written as statements.
+#![cfg(feature = "mysql")]
+
+use std::time::{Duration, Instant};
+
+use holdfast::backend::{AcquireRequest, Backend, RenewRequest};
+use holdfast::stores::mysql::MysqlBackend;
+use holdfast::{LockKey, OwnerToken};
+use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer};
+
+fn req(key: &str) -> AcquireRequest {
+    AcquireRequest::new(LockKey::new(key).expect("key"), OwnerToken::random(), Duration::from_secs(30))
+        .with_label("sessions")
+}
+
+/// The store's grant transactions run `READ COMMITTED`, as its page says:
+/// under the server's default `REPEATABLE READ`, grants and releases of
+/// neighbouring keys take each other's gap locks and deadlock. Seen from the
+/// server: another session holds the fence counter's row lock, so a grant
+/// waits inside its transaction, and `INNODB_TRX` shows that transaction's
+/// level.
+#[test]
+fn grant_transactions_run_read_committed() {
+    let server = MysqlServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let backend = rt.block_on(MysqlBackend::open_url(&server.url())).expect("open");
+    let blocker = std::thread::scope(|scope| {
+        let blocker = scope.spawn(|| {
+            server.sql(&format!(
+                "BEGIN; SELECT value FROM {DATABASE}.holdfast_fence WHERE id = 0 FOR UPDATE; \
+                 DO SLEEP(3); COMMIT;"
+            ))
+        });
+        // The blocker holds the row (it sleeps), then a grant waits for it.
+        let started = Instant::now();
+        // (`PROCESSLIST`, not `INNODB_TRX`: the latter is a cache refreshed
+        // every 100 ms, whose query column can be stale.)
+        let holding = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE state = 'User sleep'";
+        while server.sql(holding).trim() == "0" {
+            assert!(!blocker.is_finished(), "the blocking transaction ended before it was seen");
+            assert!(started.elapsed() < Duration::from_secs(10), "the blocking transaction never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let grant = scope.spawn(|| rt.block_on(backend.try_acquire(&req("iso/a"))));
+        let mut waiting = String::new();
+        while waiting.is_empty() {
+            assert!(!grant.is_finished(), "the grant did not wait for the counter row: {:?}", grant.join());
+            assert!(started.elapsed() < Duration::from_secs(10), "the grant never waited for the counter row");
+            waiting = server
+                .sql("SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(waiting.trim(), "READ COMMITTED", "the grant's transaction level");
+        let granted = grant.join().expect("grant thread").expect("grant");
+        assert!(granted.is_some(), "the key was free");
+        blocker.join().expect("blocker thread")
+    });
+    assert!(blocker.contains('0'), "the blocker read the counter: {blocker:?}");
+}
+
+/// A server that logs statements (`binlog_format=STATEMENT`) refuses every
+/// write of a `READ COMMITTED` transaction (error 1665): there the store's
+/// sessions keep the server's level, and grants, releases and renewals work.
+#[test]
+fn a_server_logging_statements_still_grants() {
+    let server = MysqlServer::start_statement_binlog();
+    assert_eq!(server.sql("SELECT @@log_bin, @@binlog_format").trim(), "1\tSTATEMENT");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        let first = req("stmt/a");
+        let grant = backend.try_acquire(&first).await.expect("grant").expect("free key");
+        let renewal = RenewRequest { key: first.key.clone(), token: first.token, ttl: first.ttl };
+        assert_eq!(backend.renew(&[renewal]).await.expect("renew"), vec![true]);
+        assert!(backend.try_acquire(&req("stmt/a")).await.expect("second").is_none(), "held");
+        assert!(backend.release(&first.key, first.token).await.expect("release"));
+        let again = backend.try_acquire(&req("stmt/a")).await.expect("again").expect("released");
+        assert!(again.fence > grant.fence, "fences increase: {} then {}", grant.fence, again.fence);
+    });
+}
