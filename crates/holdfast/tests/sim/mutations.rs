@@ -21,9 +21,11 @@
 //! moves or changes.
 //!
 //! Builds share `<target dir>/mutants` (the dev profile, whose overrides
-//! optimise holdfast, the testkit and tokio): dependencies compile once,
-//! and each mutant recompiles only holdfast, the testkit and the runner
-//! (about 15 s on 2 cores). They are `--offline`, with the versions of the
+//! optimise tokio): dependencies compile once, and each mutant recompiles
+//! only holdfast, the testkit, the verify engine and the runner, unoptimised
+//! ([`UNOPTIMISED`]: about 10 s each on 2 cores, against 30-60 s at the
+//! workspace's opt-level 2; the seeds, which stop at the first failing one,
+//! still run in under 2 s). They are `--offline`, with the versions of the
 //! repository's lockfile; not `--locked`, which refuses the lockfile's
 //! pruning of the crates left out. The tests take turns (one lock): they
 //! share that build directory, and the runner uses every core.
@@ -243,11 +245,19 @@ fn make_workspace(root: &Path, dir: &Path, mutation: Option<&Mutation>) {
     }
 }
 
+/// The crates each mutant recompiles, built unoptimised: a mutant's seeds
+/// stop at the first failing one, so they run in a second even so, while
+/// the workspace's opt-level 2 for these crates (what the real simulation
+/// tests need) doubled each mutant's build.
+const UNOPTIMISED: &[&str] = &["holdfast-lock", "holdfast-testkit", "holdfast-verify"];
+
 /// Builds the runner of the workspace in `dir`; its binary.
 fn build(dir: &Path, target: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--offline", "--bin", "mutant-runner", "--manifest-path"])
+        .args(["build", "--offline", "--bin", "mutant-runner"])
+        .args(UNOPTIMISED.iter().flat_map(|p| ["--config".to_owned(), format!("profile.dev.package.{p}.opt-level=0")]))
+        .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", target)
         .env("CARGO_INCREMENTAL", "0")
