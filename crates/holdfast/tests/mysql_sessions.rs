@@ -18,8 +18,8 @@ fn req(key: &str) -> AcquireRequest {
 /// under the server's default `REPEATABLE READ`, grants and releases of
 /// neighbouring keys take each other's gap locks and deadlock. Seen from the
 /// server: another session holds the fence counter's row lock, so a grant
-/// waits inside its transaction, and `INNODB_TRX` shows that transaction's
-/// level.
+/// waits inside its transaction (until the test ends the blocker's sleep),
+/// and `INNODB_TRX` shows that transaction's level.
 #[test]
 fn grant_transactions_run_read_committed() {
     let server = MysqlServer::start();
@@ -29,29 +29,33 @@ fn grant_transactions_run_read_committed() {
         let blocker = scope.spawn(|| {
             server.sql(&format!(
                 "BEGIN; SELECT value FROM {DATABASE}.holdfast_fence WHERE id = 0 FOR UPDATE; \
-                 DO SLEEP(3); COMMIT;"
+                 DO SLEEP(60); COMMIT;"
             ))
         });
         // The blocker holds the row (it sleeps), then a grant waits for it.
         let started = Instant::now();
         // (`PROCESSLIST`, not `INNODB_TRX`: the latter is a cache refreshed
         // every 100 ms, whose query column can be stale.)
-        let holding = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE state = 'User sleep'";
-        while server.sql(holding).trim() == "0" {
+        let holding = "SELECT id FROM information_schema.PROCESSLIST WHERE state = 'User sleep'";
+        let mut sleeper = String::new();
+        while sleeper.trim().is_empty() {
             assert!(!blocker.is_finished(), "the blocking transaction ended before it was seen");
-            assert!(started.elapsed() < Duration::from_secs(10), "the blocking transaction never started");
+            assert!(started.elapsed() < Duration::from_secs(30), "the blocking transaction never started");
             std::thread::sleep(Duration::from_millis(20));
+            sleeper = server.sql(holding);
         }
         let grant = scope.spawn(|| rt.block_on(backend.try_acquire(&req("iso/a"))));
         let mut waiting = String::new();
         while waiting.is_empty() {
             assert!(!grant.is_finished(), "the grant did not wait for the counter row: {:?}", grant.join());
-            assert!(started.elapsed() < Duration::from_secs(10), "the grant never waited for the counter row");
+            assert!(started.elapsed() < Duration::from_secs(50), "the grant never waited for the counter row");
             waiting = server
                 .sql("SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
             std::thread::sleep(Duration::from_millis(20));
         }
         assert_eq!(waiting.trim(), "READ COMMITTED", "the grant's transaction level");
+        // The sleep interrupted, the blocker commits and the grant goes on.
+        server.sql(&format!("KILL QUERY {}", sleeper.trim()));
         let granted = grant.join().expect("grant thread").expect("grant");
         assert!(granted.is_some(), "the key was free");
         blocker.join().expect("blocker thread")
