@@ -24,7 +24,8 @@ fn req(key: &str) -> AcquireRequest {
 fn grant_transactions_run_read_committed() {
     let server = MysqlServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let backend = rt.block_on(MysqlBackend::open_url(&server.url())).expect("open");
+    // A long call bound: under load, the test may take seconds to see the wait.
+    let backend = rt.block_on(MysqlBackend::open_url(&server.url_with("timeout_ms=60000"))).expect("open");
     let blocker = std::thread::scope(|scope| {
         let blocker = scope.spawn(|| {
             server.sql(&format!(
