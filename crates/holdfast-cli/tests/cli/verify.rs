@@ -266,7 +266,8 @@ fn verify_long_on_every_store() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
-        println!("=== {} ===\n{stdout}", store.name);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        println!("=== {} (exit {:?}) ===\n{stdout}\n--- stderr ---\n{stderr}", store.name, output.status.code());
         if output.status.code() != Some(0)
             || number(&stdout, "double grants") != 0
             || number(&stdout, "stale accepted") != 0
@@ -274,5 +275,9 @@ fn verify_long_on_every_store() {
             broken.push(store.name);
         }
     }
-    assert!(broken.is_empty(), "guarantees broke on {broken:?}");
+    if !broken.is_empty() {
+        // Keep the reports (`--out`) of a failed run: they are what tells why.
+        let kept = env.dir.keep();
+        panic!("guarantees broke on {broken:?}; the reports are kept in {}", kept.display());
+    }
 }
