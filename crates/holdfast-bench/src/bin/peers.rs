@@ -8,6 +8,13 @@
 //!
 //! With a `redlock://` URL, holdfast's RedLock runs against rslock's and
 //! distributed-lock-redis's own RedLock over the same servers (no raw floor).
+//! With a `zk://` URL, holdfast's ZooKeeper lock runs against the raw floor
+//! and the lock recipe of `zookeeper-client` (the ZooKeeper client holdfast
+//! itself uses), which is Apache Curator's `InterProcessMutex` recipe:
+//!
+//! ```text
+//! cargo run -p holdfast-bench --release --features peers --bin peers -- --backend zk://127.0.0.1:2181 --rounds 3
+//! ```
 //!
 //! Peers (latest on crates.io when this was written):
 //! - `rslock` 0.10 (`LockManager` on the one server, `acquire_no_guard` =
@@ -18,6 +25,14 @@
 //!   then `Timeout` at once if busy), so waiting is `try_acquire` polled
 //!   every 1 ms; `release` = `EVAL` compare-and-delete; a background
 //!   extension task per handle).
+//!
+//! - `zookeeper-client` 0.11 (`Client::lock` with `LockPrefix::new_curator`:
+//!   an EPHEMERAL_SEQUENTIAL node in the key's directory, the children
+//!   listed, a watch on the node just ahead when not first; the node is
+//!   deleted when the guard drops, in the background, so release costs the
+//!   caller no round trip; one session for all tasks). Fair, like holdfast's
+//!   ZooKeeper lock and unlike the floor (a plain EPHEMERAL create, where a
+//!   newcomer can beat a waiter).
 //!
 //! Their dependencies stay in this binary (feature `peers`): the library and
 //! the CLI never link them. The many-leases workload has no peer here.
@@ -88,6 +103,55 @@ impl Locker for DistributedLockRedis {
     }
 }
 
+/// `zookeeper-client`'s lock recipe (Curator's `InterProcessMutex`) on one session.
+struct ZkRecipe {
+    client: zookeeper_client::Client,
+}
+
+/// Where the recipe's lock directories live, one per key.
+const ZK_PEER_ROOT: &str = "/holdfast-bench/peer";
+
+impl ZkRecipe {
+    async fn connect(url: &str) -> Result<Self> {
+        let cfg = holdfast::stores::zookeeper::ZkConfig::from_url(url)?;
+        let mut connector = zookeeper_client::Client::connector().with_session_timeout(cfg.session_timeout);
+        if let Some((user, pass)) = &cfg.credentials {
+            connector = connector.with_auth("digest", format!("{user}:{}", pass.expose()).as_bytes());
+        }
+        match tokio::time::timeout(ACQUIRE_LIMIT, connector.connect(&cfg.connect_string())).await {
+            Ok(Ok(client)) => Ok(ZkRecipe { client }),
+            Ok(Err(e)) => Err(Error::backend("zookeeper-client", true, e)),
+            Err(_) => Err(Error::backend("zookeeper-client", true, "no session within the acquire limit")),
+        }
+    }
+}
+
+impl Locker for ZkRecipe {
+    type Guard = zookeeper_client::OwnedLockClient;
+
+    async fn acquire(&self, key: &str) -> Result<zookeeper_client::OwnedLockClient> {
+        use zookeeper_client as zk;
+        let peer_err = |e: zk::Error| Error::backend("zookeeper-client", false, e);
+        let dir = format!("{ZK_PEER_ROOT}/{key}");
+        let prefix = zk::LockPrefix::new_curator(&dir, "lock-").map_err(peer_err)?;
+        let acls = zk::Acls::anyone_all();
+        let options = zk::LockOptions::new(acls)
+            .with_ancestor_options(zk::CreateMode::Persistent.with_acls(acls))
+            .map_err(peer_err)?;
+        match tokio::time::timeout(ACQUIRE_LIMIT, self.client.lock(prefix, b"", options)).await {
+            Ok(Ok(lock)) => Ok(lock.into_owned()),
+            Ok(Err(e)) => Err(peer_err(e)),
+            Err(_) => Err(Error::Timeout { key: key.to_owned(), waited: ACQUIRE_LIMIT }),
+        }
+    }
+
+    /// The crate's release: dropping the guard deletes the node in the background.
+    async fn release(&self, lock: zookeeper_client::OwnedLockClient) -> Result<()> {
+        drop(lock);
+        Ok(())
+    }
+}
+
 fn median(mut rounds: Vec<WorkloadResult>) -> Option<WorkloadResult> {
     rounds.sort_by(|a, b| a.cycles_per_sec.total_cmp(&b.cycles_per_sec));
     let mid = rounds.len().checked_sub(1)? / 2;
@@ -121,9 +185,84 @@ async fn main() {
     }
 }
 
+/// A run's own key prefix, so that runs never meet each other's keys.
+fn run_id() -> String {
+    format!("{:016x}", holdfast::OwnerToken::random().as_u128() as u64)
+}
+
+/// The cycle workloads asked for, with their task counts.
+fn cycle_workloads(opts: &holdfast_bench::BenchOptions) -> Vec<(Workload, usize)> {
+    let cycles = |w: &Workload| matches!(w, Workload::Uncontended | Workload::Contended | Workload::ContendedThink);
+    let tasks = |w: Workload| if w == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
+    opts.workloads.iter().copied().filter(cycles).map(|w| (w, tasks(w))).collect()
+}
+
+fn cycle_spec(
+    opts: &holdfast_bench::BenchOptions,
+    workload: Workload,
+    tasks: usize,
+    run_id: &str,
+    round: u32,
+    subject: &str,
+) -> CycleSpec {
+    CycleSpec {
+        workload,
+        subject: subject.to_owned(),
+        tasks,
+        duration: opts.duration,
+        max_cycles: opts.max_cycles,
+        think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
+        key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+        mix: holdfast_bench::Mix::Exclusive,
+    }
+}
+
+/// holdfast's ZooKeeper lock, the floor and `zookeeper-client`'s recipe.
+async fn bench_zk(args: &holdfast_bench::args::Args) -> Result<()> {
+    let opts = args.options();
+    let url = opts.url.as_str();
+    let counter = command_counter_for(url).await?;
+    let holdfast = Arc::new(HoldfastLocker::new(Client::connect(url).await?, opts.ttl, opts.fair));
+    let floor_locker = FloorLocker::new(floor_for(url).await?).with_ttl(opts.ttl);
+    let floor_description = floor_locker.describe().to_owned();
+    let floor = Some(Arc::new(floor_locker)).filter(|_| !args.no_floor);
+    let recipe = Arc::new(ZkRecipe::connect(url).await?);
+    let run_id = run_id();
+    let mut results = Vec::new();
+    for (workload, tasks) in cycle_workloads(&opts) {
+        let mut by_subject: [Vec<WorkloadResult>; 3] = Default::default();
+        for round in 0..opts.rounds {
+            let spec = |subject: &str| cycle_spec(&opts, workload, tasks, &run_id, round, subject);
+            let counter = counter.as_deref();
+            subject_run(&holdfast, &spec("holdfast"), counter, &mut by_subject[0]).await;
+            if let Some(f) = &floor {
+                subject_run(f, &spec("floor"), counter, &mut by_subject[1]).await;
+            }
+            subject_run(&recipe, &spec("zookeeper-client"), counter, &mut by_subject[2]).await;
+        }
+        results.extend(by_subject.into_iter().filter_map(median));
+    }
+    let description = floor.as_ref().map(|_| floor_description);
+    let report = BenchReport::new(&opts, "zookeeper", description, results, Vec::new());
+    if args.json {
+        let json = serde_json::to_string_pretty(&report).map_err(|e| Error::backend("holdfast-bench", false, e))?;
+        println!("{json}");
+    } else {
+        print!("{report}");
+        println!();
+        println!("peer: zookeeper-client 0.11 (Client::lock, Curator's InterProcessMutex recipe: EPHEMERAL_SEQUENTIAL");
+        println!("      node, children listed, watch on the node ahead; the guard's drop deletes in the background)");
+    }
+    let _ = std::io::stdout().flush();
+    Ok(())
+}
+
 async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     let opts = args.options();
     let url = opts.url.as_str();
+    if url.starts_with("zk://") {
+        return bench_zk(args).await;
+    }
     // redis:// for one server; redlock://h1:p1,h2:p2,h3:p3 for RedLock over
     // several, where the peers run their own RedLock over the same servers.
     let servers: Vec<String> = if let Some(hosts) = url.strip_prefix("redlock://") {
@@ -133,7 +272,7 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     } else {
         return Err(Error::invalid(
             "url",
-            "the peer bench needs a redis:// or redlock:// URL (the peers are Redis locks)",
+            "the peer bench needs a redis://, redlock:// or zk:// URL (its peers are Redis and ZooKeeper locks)",
         ));
     };
     let redlock = url.starts_with("redlock://");
@@ -160,27 +299,12 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
         .map_err(|e| Error::backend("distributed-lock-redis", false, e))?;
     let dlr = Arc::new(DistributedLockRedis { provider: dlr });
 
-    let run_id = format!("{:016x}", holdfast::OwnerToken::random().as_u128() as u64);
+    let run_id = run_id();
     let mut results = Vec::new();
-    for workload in opts
-        .workloads
-        .iter()
-        .copied()
-        .filter(|w| matches!(w, Workload::Uncontended | Workload::Contended | Workload::ContendedThink))
-    {
-        let tasks = if workload == Workload::Uncontended { opts.tasks_uncontended } else { opts.tasks_contended };
+    for (workload, tasks) in cycle_workloads(&opts) {
         let mut by_subject: [Vec<WorkloadResult>; 4] = Default::default();
         for round in 0..opts.rounds {
-            let spec = |subject: &str| CycleSpec {
-                workload,
-                subject: subject.to_owned(),
-                tasks,
-                duration: opts.duration,
-                max_cycles: opts.max_cycles,
-                think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
-                key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
-                mix: holdfast_bench::Mix::Exclusive,
-            };
+            let spec = |subject: &str| cycle_spec(&opts, workload, tasks, &run_id, round, subject);
             let counter = counter.as_deref();
             if let Some(h) = &holdfast {
                 subject_run(h, &spec("holdfast"), counter, &mut by_subject[0]).await;
