@@ -410,16 +410,7 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
         let mut hf_rounds = Vec::new();
         let mut floor_rounds = Vec::new();
         for round in 0..opts.rounds {
-            let spec = |subject: &str| CycleSpec {
-                workload,
-                subject: subject.to_owned(),
-                tasks,
-                duration: opts.duration,
-                max_cycles: opts.max_cycles,
-                think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
-                key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
-                mix,
-            };
+            let spec = |subject: &str| CycleSpec::round_of(opts, (workload, tasks, mix), &run_id, round, subject);
             hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast"), counter.as_deref(), &progress).await?);
             if let Some(floor) = floor {
                 floor_rounds.push(run_cycles(floor.clone(), &spec("floor"), counter.as_deref(), &progress).await?);

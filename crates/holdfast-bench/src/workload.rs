@@ -39,6 +39,31 @@ pub struct CycleSpec {
     pub mix: Mix,
 }
 
+impl CycleSpec {
+    /// Round `round` of `workload` for `subject`, as `opts` asks (duration,
+    /// cycle cap, think time for `contended-think`), with its keys under
+    /// `holdfast-bench/{run_id}/r{round}/{subject}/{workload}`, apart from
+    /// every other round's and subject's.
+    pub fn round_of(
+        opts: &BenchOptions,
+        (workload, tasks, mix): (Workload, usize, Mix),
+        run_id: &str,
+        round: u32,
+        subject: &str,
+    ) -> Self {
+        CycleSpec {
+            workload,
+            subject: subject.to_owned(),
+            tasks,
+            duration: opts.duration,
+            max_cycles: opts.max_cycles,
+            think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
+            key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
+            mix,
+        }
+    }
+}
+
 /// What the cycles of a workload ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mix {

@@ -45,7 +45,7 @@ use clap::Parser;
 use distributed_lock_core::{DistributedLock, LockHandle, LockProvider};
 use holdfast::{Client, Error, Result};
 use holdfast_bench::{
-    ACQUIRE_LIMIT, BenchReport, CommandCounter, CycleSpec, FloorLocker, HoldfastLocker, Locker, ProgressEvent,
+    ACQUIRE_LIMIT, BenchReport, CommandCounter, CycleSpec, FloorLocker, HoldfastLocker, Locker, Mix, ProgressEvent,
     Workload, WorkloadResult, command_counter_for, floor_for, run_cycles,
 };
 
@@ -197,26 +197,6 @@ fn cycle_workloads(opts: &holdfast_bench::BenchOptions) -> Vec<(Workload, usize)
     opts.workloads.iter().copied().filter(cycles).map(|w| (w, tasks(w))).collect()
 }
 
-fn cycle_spec(
-    opts: &holdfast_bench::BenchOptions,
-    workload: Workload,
-    tasks: usize,
-    run_id: &str,
-    round: u32,
-    subject: &str,
-) -> CycleSpec {
-    CycleSpec {
-        workload,
-        subject: subject.to_owned(),
-        tasks,
-        duration: opts.duration,
-        max_cycles: opts.max_cycles,
-        think_time: if workload == Workload::ContendedThink { opts.think_time } else { Duration::ZERO },
-        key_prefix: format!("holdfast-bench/{run_id}/r{round}/{subject}/{workload}"),
-        mix: holdfast_bench::Mix::Exclusive,
-    }
-}
-
 /// holdfast's ZooKeeper lock, the floor and `zookeeper-client`'s recipe.
 async fn bench_zk(args: &holdfast_bench::args::Args) -> Result<()> {
     let opts = args.options();
@@ -232,7 +212,8 @@ async fn bench_zk(args: &holdfast_bench::args::Args) -> Result<()> {
     for (workload, tasks) in cycle_workloads(&opts) {
         let mut by_subject: [Vec<WorkloadResult>; 3] = Default::default();
         for round in 0..opts.rounds {
-            let spec = |subject: &str| cycle_spec(&opts, workload, tasks, &run_id, round, subject);
+            let spec =
+                |subject: &str| CycleSpec::round_of(&opts, (workload, tasks, Mix::Exclusive), &run_id, round, subject);
             let counter = counter.as_deref();
             subject_run(&holdfast, &spec("holdfast"), counter, &mut by_subject[0]).await;
             if let Some(f) = &floor {
@@ -304,7 +285,8 @@ async fn bench(args: &holdfast_bench::args::Args) -> Result<()> {
     for (workload, tasks) in cycle_workloads(&opts) {
         let mut by_subject: [Vec<WorkloadResult>; 4] = Default::default();
         for round in 0..opts.rounds {
-            let spec = |subject: &str| cycle_spec(&opts, workload, tasks, &run_id, round, subject);
+            let spec =
+                |subject: &str| CycleSpec::round_of(&opts, (workload, tasks, Mix::Exclusive), &run_id, round, subject);
             let counter = counter.as_deref();
             if let Some(h) = &holdfast {
                 subject_run(h, &spec("holdfast"), counter, &mut by_subject[0]).await;
