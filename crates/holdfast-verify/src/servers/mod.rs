@@ -52,6 +52,22 @@ pub fn apt_install() -> String {
     format!("apt-get install -y {}", all.join(" "))
 }
 
+/// A TCP port on 127.0.0.1 that refuses connections for the rest of the
+/// process: a socket is bound to it, never listens and is kept open, so no
+/// server can take the port. For an unreachable store's URL: a port from
+/// [`free_port`] is let go, and a server another test starts later may take
+/// it (then the "unreachable" store answers, as it once did in the etcd
+/// conformance suite).
+pub fn closed_port() -> u16 {
+    static HELD: std::sync::Mutex<Vec<tokio::net::TcpSocket>> = std::sync::Mutex::new(Vec::new());
+    let socket = tokio::net::TcpSocket::new_v4()
+        .and_then(|s| s.bind(([127, 0, 0, 1], 0).into()).map(|()| s))
+        .unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"));
+    let port = socket.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("cannot read a bound port: {e}"));
+    HELD.lock().unwrap_or_else(|p| p.into_inner()).push(socket);
+    port
+}
+
 /// A free TCP port on 127.0.0.1 (bind to port 0, read it, let it go).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -151,5 +167,21 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A closed port refuses connections, and no listener (a server another
+    /// test starts) can take it while this process lives.
+    #[test]
+    fn a_closed_port_refuses_and_cannot_be_taken() {
+        let port = closed_port();
+        let refused = std::net::TcpStream::connect(("127.0.0.1", port)).expect_err("nothing listens there");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{refused}");
+        assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "a listener took the closed port {port}");
+        assert!(!port_open(port));
     }
 }

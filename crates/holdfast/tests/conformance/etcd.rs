@@ -16,7 +16,7 @@ fn start() -> Store {
         // 500 ms after it runs out. Worst case for t >= 300 ms:
         // 2 s - 0.3 s + 0.5 s = 2.2 s, plus the revoke's commit.
         expiry_slack: Duration::from_millis(2500),
-        unreachable_url: format!("etcd://127.0.0.1:{}?timeout_ms=2000", holdfast_testkit::servers::free_port()),
+        unreachable_url: format!("etcd://127.0.0.1:{}?timeout_ms=2000", holdfast_testkit::servers::closed_port()),
         // A single node; each operation (its retries included) within 1 s.
         via_proxy: Some(ProxyTarget::loopback(
             server.members[0].client_port,

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::{free_port, redis::RedisServer};
+use holdfast_testkit::servers::{closed_port, redis::RedisServer};
 
 /// A 2 s mode lease: every clause's leases fit in one, and a switch (none
 /// should happen here) would cost 2 s.
@@ -26,8 +26,8 @@ fn start() -> Store {
         // and switches to the next (the member clauses below).
         unreachable_url: format!(
             "fallback://{OPTIONS}|redis://127.0.0.1:{}?timeout_ms=1000|redis://127.0.0.1:{}?timeout_ms=1000",
-            free_port(),
-            free_port()
+            closed_port(),
+            closed_port()
         ),
         via_proxy: Some(ProxyTarget::loopback(server.port(), url(&with_timeout), Duration::from_millis(1000))),
         in_process: None,

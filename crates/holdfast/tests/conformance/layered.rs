@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::{free_port, postgres::PostgresServer, redis::RedisServer};
+use holdfast_testkit::servers::{closed_port, postgres::PostgresServer, redis::RedisServer};
 
 fn start() -> Store {
     let (fast, authoritative) = (RedisServer::start(), PostgresServer::start());
@@ -19,8 +19,8 @@ fn start() -> Store {
         expiry_slack: Duration::from_millis(200),
         unreachable_url: format!(
             "layered://redis://127.0.0.1:{}?timeout_ms=1000|postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
-            free_port(),
-            free_port()
+            closed_port(),
+            closed_port()
         ),
         // The proxy rewrites PostgreSQL's address only; Redis is reached directly.
         via_proxy: Some(ProxyTarget::loopback(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::{free_port, mysql::MysqlServer};
+use holdfast_testkit::servers::{closed_port, mysql::MysqlServer};
 
 fn start() -> Store {
     let server = MysqlServer::start();
@@ -11,7 +11,7 @@ fn start() -> Store {
         url: server.url(),
         // Expiry is exact on the server clock; waiters notice it within one poll.
         expiry_slack: Duration::from_millis(100),
-        unreachable_url: format!("mysql://holdfast:pw@127.0.0.1:{}/holdfast?timeout_ms=2000", free_port()),
+        unreachable_url: format!("mysql://holdfast:pw@127.0.0.1:{}/holdfast?timeout_ms=2000", closed_port()),
         via_proxy: Some(ProxyTarget::loopback(
             server.port(),
             server.url_with("timeout_ms=1000"),

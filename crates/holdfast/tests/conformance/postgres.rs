@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::{free_port, postgres::PostgresServer};
+use holdfast_testkit::servers::{closed_port, postgres::PostgresServer};
 
 fn start() -> Store {
     let server = PostgresServer::start();
@@ -14,7 +14,7 @@ fn start() -> Store {
         expiry_slack: Duration::from_millis(200),
         unreachable_url: format!(
             "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=2",
-            free_port()
+            closed_port()
         ),
         // Every statement (a reconnect included) within 1 s; connecting within 1 s.
         via_proxy: Some(ProxyTarget::loopback(

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::{free_port, redis::RedisServer};
+use holdfast_testkit::servers::{closed_port, redis::RedisServer};
 
 /// A fresh server; `options` (`"fair=default"`, or empty) go into every URL.
 pub fn start_with(options: &str) -> Store {
@@ -15,7 +15,7 @@ pub fn start_with(options: &str) -> Store {
     Store {
         url: format!("{}{}", server.url(), query("")),
         expiry_slack: Duration::from_millis(50),
-        unreachable_url: format!("redis://127.0.0.1:{}?timeout_ms=1000", free_port()),
+        unreachable_url: format!("redis://127.0.0.1:{}?timeout_ms=1000", closed_port()),
         via_proxy: Some(ProxyTarget::loopback(
             server.port(),
             format!("{}{}", server.url(), query("timeout_ms=1000")),

@@ -13,14 +13,14 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::Store;
-use holdfast_testkit::servers::{free_port, redis::RedisCluster};
+use holdfast_testkit::servers::{closed_port, redis::RedisCluster};
 
 fn start() -> Store {
     let cluster = RedisCluster::start();
     Store {
         url: cluster.url(),
         expiry_slack: Duration::from_millis(50),
-        unreachable_url: format!("redis+cluster://127.0.0.1:{}?timeout_ms=1000", free_port()),
+        unreachable_url: format!("redis+cluster://127.0.0.1:{}?timeout_ms=1000", closed_port()),
         via_proxy: None,
         in_process: None,
         server: Box::new(cluster),

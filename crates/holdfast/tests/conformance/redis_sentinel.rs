@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::Store;
-use holdfast_testkit::servers::{free_port, redis::RedisSentinel};
+use holdfast_testkit::servers::{closed_port, redis::RedisSentinel};
 
 fn start() -> Store {
     // A long down-after: no failover the suite did not ask for on a busy machine.
@@ -21,7 +21,7 @@ fn start() -> Store {
     Store {
         url: format!("{}?replicas=1", set.url()),
         expiry_slack: Duration::from_millis(50),
-        unreachable_url: format!("redis+sentinel://127.0.0.1:{}/nobody?timeout_ms=1000", free_port()),
+        unreachable_url: format!("redis+sentinel://127.0.0.1:{}/nobody?timeout_ms=1000", closed_port()),
         via_proxy: None,
         in_process: None,
         server: Box::new(set),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::Store;
-use holdfast_testkit::servers::{free_port, redis::RedisServer};
+use holdfast_testkit::servers::{closed_port, redis::RedisServer};
 
 fn start() -> Store {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -16,9 +16,9 @@ fn start() -> Store {
         expiry_slack: Duration::from_millis(50),
         unreachable_url: format!(
             "redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}?timeout_ms=1000",
-            free_port(),
-            free_port(),
-            free_port()
+            closed_port(),
+            closed_port(),
+            closed_port()
         ),
         via_proxy: None,
         in_process: None,

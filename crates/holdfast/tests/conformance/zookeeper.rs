@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use holdfast_testkit::conformance::{ProxyTarget, Store};
-use holdfast_testkit::servers::free_port;
+use holdfast_testkit::servers::closed_port;
 use holdfast_testkit::servers::zookeeper::{SESSION_TIMEOUT_MS, TICK_MS, ZkServer};
 
 fn start() -> Store {
@@ -15,7 +15,7 @@ fn start() -> Store {
         // session: the session timeout, rounded up to the server's expiry
         // granularity (one tick), plus one tick to deliver the watch.
         expiry_slack: Duration::from_millis(SESSION_TIMEOUT_MS + 2 * TICK_MS),
-        unreachable_url: format!("zk://127.0.0.1:{}?timeout=2000", free_port()),
+        unreachable_url: format!("zk://127.0.0.1:{}?timeout=2000", closed_port()),
         // One member is enough behind the proxy; every request within 1 s.
         via_proxy: Some(ProxyTarget::loopback(
             server.client_port(0),
