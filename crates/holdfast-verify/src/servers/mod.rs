@@ -38,8 +38,9 @@ pub fn packages(store: Store) -> &'static [&'static str] {
 }
 
 /// What the build and the tests need beside the servers: `protoc` for the
-/// etcd client's build, `openssl` to make the TLS tests' certificates.
-pub const TOOLS: &[&str] = &["protobuf-compiler", "openssl"];
+/// etcd client's build, `openssl` to make the TLS tests' certificates,
+/// `chromium` to render `verify`'s HTML report in the CLI's tests.
+pub const TOOLS: &[&str] = &["protobuf-compiler", "openssl", "chromium"];
 
 /// The command that installs every server the tests start, and the tools.
 pub fn apt_install() -> String {
