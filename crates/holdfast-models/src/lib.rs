@@ -21,6 +21,9 @@
 //! - [`pg_fence`]: per-key fences on PostgreSQL: a key's fence kept in its
 //!   lease row, the namespace counter only for keys without one, against the
 //!   variants weighed (issue 33).
+//! - [`mysql_fence`]: per-key fences on MySQL/MariaDB: the same layout with
+//!   MySQL's locking statements as atomic steps, old clients stopped by a
+//!   renamed expiry column, against the variants weighed (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -33,6 +36,7 @@ pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;
 pub mod handover;
+pub mod mysql_fence;
 pub mod network;
 pub mod pg_fence;
 pub mod redis_cycle;
