@@ -46,20 +46,23 @@ fn raw_pool(url: &str) -> Pool {
 }
 
 const FENCE: &str = "UPDATE `holdfast_fence` SET value = LAST_INSERT_ID(value + 1) WHERE id = 0";
-const GRANT: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, label, expires_at)
+const TAKE_OVER: &str = "UPDATE `holdfast_leases` SET
+   fence = IF(live_until <= UTC_TIMESTAMP(6), LAST_INSERT_ID(fence + 1), fence),
+   label = IF(live_until <= UTC_TIMESTAMP(6), ?, label),
+   token = IF(live_until <= UTC_TIMESTAMP(6), ?, token),
+   live_until = IF(live_until <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, live_until)
+ WHERE lock_key = ?";
+const INSERT: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, label, live_until)
  VALUES (?, ?, LAST_INSERT_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
- ON DUPLICATE KEY UPDATE
-   token = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(token), token),
-   fence = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(fence), fence),
-   label = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(label), label),
-   expires_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(expires_at), expires_at)";
-const RELEASE: &str = "DELETE FROM `holdfast_leases` WHERE lock_key = ? AND token = ?";
+ ON DUPLICATE KEY UPDATE lock_key = lock_key";
+const RELEASE: &str = "UPDATE `holdfast_leases` SET token = X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF', label = '',
+   live_until = UTC_TIMESTAMP(6) WHERE lock_key = ? AND token = ?";
 
-const MIN_ACQUIRE: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, label, expires_at)
+const MIN_ACQUIRE: &str = "INSERT INTO `holdfast_leases` (lock_key, token, fence, label, live_until)
  VALUES (?, ?, 0, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
  ON DUPLICATE KEY UPDATE
-   token = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
-   expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)";
+   token = IF(live_until <= UTC_TIMESTAMP(6), VALUES(token), token),
+   live_until = IF(live_until <= UTC_TIMESTAMP(6), VALUES(live_until), live_until)";
 
 /// The least a lock needs, without a fence: one upsert, one delete.
 async fn minimal_cycle(pool: &Pool, key: &[u8]) {
@@ -103,12 +106,20 @@ where
 async fn raw_cycle(pool: &Pool, key: &[u8]) -> u64 {
     let token = rand::random::<[u8; 16]>();
     let mut conn = pool.get_conn().await.expect("conn");
-    let mut tx = conn.start_transaction(TxOpts::default()).await.expect("begin");
-    tx.exec_drop(FENCE, ()).await.expect("fence");
-    let fence = tx.last_insert_id().expect("fence value");
-    tx.exec_drop(GRANT, (key, &token[..], "bench", 30_000_000i64)).await.expect("grant");
-    assert_eq!(tx.affected_rows(), 1, "raw floor: key busy");
-    tx.commit().await.expect("commit");
+    conn.exec_drop(TAKE_OVER, ("bench", &token[..], 30_000_000i64, key)).await.expect("take over");
+    let fence = match conn.last_insert_id() {
+        Some(fence) => fence,
+        None => {
+            // The key's first grant: no row yet.
+            let mut tx = conn.start_transaction(TxOpts::default()).await.expect("begin");
+            tx.exec_drop(FENCE, ()).await.expect("fence");
+            let fence = tx.last_insert_id().expect("fence value");
+            tx.exec_drop(INSERT, (key, &token[..], "bench", 30_000_000i64)).await.expect("grant");
+            assert_eq!(tx.affected_rows(), 1, "raw floor: key busy");
+            tx.commit().await.expect("commit");
+            fence
+        }
+    };
     drop(conn);
     let mut conn = pool.get_conn().await.expect("conn");
     conn.exec_drop(RELEASE, (key, &token[..])).await.expect("release");

@@ -13,7 +13,7 @@ use mysql_async::prelude::Queryable;
 fn sweeps_running(server: &MysqlServer) -> u64 {
     let sql = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
                WHERE INFO NOT LIKE '%PROCESSLIST%' \
-               AND (INFO LIKE '%holdfast_leases WHERE expires_at <%' OR INFO LIKE '%AND expires_at < UTC%')";
+               AND (INFO LIKE '%holdfast_leases WHERE live_until <%' OR INFO LIKE '%AND live_until < UTC%')";
     server.sql(sql).trim().parse().expect("count")
 }
 
@@ -50,7 +50,7 @@ fn sweeps_never_wait_on_a_live_lease() {
         renewing.query_drop("BEGIN").await.expect("begin");
         renewing
             .query_drop(format!(
-                "UPDATE {DATABASE}.holdfast_leases SET expires_at = expires_at + INTERVAL 1 SECOND WHERE lock_key = 'live'"
+                "UPDATE {DATABASE}.holdfast_leases SET live_until = live_until + INTERVAL 1 SECOND WHERE lock_key = 'live'"
             ))
             .await
             .expect("extend");

@@ -33,6 +33,8 @@ mod multi;
 mod mysql;
 #[path = "mysql_faults.rs"]
 mod mysql_faults;
+#[path = "mysql_fences.rs"]
+mod mysql_fences;
 #[path = "mysql_sessions.rs"]
 mod mysql_sessions;
 #[path = "observability/mod.rs"]

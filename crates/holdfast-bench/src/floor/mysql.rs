@@ -1,11 +1,14 @@
-//! MySQL/MariaDB floor: the statements holdfast's store sends, issued with a
-//! plain `mysql_async` pool set up as holdfast sets up its own (same pool
-//! size, no reset on return, READ COMMITTED sessions): to acquire, one
-//! transaction of `UPDATE fence SET value = LAST_INSERT_ID(value + 1)`, the
-//! conditional `INSERT ... ON DUPLICATE KEY UPDATE` (free or expired rows
-//! only, expiry on the server's `UTC_TIMESTAMP(6)`) and `COMMIT` (or
-//! `ROLLBACK` when busy); to release, one owner-checked `DELETE`. The fence is
-//! part of the floor because it is what the store must do for the same work.
+//! MySQL/MariaDB floor: the statements holdfast's store sends (per-key
+//! fences), issued with a plain `mysql_async` pool set up as holdfast sets up
+//! its own (same pool size, no reset on return, READ COMMITTED sessions): to
+//! acquire a key that has a row, one autocommit `UPDATE` that takes over a
+//! free row with its fence + 1 (`LAST_INSERT_ID(fence + 1)`, expiry on the
+//! server's `UTC_TIMESTAMP(6)`); for a key without a row, one transaction of
+//! `UPDATE fence SET value = LAST_INSERT_ID(value + 1)`, `INSERT ... ON
+//! DUPLICATE KEY UPDATE lock_key = lock_key` and `COMMIT` (or `ROLLBACK`);
+//! to release, one owner-checked `UPDATE` that leaves the row (its fence) as
+//! the released marker. The fence is part of the floor because it is what
+//! the store must do for the same work.
 
 use std::future::Future;
 use std::time::Duration;
@@ -35,14 +38,18 @@ const SCHEMA: &[&str] = &[
 
 const FENCE: &str = "UPDATE holdfast_bench_floor_fence SET value = LAST_INSERT_ID(value + 1) WHERE id = 0";
 
-const ACQUIRE: &str = "INSERT INTO holdfast_bench_floor (lock_key, token, fence, expires_at)
-    VALUES (?, ?, LAST_INSERT_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
-    ON DUPLICATE KEY UPDATE
-      token = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
-      fence = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(fence), fence),
-      expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), expires_at)";
+const TAKE_OVER: &str = "UPDATE holdfast_bench_floor SET
+      fence = IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(fence + 1), fence),
+      token = IF(expires_at <= UTC_TIMESTAMP(6), ?, token),
+      expires_at = IF(expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)
+    WHERE lock_key = ?";
 
-const RELEASE: &str = "DELETE FROM holdfast_bench_floor WHERE lock_key = ? AND token = ?";
+const INSERT: &str = "INSERT INTO holdfast_bench_floor (lock_key, token, fence, expires_at)
+    VALUES (?, ?, LAST_INSERT_ID(), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+    ON DUPLICATE KEY UPDATE lock_key = lock_key";
+
+const RELEASE: &str = "UPDATE holdfast_bench_floor SET token = X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF',
+      expires_at = UTC_TIMESTAMP(6) WHERE lock_key = ? AND token = ?";
 
 fn map_err(e: mysql_async::Error) -> Error {
     let retryable = match &e {
@@ -99,16 +106,25 @@ impl MysqlFloor {
 #[async_trait]
 impl Floor for MysqlFloor {
     fn describe(&self) -> &'static str {
-        "mysql_async pool: BEGIN + UPDATE fence LAST_INSERT_ID + INSERT .. ON DUPLICATE KEY UPDATE if expired + COMMIT; DELETE .. WHERE token"
+        "mysql_async pool: UPDATE row SET fence = LAST_INSERT_ID(fence + 1) if free (a key without a row: BEGIN + \
+         UPDATE counter + INSERT + COMMIT); UPDATE row to the released marker WHERE token"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {
         let us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         timed(async {
             let mut conn = self.pool.get_conn().await?;
+            let tok = token.to_bytes();
+            conn.exec_drop(TAKE_OVER, (&tok[..], us, key.as_bytes())).await?;
+            if conn.last_insert_id().is_some() {
+                return Ok(true);
+            }
+            if !conn.info().contains("Rows matched: 0") {
+                return Ok(false);
+            }
             let mut tx = conn.start_transaction(TxOpts::default()).await?;
             tx.exec_drop(FENCE, ()).await?;
-            tx.exec_drop(ACQUIRE, (key.as_bytes(), &token.to_bytes()[..], us)).await?;
+            tx.exec_drop(INSERT, (key.as_bytes(), &tok[..], us)).await?;
             if tx.affected_rows() == 0 {
                 tx.rollback().await?;
                 return Ok(false);

@@ -105,13 +105,21 @@ impl MysqlServer {
     /// Runs `sql` as root with the `mariadb` client (batch mode, no column
     /// names) and returns its output; panics if the client fails.
     pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Runs `sql` as [`sql`](Self::sql) does; the client's error output if
+    /// it fails (a statement the server refused).
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new(&self.client)
             .args(["--no-defaults", "-h", "127.0.0.1", "-P", &self.port.to_string(), "-u", "root"])
             .args(["--batch", "--skip-column-names", "-e", sql])
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.client.display()));
-        assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     fn spawn(&mut self) {

@@ -198,10 +198,10 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     /// share, not a reservation), raises `key`'s fence floor to at least
     /// `floor`, so that every later grant of `key` gets a fence above
     /// `floor`; never lowers it. Returns whether `token` held; a token that
-    /// holds nothing raises nothing. On SQLite and MySQL the floor is the
-    /// store's (or namespace's) one counter, shared by every key, so a raise
-    /// moves every key's later fences; PostgreSQL keeps fences per key and
-    /// raises the key's alone. Declared by
+    /// holds nothing raises nothing. On SQLite the floor is the store's one
+    /// counter, shared by every key, so a raise moves every key's later
+    /// fences; PostgreSQL and MySQL keep fences per key and raise the key's
+    /// alone. Declared by
     /// [`Capabilities::fence_floor`].
     ///
     /// RedLock writes the fence it chose back to its majority with it, so

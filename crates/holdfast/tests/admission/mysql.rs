@@ -34,12 +34,16 @@ fn seed_sql(key: &str, case: &Case) -> String {
     );
     let lease = |token: String, fence: u64, until: String| {
         format!(
-            "INSERT INTO {l} (lock_key, token, fence, label, expires_at) VALUES ('{key}', {token}, {fence}, 'seed', {until});"
+            "INSERT INTO {l} (lock_key, token, fence, label, live_until) VALUES ('{key}', {token}, {fence}, 'seed', {until});"
         )
     };
     let shares: Vec<_> = case.rows.iter().filter(|r| r.held && !r.mode.is_exclusive()).collect();
+    // The key's fence lives in its lease row: a live holder's own, else the
+    // table's highest order (as the namespace counter held it before fences
+    // were kept per key).
     if let Some(x) = case.rows.iter().find(|r| r.held && r.mode.is_exclusive()) {
-        sql += &lease(binary(x.token), x.order, at(ends_in_ms(x)));
+        let fence = if x.expired { MAX_ORDER } else { x.order };
+        sql += &lease(binary(x.token), fence, at(ends_in_ms(x)));
     } else if let Some(latest) = shares.iter().max_by_key(|r| ends_in_ms(r)) {
         let fence = shares.iter().map(|r| r.order).max().unwrap_or(0);
         sql += &lease(GATE.to_owned(), fence, at(ends_in_ms(latest)));
@@ -47,7 +51,7 @@ fn seed_sql(key: &str, case: &Case) -> String {
     for r in case.rows.iter().filter(|r| !(r.held && r.mode.is_exclusive())) {
         let (m, w, lim) = admission::encode(r.mode);
         sql += &format!(
-            "INSERT INTO {s} (lock_key, token, mode, weight, limit_n, held, fence, label, expires_at)
+            "INSERT INTO {s} (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
              VALUES ('{key}', {}, {m}, {w}, {lim}, {}, {}, 'seed', {});",
             binary(r.token),
             u8::from(r.held),
@@ -62,10 +66,10 @@ fn seed_sql(key: &str, case: &Case) -> String {
 fn live(server: &MysqlServer, key: &str) -> BTreeSet<Live> {
     let out = server.sql(&format!(
         "SELECT HEX(token), 1, fence FROM {DATABASE}.holdfast_leases
-          WHERE lock_key = '{key}' AND expires_at > UTC_TIMESTAMP(6) AND token <> {GATE}
+          WHERE lock_key = '{key}' AND live_until > UTC_TIMESTAMP(6) AND token <> {GATE}
          UNION ALL
          SELECT HEX(token), held, fence FROM {DATABASE}.holdfast_shares
-          WHERE lock_key = '{key}' AND expires_at > UTC_TIMESTAMP(6)"
+          WHERE lock_key = '{key}' AND live_until > UTC_TIMESTAMP(6)"
     ));
     out.lines()
         .filter(|l| !l.is_empty())
@@ -88,8 +92,7 @@ async fn mysql_store_passes_the_admission_table() {
     let warm = AcquireRequest::new(LockKey::new("admission/warm-up").expect("key"), OwnerToken::random(), TTL);
     store.try_acquire(&warm).await.expect("first acquire").expect("granted");
     store.release(&warm.key, warm.token).await.expect("release");
-    // The mutex statement takes a new fence when the token's own live row
-    // is re-granted (a retry after a lost reply), as the contract allows.
-    let leeway = Leeway { retry_takes_a_new_fence: true };
+    // A retry of the token's own live row (after a lost reply) keeps its fence.
+    let leeway = Leeway { retry_takes_a_new_fence: false };
     run_table(&store, leeway, |key, case| drop(server.sql(&seed_sql(key, case))), |key| live(&server, key)).await;
 }

@@ -22,7 +22,7 @@ impl MysqlBackend {
         let l = self.config.leases_table();
         let sql = format!(
             "SELECT lock_key FROM `{l}` WHERE lock_key >= ? AND SUBSTRING(lock_key, 1, ?) = ?
-               AND expires_at > UTC_TIMESTAMP(6) ORDER BY lock_key"
+               AND live_until > UTC_TIMESTAMP(6) ORDER BY lock_key"
         );
         let p = prefix.as_bytes();
         let keys: Vec<Vec<u8>> = self
@@ -38,19 +38,22 @@ impl MysqlBackend {
     /// grant and gate change takes it first: no deadlock, no grant of the
     /// namespace until commit), then the key's lease row (the exclusive
     /// holder, or the shares' gate) and its held shares deleted
-    /// (reservations stay). The counter is untouched, so the next grant's
-    /// fence is above the removed ones; the holders' renewals find no row
-    /// and fail. Waiters poll and are woken in this process as by a release.
+    /// (reservations stay), and the counter raised to the highest fence
+    /// deleted, so the key's next grant, which draws from the counter (the
+    /// key has no row), is above every fence it had (model `mysql_fence`,
+    /// `ForceWithoutRaise`); the holders' renewals find no row and fail.
+    /// Waiters poll and are woken in this process as by a release.
     pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
         let (l, f, s) = (self.config.leases_table(), self.config.fence_table(), self.config.shares_table());
         let lock_counter = format!("SELECT value FROM `{f}` WHERE id = 0 FOR UPDATE");
         let read_lease =
-            format!("SELECT token, fence, expires_at > UTC_TIMESTAMP(6) FROM `{l}` WHERE lock_key = ? FOR UPDATE");
+            format!("SELECT token, fence, live_until > UTC_TIMESTAMP(6) FROM `{l}` WHERE lock_key = ? FOR UPDATE");
         let del_lease = format!("DELETE FROM `{l}` WHERE lock_key = ?");
         let read_shares = format!(
-            "SELECT fence, expires_at > UTC_TIMESTAMP(6) FROM `{s}` WHERE lock_key = ? AND held = 1 FOR UPDATE"
+            "SELECT fence, live_until > UTC_TIMESTAMP(6) FROM `{s}` WHERE lock_key = ? AND held = 1 FOR UPDATE"
         );
         let del_shares = format!("DELETE FROM `{s}` WHERE lock_key = ? AND held = 1");
+        let raise_counter = format!("UPDATE `{f}` SET value = GREATEST(value, ?) WHERE id = 0");
         let k = key.as_str().as_bytes();
         let out = self
             .retry_contention(|| {
@@ -59,8 +62,10 @@ impl MysqlBackend {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(lock_counter.as_str(), ()).await?;
                     let mut out = ForceReleased::free();
+                    let mut highest = 0;
                     let lease: Option<(Vec<u8>, u64, u8)> = tx.exec_first(read_lease.as_str(), (k,)).await?;
                     if let Some((token, fence, live)) = lease {
+                        highest = fence;
                         tx.exec_drop(del_lease.as_str(), (k,)).await?;
                         if live == 1 && !is_gate(&token) {
                             out.add(fence, true);
@@ -71,10 +76,12 @@ impl MysqlBackend {
                         tx.exec_drop(del_shares.as_str(), (k,)).await?;
                     }
                     for (fence, live) in shares {
+                        highest = highest.max(fence);
                         if live == 1 {
                             out.add(fence, false);
                         }
                     }
+                    tx.exec_drop(raise_counter.as_str(), (highest,)).await?;
                     tx.commit().await?;
                     Ok(out)
                 })

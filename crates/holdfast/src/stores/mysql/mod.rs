@@ -121,7 +121,8 @@ impl MysqlBackend {
         let schema: Vec<&str> = statements.schema.iter().chain([&share_sql.schema]).map(String::as_str).collect();
         let mut init = session::base_init(&config);
         let once = session::driver_opts(&config, 1, init.clone()).into();
-        let facts = timed(&config, session::open_once(once, &schema)).await?;
+        let tables = [config.leases_table(), config.shares_table()];
+        let facts = timed(&config, session::open_once(once, &tables, &schema, config.timeout)).await?;
         if facts.read_committed {
             init.push(session::READ_COMMITTED.to_owned());
         } else {

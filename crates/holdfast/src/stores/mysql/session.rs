@@ -93,11 +93,62 @@ pub(super) struct ServerFacts {
     pub(super) read_committed: bool,
 }
 
-/// Connects once with `opts`, runs `schema` (idempotent `CREATE TABLE IF
-/// NOT EXISTS` statements) and reads the server's commit durability and
-/// binary log format; the connection is closed after.
-pub(super) async fn open_once(opts: Opts, schema: &[&str]) -> mysql_async::Result<ServerFacts> {
+/// The expiry column of the lease and shares tables before per-key fences
+/// (2026-11-29). Opening renames it to `live_until`, so that every statement
+/// of a client of the old layout that names it fails: such a client drew
+/// every fence from the namespace's counter and deleted rows without raising
+/// it, either of which would give a key a fence it had had (model
+/// `mysql_fence`, variant `NoRename`).
+const OLD_EXPIRY: &str = "expires_at";
+
+/// Renames the old layout's expiry column of `tables` (see [`OLD_EXPIRY`]),
+/// waiting at most `wait` for the metadata lock (transactions of running
+/// clients hold it). A rename another client made first is fine.
+async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_async::Result<()> {
+    for table in tables {
+        let old: Option<i64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.COLUMNS
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+                (table.as_str(), OLD_EXPIRY),
+            )
+            .await?;
+        if old.unwrap_or(0) == 0 {
+            continue;
+        }
+        conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait.as_secs().clamp(1, 600))).await?;
+        let rename = format!("ALTER TABLE `{table}` CHANGE COLUMN {OLD_EXPIRY} live_until DATETIME(6) NOT NULL");
+        match conn.query_drop(&rename).await {
+            Ok(()) => tracing::info!(table, "moved to per-key fences: renamed {OLD_EXPIRY} to live_until"),
+            // 1054: unknown column: another client renamed it first.
+            Err(mysql_async::Error::Server(e)) if e.code == 1054 => {}
+            Err(e) => {
+                return Err(mysql_async::Error::Other(
+                    format!(
+                        "table {table} has the layout before per-key fences (column {OLD_EXPIRY}), and renaming \
+                         the column failed ({e}); run `{rename}` once as a user with ALTER on it, after \
+                         stopping clients older than 2026-11-29 (see the store docs, Migration)"
+                    )
+                    .into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Connects once with `opts`, moves `tables` (the lease and shares tables)
+/// from an older layout if they have one, runs `schema` (idempotent `CREATE
+/// TABLE IF NOT EXISTS` statements) and reads the server's commit
+/// durability and binary log format; the connection is closed after.
+pub(super) async fn open_once(
+    opts: Opts,
+    tables: &[String],
+    schema: &[&str],
+    wait: Duration,
+) -> mysql_async::Result<ServerFacts> {
     let mut conn = Conn::new(opts).await?;
+    migrate(&mut conn, tables, wait).await?;
     for stmt in schema {
         conn.query_drop(*stmt).await?;
     }

@@ -8,10 +8,16 @@
 //! reading the shares table.
 //!
 //! Every transaction that grants or moves a gate down first locks the
-//! namespace's fence counter row, as the mutex's grant does, so grants and
-//! gate changes of a namespace never interleave; reads of rows are locking
-//! reads (`FOR UPDATE`), which see the latest committed rows. Renewal only
-//! moves shares and gates up, in one transaction per slice.
+//! namespace's fence counter row (as the mutex's grant of a key without a
+//! row does, and the sweep), then the key's lease row, so grants and gate
+//! changes of a namespace never interleave and never deadlock; the mutex's
+//! grant of a key with a row locks that row alone, so it waits for them.
+//! Reads of rows are locking reads (`FOR UPDATE`), which see the latest
+//! committed rows. A share's fence is drawn above the key's (its lease
+//! row's, live or not), and the gate keeps the highest of its shares', so
+//! the key's next mutex grant, the row's fence + 1, is above them all
+//! (model `mysql_fence`). Renewal only moves shares and gates up, in one
+//! transaction per slice.
 
 use std::time::Duration;
 
@@ -76,7 +82,7 @@ impl ShareSql {
     /// Statements over `<leases>`, `<fence>` and `<shares>`, all validated names.
     pub(super) fn new(leases: &str, fence: &str, shares: &str) -> Self {
         let (l, f, s) = (format!("`{leases}`"), format!("`{fence}`"), format!("`{shares}`"));
-        let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at)");
+        let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, live_until)");
         ShareSql {
             schema: format!(
                 "CREATE TABLE IF NOT EXISTS {s} (
@@ -88,85 +94,92 @@ impl ShareSql {
                     held       TINYINT UNSIGNED NOT NULL,
                     fence      BIGINT UNSIGNED NOT NULL,
                     label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-                    expires_at DATETIME(6) NOT NULL,
+                    live_until DATETIME(6) NOT NULL,
                     PRIMARY KEY (lock_key, token)
                 ) ENGINE=InnoDB"
             ),
             lock_counter: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
-            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(value + 1) WHERE id = 0"),
-            gate: format!("SELECT token, fence, {left} FROM {l} WHERE lock_key = ? AND expires_at > {NOW} FOR UPDATE"),
+            // At least the key's row fence + 1 (the floor), so that a share's
+            // fence is above every fence the key had: rows keep their fence
+            // after release (model `mysql_fence`, `SharesFromCounter`).
+            fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(GREATEST(value + 1, ?)) WHERE id = 0"),
+            // The key's row, live or not (its fence is the key's).
+            gate: format!("SELECT token, fence, {left}, live_until > {NOW} FROM {l} WHERE lock_key = ? FOR UPDATE"),
             rows: format!(
                 "SELECT token, mode, weight, limit_n, held, fence, {left} FROM {s}
-                 WHERE lock_key = ? AND expires_at > {NOW} FOR UPDATE"
+                 WHERE lock_key = ? AND live_until > {NOW} FOR UPDATE"
             ),
             upsert: format!(
-                "INSERT INTO {s} (lock_key, token, mode, weight, limit_n, held, fence, label, expires_at)
+                "INSERT INTO {s} (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
                      held = VALUES(held), fence = VALUES(fence), label = VALUES(label),
-                     expires_at = VALUES(expires_at)"
+                     live_until = VALUES(live_until)"
             ),
-            // expires_at is assigned before token, so it sees the old token.
+            // live_until is assigned before token, so it sees the old token.
+            // The gate keeps the highest fence of its shares (a share that
+            // asks again writes its own, maybe older, fence; model
+            // `mysql_fence`, `GateOverwrite`).
             gate_to_shares: format!(
-                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+                "INSERT INTO {l} (lock_key, token, fence, label, live_until)
                  VALUES (?, ?, ?, '', {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE
-                     expires_at = IF(token = VALUES(token) AND expires_at > {NOW},
-                                     GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
-                     token = VALUES(token), fence = VALUES(fence), label = ''"
+                     live_until = IF(token = VALUES(token) AND live_until > {NOW},
+                                     GREATEST(live_until, VALUES(live_until)), VALUES(live_until)),
+                     token = VALUES(token), fence = GREATEST(fence, VALUES(fence)), label = ''"
             ),
             grant_writer: format!(
-                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+                "INSERT INTO {l} (lock_key, token, fence, label, live_until)
                  VALUES (?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE token = VALUES(token), fence = VALUES(fence), label = VALUES(label),
-                     expires_at = VALUES(expires_at)"
+                     live_until = VALUES(live_until)"
             ),
             extend_writer: format!(
-                "UPDATE {l} SET expires_at = {NOW} + INTERVAL ? MICROSECOND WHERE lock_key = ? AND token = ?"
+                "UPDATE {l} SET live_until = {NOW} + INTERVAL ? MICROSECOND WHERE lock_key = ? AND token = ?"
             ),
             extend_share: format!(
-                "UPDATE {s} SET expires_at = {NOW} + INTERVAL ? MICROSECOND
+                "UPDATE {s} SET live_until = {NOW} + INTERVAL ? MICROSECOND
                  WHERE lock_key = ? AND token = ? AND held = 1"
             ),
             drop_own: format!("DELETE FROM {s} WHERE lock_key = ? AND token = ?"),
-            own: format!("SELECT held, expires_at > {NOW} FROM {s} WHERE lock_key = ? AND token = ?"),
+            own: format!("SELECT held, live_until > {NOW} FROM {s} WHERE lock_key = ? AND token = ?"),
             latest: format!(
-                "SELECT MAX({left}) FROM {s} WHERE lock_key = ? AND held = 1 AND expires_at > {NOW} FOR UPDATE"
+                "SELECT MAX({left}) FROM {s} WHERE lock_key = ? AND held = 1 AND live_until > {NOW} FOR UPDATE"
             ),
             shrink: format!(
-                "UPDATE {l} SET expires_at = IF(? IS NULL, '1970-01-01', {NOW} + INTERVAL ? MICROSECOND)
+                "UPDATE {l} SET live_until = IF(? IS NULL, '1970-01-01', {NOW} + INTERVAL ? MICROSECOND)
                  WHERE lock_key = ? AND token = ?"
             ),
             list: format!(
                 "SELECT label, fence, {left}, weight, limit_n FROM {s}
-                 WHERE lock_key = ? AND held = 1 AND expires_at > {NOW} ORDER BY fence"
+                 WHERE lock_key = ? AND held = 1 AND live_until > {NOW} ORDER BY fence"
             ),
             resize: format!(
-                "UPDATE {s} SET limit_n = ? WHERE lock_key = ? AND mode = {m} AND expires_at > {NOW}",
+                "UPDATE {s} SET limit_n = ? WHERE lock_key = ? AND mode = {m} AND live_until > {NOW}",
                 m = admission::MODE_SHARED
             ),
-            relabel_lease: format!("UPDATE {l} SET label = ? WHERE lock_key = ? AND token = ? AND expires_at > {NOW}"),
+            relabel_lease: format!("UPDATE {l} SET label = ? WHERE lock_key = ? AND token = ? AND live_until > {NOW}"),
             relabel_share: format!(
-                "UPDATE {s} SET label = ? WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {NOW}"
+                "UPDATE {s} SET label = ? WHERE lock_key = ? AND token = ? AND held = 1 AND live_until > {NOW}"
             ),
             owns: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > {NOW})
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > {NOW})
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
-                                AND expires_at > {NOW})"
+                                AND live_until > {NOW})"
             ),
             renew_share: format!(
-                "UPDATE {s} SET expires_at = {NOW} + INTERVAL ? MICROSECOND
-                 WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {NOW}"
+                "UPDATE {s} SET live_until = {NOW} + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ? AND token = ? AND held = 1 AND live_until > {NOW}"
             ),
             lock_gate: format!("SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? FOR UPDATE"),
             gate_up: format!(
-                "UPDATE {l} SET expires_at = GREATEST(expires_at, {NOW} + INTERVAL ? MICROSECOND)
+                "UPDATE {l} SET live_until = GREATEST(live_until, {NOW} + INTERVAL ? MICROSECOND)
                  WHERE lock_key = ? AND token = ?"
             ),
             lease_to_gate: format!("UPDATE {l} SET token = ?, label = '' WHERE lock_key = ? AND token = ?"),
             held_weight: format!(
                 "SELECT CAST(COALESCE(SUM(weight), 0) AS SIGNED) FROM {s}
-                 WHERE lock_key = ? AND held = 1 AND mode = {m} AND expires_at > {NOW}",
+                 WHERE lock_key = ? AND held = 1 AND mode = {m} AND live_until > {NOW}",
                 m = admission::MODE_SHARED
             ),
         }
@@ -218,9 +231,11 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
     tx.exec_drop(q.lock_counter.as_str(), ()).await?;
     let mut rows = Vec::new();
     let mut soonest: Option<i64> = None;
-    let gate: Option<(Vec<u8>, u64, Option<i64>)> = tx.exec_first(q.gate.as_str(), (k,)).await?;
+    let gate: Option<(Vec<u8>, u64, Option<i64>, u8)> = tx.exec_first(q.gate.as_str(), (k,)).await?;
+    // Every fence drawn for the key is above its row's.
+    let floor = gate.as_ref().map_or(0, |(_, fence, _, _)| fence.saturating_add(1));
     let mut gate_holder = None;
-    if let Some((t, fence, left)) = gate.filter(|(t, _, _)| t[..] != GATE[..]) {
+    if let Some((t, fence, left, _)) = gate.filter(|(t, _, _, live)| *live == 1 && t[..] != GATE[..]) {
         let t: [u8; 16] = t.try_into().unwrap_or(GATE);
         gate_holder = Some(t);
         soonest = left;
@@ -269,7 +284,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
             Shared::Granted(fence)
         }
         Decision::Grant => {
-            tx.exec_drop(q.fence_next.as_str(), ()).await?;
+            tx.exec_drop(q.fence_next.as_str(), (floor,)).await?;
             let Some(fence) = tx.last_insert_id() else {
                 tx.rollback().await?;
                 return Err(mysql_async::Error::Other("the server did not report the new fence value".into()));
@@ -287,7 +302,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
             let place = match keep_order {
                 Some(place) => place,
                 None => {
-                    tx.exec_drop(q.fence_next.as_str(), ()).await?;
+                    tx.exec_drop(q.fence_next.as_str(), (floor,)).await?;
                     tx.last_insert_id().unwrap_or(0)
                 }
             };

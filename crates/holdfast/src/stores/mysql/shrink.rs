@@ -29,17 +29,17 @@ impl MysqlBackend {
         let now = "UTC_TIMESTAMP(6)";
         let lock_counter = format!("SELECT value FROM `{f}` WHERE id = 0 FOR UPDATE");
         let own_lease =
-            format!("SELECT 1 FROM `{l}` WHERE lock_key = ? AND token = ? AND expires_at > {now} FOR UPDATE");
+            format!("SELECT 1 FROM `{l}` WHERE lock_key = ? AND token = ? AND live_until > {now} FOR UPDATE");
         // The lease row's grant, copied into a held share: its fence, label and expiry.
         let lease_to_share = format!(
-            "INSERT INTO `{s}` (lock_key, token, mode, weight, limit_n, held, fence, label, expires_at)
-             SELECT lock_key, token, ?, ?, ?, 1, fence, label, expires_at FROM `{l}` WHERE lock_key = ? AND token = ?
+            "INSERT INTO `{s}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
+             SELECT lock_key, token, ?, ?, ?, 1, fence, label, live_until FROM `{l}` WHERE lock_key = ? AND token = ?
              ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
-                 held = 1, fence = VALUES(fence), label = VALUES(label), expires_at = VALUES(expires_at)"
+                 held = 1, fence = VALUES(fence), label = VALUES(label), live_until = VALUES(live_until)"
         );
         let own_share = format!(
             "SELECT mode, weight, limit_n FROM `{s}`
-             WHERE lock_key = ? AND token = ? AND held = 1 AND expires_at > {now} FOR UPDATE"
+             WHERE lock_key = ? AND token = ? AND held = 1 AND live_until > {now} FOR UPDATE"
         );
         let set_weight = format!("UPDATE `{s}` SET weight = ? WHERE lock_key = ? AND token = ?");
         let (k, tok) = (key.as_str().as_bytes(), token.to_bytes());

@@ -21,19 +21,28 @@ pub(super) const RENEW_CHUNK: usize = 256;
 /// Most rows one sweep deletes.
 const SWEEP_ROWS: usize = 32;
 
+/// The token of a released row, the released marker (its fence is the
+/// key's): drawn by no client (a random 128-bit token is all ones with
+/// probability 2^-128), and not the shares' gate (all zeros).
+const RELEASED_SQL: &str = "X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'";
+
 /// The statement texts of one namespace.
 #[derive(Debug)]
 pub(super) struct Statements {
     pub(super) schema: Vec<String>,
     fence_next: String,
-    grant: String,
+    take_over: String,
+    insert: String,
     peek: String,
     release: String,
     sweep_find: String,
+    lock_counter: String,
+    sweep_fence: String,
     sweep_delete: String,
+    raise_counter: String,
     renew_one: String,
     holder: String,
-    lock_fence: String,
+    lock_row: String,
     raise_fence: String,
     holds: String,
     holds_exclusive: String,
@@ -61,9 +70,9 @@ impl Statements {
                         token      BINARY(16) NOT NULL,
                         fence      BIGINT UNSIGNED NOT NULL,
                         label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-                        expires_at DATETIME(6) NOT NULL,
+                        live_until DATETIME(6) NOT NULL,
                         PRIMARY KEY (lock_key),
-                        KEY expires_at (expires_at)
+                        KEY live_until (live_until)
                     ) ENGINE=InnoDB"
                 ),
                 format!(
@@ -80,78 +89,110 @@ impl Statements {
                     ) ENGINE=InnoDB"
                 ),
             ],
-            // The OK packet of this UPDATE carries the new value as its
-            // insert id; LAST_INSERT_ID() is the same value for the next
-            // statement of the session. It locks the namespace's one counter
-            // row until the transaction ends: grants are serialised, so two
-            // acquire transactions never lock lease rows against each other.
-            // The request's fence floor (0: none) is the least next fence.
+            // The counter, drawn from only for a key that has no row (and
+            // by shares): the least fence above every fence of every key
+            // whose row was deleted (the sweep and the forced release raise
+            // it to what they delete). The OK packet of this UPDATE carries
+            // the new value as its insert id; LAST_INSERT_ID() is the same
+            // value for the next statement of the session. The request's
+            // fence floor (0: none) is the least next fence.
             fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(GREATEST(value + 1, ?)) WHERE id = 0"),
-            // Insert, or take over an expired row (or our own row, when a
-            // retry follows an attempt whose reply was lost). `expires_at` is
-            // assigned last, so every condition sees the old expiry; once
-            // `token` is assigned the later conditions stay true. Affected
-            // rows: 1 inserted, 2 taken over, 0 busy (row left as it was).
-            grant: format!(
-                "INSERT INTO {l} (lock_key, token, fence, label, expires_at)
+            // The grant of a key that has a row (the usual case: rows stay
+            // after release as the released marker): one autocommit
+            // statement under the row's lock. Free (expired, released, an
+            // expired gate of shares): the row's fence + 1, at least the
+            // floor. Our own live row (a retry after an attempt whose reply
+            // was lost): its fence, raised to the floor if lower, and a new
+            // expiry. Assigned in order, each seeing the ones before: once
+            // `token` is ours the later conditions stay true, and
+            // `live_until` is assigned last, so the earlier ones see the old
+            // expiry. LAST_INSERT_ID(expr) runs only on a grant: the fence
+            // comes back as the insert id, and no insert id means not
+            // granted (then rows matched 1: busy; 0: no row, see `insert`).
+            take_over: format!(
+                "UPDATE {l} SET
+                   fence = IF(live_until <= UTC_TIMESTAMP(6), LAST_INSERT_ID(GREATEST(fence + 1, ?)),
+                              IF(token = ?, LAST_INSERT_ID(GREATEST(fence, ?)), fence)),
+                   label = IF({free}, ?, label),
+                   token = IF({free}, ?, token),
+                   live_until = IF({free}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, live_until)
+                 WHERE lock_key = ?",
+                free = "(live_until <= UTC_TIMESTAMP(6) OR token = ?)"
+            ),
+            // The grant of a key without a row, after `fence_next` in one
+            // transaction (the counter's lock first, as shares and the sweep
+            // take it). A row that appeared since is left as it is (affected
+            // rows 0: somebody was granted the key meanwhile).
+            insert: format!(
+                "INSERT INTO {l} (lock_key, token, fence, label, live_until)
                  VALUES (?, ?, LAST_INSERT_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
-                 ON DUPLICATE KEY UPDATE
-                   token = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(token), token),
-                   fence = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(fence), fence),
-                   label = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(label), label),
-                   expires_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token),
-                                   VALUES(expires_at), expires_at)"
+                 ON DUPLICATE KEY UPDATE lock_key = lock_key"
             ),
             // Busy only for another token: a retry after a lost reply goes on
-            // to the transaction, which hands the grant back.
+            // to the grant, which hands the grant back.
             peek: format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
-                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND token <> ?"
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), live_until) FROM {l}
+                 WHERE lock_key = ? AND live_until > UTC_TIMESTAMP(6) AND token <> ?"
             ),
-            release: format!("DELETE FROM {l} WHERE lock_key = ? AND token = ?"),
-            // A plain read (no locks) finds the rows; the delete then locks
-            // only them, by primary key. A locking range over the expiry
+            // The row stays as the released marker: its fence is the key's,
+            // and the next grant takes it + 1 (model `mysql_fence`).
+            release: format!(
+                "UPDATE {l} SET token = {RELEASED_SQL}, label = '', live_until = UTC_TIMESTAMP(6)
+                 WHERE lock_key = ? AND token = ?"
+            ),
+            // A plain read (no locks) finds the rows; the transaction then
+            // locks only them, by primary key. A locking range over the expiry
             // index would also lock the first entry past its end: the oldest
             // live lease, the next one renewal extends (see `sweep`).
             sweep_find: format!(
-                "SELECT lock_key FROM {l} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
+                "SELECT lock_key FROM {l} WHERE live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
             ),
-            // The expiry is checked again under the row lock: a key taken
+            lock_counter: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
+            // The expiry is checked again under the row locks: a key taken
             // over since the read has a live row, which stays. Always
             // `SWEEP_ROWS` placeholders, so that one prepared statement serves.
+            sweep_fence: format!(
+                "SELECT CAST(COALESCE(MAX(fence), 0) AS UNSIGNED) FROM {l} WHERE lock_key IN ({list})
+                   AND live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FOR UPDATE",
+                list = vec!["?"; SWEEP_ROWS].join(", ")
+            ),
             sweep_delete: format!(
-                "DELETE FROM {l} WHERE lock_key IN ({}) AND expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
+                "DELETE FROM {l} WHERE lock_key IN ({}) AND live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
                 vec!["?"; SWEEP_ROWS].join(", ")
             ),
+            // An unchanged value is not written.
+            raise_counter: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
             renew_one: format!(
-                "UPDATE {l} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
+                "UPDATE {l} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6)"
             ),
             // An exclusive holder's row, not the gate of shares.
             holder: format!(
-                "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {l}
-                 WHERE lock_key = ? AND expires_at > UTC_TIMESTAMP(6) AND {not_gate}",
+                "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), live_until) FROM {l}
+                 WHERE lock_key = ? AND live_until > UTC_TIMESTAMP(6) AND {not_gate}",
                 not_gate = super::shares::NOT_GATE
             ),
-            // Locks the counter row (as every grant does first): a grant in
-            // flight has committed its fence before the holder check reads,
-            // and none starts until the raise commits.
-            lock_fence: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
-            // An unchanged value is not written.
-            raise_fence: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
+            // Locks the key's row: every grant of the key writes it (a key
+            // whose lease is held has a row), so none commits between a
+            // holder check and what the caller writes after it.
+            lock_row: format!("SELECT 1 FROM {l} WHERE lock_key = ? FOR UPDATE"),
+            // The key's fence floor is its row's fence: every later grant of
+            // the key takes it + 1, or, once the sweep or a forced release
+            // deleted the row, draws from the counter they raised to it.
+            raise_fence: format!("UPDATE {l} SET fence = GREATEST(fence, ?) WHERE lock_key = ?"),
             // An unexpired exclusive lease (no client's token is the gate's)
             // or a held share.
             holds: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
-                                AND expires_at > UTC_TIMESTAMP(6))"
+                                AND live_until > UTC_TIMESTAMP(6))"
             ),
             // An unexpired exclusive lease (no client's token is the gate's)
             // or a held writer.
             holds_exclusive: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6))
+                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND mode <> {shared}
-                                AND expires_at > UTC_TIMESTAMP(6))",
+                                AND live_until > UTC_TIMESTAMP(6))",
                 shared = crate::backend::admission::MODE_SHARED
             ),
             read_record: format!("SELECT value FROM {r} WHERE lock_key = ?"),
@@ -164,8 +205,8 @@ impl Statements {
 
     fn renew_many(&self, n: usize) -> String {
         format!(
-            "UPDATE {} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-             WHERE (lock_key, token) IN ({}) AND expires_at > UTC_TIMESTAMP(6)",
+            "UPDATE {} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+             WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -173,7 +214,7 @@ impl Statements {
 
     fn held_many(&self, n: usize) -> String {
         format!(
-            "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND expires_at > UTC_TIMESTAMP(6)",
+            "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -206,8 +247,19 @@ pub(super) async fn peek_busy(
     Ok(us.map(left))
 }
 
-/// One short transaction: next fence (at least `floor`), insert or take over
-/// an expired row, commit if granted, roll back (fence unchanged) if busy.
+/// Rows matched by the last `UPDATE`, from its OK packet's info
+/// ("Rows matched: 1  Changed: 0  Warnings: 0"); `None` if it has none.
+fn rows_matched(conn: &Conn) -> Option<u64> {
+    let info = conn.info();
+    let rest = info.split("Rows matched:").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// Grants `key` if free: takes over its row in place (one statement, the
+/// row's fence + 1, at least `floor`), or, for a key without a row, one
+/// short transaction that draws the fence from the namespace's counter and
+/// inserts the row (rolled back, the counter unchanged, if the row appeared
+/// meanwhile: the key was granted to somebody, so busy).
 pub(super) async fn acquire(
     conn: &mut Conn,
     s: &Statements,
@@ -217,26 +269,52 @@ pub(super) async fn acquire(
     label: &str,
     floor: u64,
 ) -> mysql_async::Result<Acquired> {
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    let label: String = label.chars().take(255).collect();
+    let t = &tok[..];
+    let params: Vec<Value> = vec![
+        floor.into(),
+        t.into(),
+        floor.into(),
+        t.into(),
+        label.as_str().into(),
+        t.into(),
+        t.into(),
+        t.into(),
+        micros(ttl).into(),
+        k.into(),
+    ];
+    conn.exec_drop(s.take_over.as_str(), Params::Positional(params)).await?;
+    if let Some(fence) = conn.last_insert_id() {
+        return Ok(Acquired::Granted { fence });
+    }
+    // A row, not granted: another holder's. No row at all (or an info
+    // string this code cannot read): the insert decides.
+    if rows_matched(conn).is_some_and(|n| n > 0) {
+        return Ok(Acquired::Busy { expires_in: None });
+    }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     tx.exec_drop(s.fence_next.as_str(), (floor,)).await?;
     let fence = tx.last_insert_id();
-    let label: String = label.chars().take(255).collect();
-    tx.exec_drop(s.grant.as_str(), (key.as_bytes(), &token.to_bytes()[..], label, micros(ttl))).await?;
-    match (tx.affected_rows(), fence) {
-        (1 | 2, Some(fence)) => {
-            tx.commit().await?;
-            Ok(Acquired::Granted { fence })
+    tx.exec_drop(s.insert.as_str(), (k, t, label, micros(ttl))).await?;
+    if tx.affected_rows() == 1 {
+        let outcome = granted(fence);
+        match outcome {
+            Ok(_) => tx.commit().await?,
+            Err(_) => tx.rollback().await?,
         }
-        (1 | 2, None) => {
-            // Cannot happen on a server that reports LAST_INSERT_ID(expr);
-            // never grant without knowing the fence.
-            tx.rollback().await?;
-            Err(mysql_async::Error::Other("the server did not report the new fence value".into()))
-        }
-        _ => {
-            tx.rollback().await?;
-            Ok(Acquired::Busy { expires_in: None })
-        }
+        return outcome;
+    }
+    tx.rollback().await?;
+    Ok(Acquired::Busy { expires_in: None })
+}
+
+/// A grant with the fence the server reported; never a grant without one
+/// (cannot happen on a server that reports `LAST_INSERT_ID(expr)`).
+fn granted(fence: Option<u64>) -> mysql_async::Result<Acquired> {
+    match fence {
+        Some(fence) => Ok(Acquired::Granted { fence }),
+        None => Err(mysql_async::Error::Other("the server did not report the new fence value".into())),
     }
 }
 
@@ -249,10 +327,10 @@ pub(super) async fn acquire(
 pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
 
 /// One short transaction: if `token` holds an unexpired lease of `key`
-/// (exclusive or shared, not a reservation; read under the counter's lock),
-/// the namespace's fence counter raised to `floor` if it is lower (never
-/// lowered), so every later grant of any key of the namespace gets a fence
-/// above it; whether it held (a token that holds nothing raises nothing).
+/// (exclusive or shared, not a reservation; read under the key's row lock,
+/// which every grant of the key takes), the key's fence (its row's, which
+/// the next grant takes + 1) raised to `floor` if it is lower (never
+/// lowered); whether it held (a token that holds nothing raises nothing).
 /// The caller checked `floor` against [`MAX_FENCE_FLOOR`].
 pub(super) async fn raise_fence(
     conn: &mut Conn,
@@ -263,12 +341,10 @@ pub(super) async fn raise_fence(
 ) -> mysql_async::Result<bool> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    // Lock the counter row first, so that no grant in flight commits between
-    // the holder check and the raise.
-    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    tx.exec_drop(s.lock_row.as_str(), (k,)).await?;
     let held = tx.exec_first::<i64, _, _>(s.holds.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
     if held {
-        tx.exec_drop(s.raise_fence.as_str(), (floor,)).await?;
+        tx.exec_drop(s.raise_fence.as_str(), (floor, k)).await?;
     }
     tx.commit().await?;
     Ok(held)
@@ -280,7 +356,7 @@ pub(super) async fn read_record(conn: &mut Conn, s: &Statements, key: &str) -> m
 }
 
 /// One short transaction: if `token` holds an unexpired exclusive lease of
-/// `key` (exclusive or a writer; read under the counter's lock, as in
+/// `key` (exclusive or a writer; read under the key's row lock, as in
 /// [`raise_fence`], so no grant commits between the check and the write),
 /// the record kept with `key` set to `value`; whether it held.
 pub(super) async fn write_record(
@@ -292,7 +368,7 @@ pub(super) async fn write_record(
 ) -> mysql_async::Result<bool> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    tx.exec_drop(s.lock_fence.as_str(), ()).await?;
+    tx.exec_drop(s.lock_row.as_str(), (k,)).await?;
     let held = tx.exec_first::<i64, _, _>(s.holds_exclusive.as_str(), (k, &tok[..], k, &tok[..])).await? == Some(1);
     if held {
         tx.exec_drop(s.write_record.as_str(), (k, value)).await?;
@@ -301,7 +377,8 @@ pub(super) async fn write_record(
     Ok(held)
 }
 
-/// Deletes the row of `token`; true if it owned one (not taken over).
+/// Makes the row of `token` the released marker (the row and its fence
+/// stay); true if it owned one (not taken over).
 pub(super) async fn release(
     conn: &mut Conn,
     s: &Statements,
@@ -312,20 +389,32 @@ pub(super) async fn release(
     Ok(conn.affected_rows() == 1)
 }
 
-/// Deletes a few rows of holders that vanished more than a minute ago.
+/// Deletes a few rows released or expired more than a minute ago, and
+/// raises the namespace's counter to the highest fence deleted, in one
+/// transaction (the counter's lock first, as every transaction that takes
+/// it): the next grant of such a key draws from the counter, above every
+/// fence the key had (model `mysql_fence`, variant `SweepWithoutRaise`).
 ///
-/// Two statements, so that the delete locks nothing but the rows it deletes.
-/// As one `DELETE ... WHERE expires_at < ... LIMIT n`, each sweep held a
-/// next-key lock on the oldest live lease's index entry while it scanned;
-/// with 100,000 leases renewed, the index fills with entries that purge has
-/// not yet removed, a sweep scanned (and locked) them for seconds, and
-/// renewals queued behind it until leases expired.
+/// The rows are found by a plain read, then locked by primary key, so that
+/// the sweep locks nothing but the rows it deletes. As one `DELETE ...
+/// WHERE live_until < ... LIMIT n`, each sweep held a next-key lock on the
+/// oldest live lease's index entry while it scanned; with 100,000 leases
+/// renewed, the index fills with entries that purge has not yet removed, a
+/// sweep scanned (and locked) them for seconds, and renewals queued behind
+/// it until leases expired.
 pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Result<u64> {
     let mut keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
     let Some(last) = keys.last().cloned() else { return Ok(0) };
     keys.resize(SWEEP_ROWS, last);
-    conn.exec_drop(s.sweep_delete.as_str(), Params::Positional(keys.into_iter().map(Value::Bytes).collect())).await?;
-    Ok(conn.affected_rows())
+    let keys = || Params::Positional(keys.iter().cloned().map(Value::Bytes).collect());
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    tx.exec_drop(s.lock_counter.as_str(), ()).await?;
+    let highest: Option<u64> = tx.exec_first(s.sweep_fence.as_str(), keys()).await?;
+    tx.exec_drop(s.raise_counter.as_str(), (highest.unwrap_or(0),)).await?;
+    tx.exec_drop(s.sweep_delete.as_str(), keys()).await?;
+    let deleted = tx.affected_rows();
+    tx.commit().await?;
+    Ok(deleted)
 }
 
 /// Extends every listed lease its token still holds: one `UPDATE` per TTL

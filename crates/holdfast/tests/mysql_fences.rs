@@ -1,0 +1,176 @@
+//! MySQL/MariaDB per-key fences (model `mysql_fence`): a key's fence lives
+//! in its lease row, which stays after release; only a key without a row
+//! draws from the namespace's counter, which every delete of a row raises to
+//! the deleted fence. Each test walks one way a key loses its row, or one
+//! way a fence is drawn, and checks that the key's next fence is above every
+//! fence it had. A namespace of the layout before, with an old client's
+//! lease held, is moved at open.
+#![cfg(feature = "mysql")]
+
+use std::time::Duration;
+
+use holdfast::backend::{AcquireRequest, Backend, LeaseMode};
+use holdfast::stores::mysql::MysqlBackend;
+use holdfast::{LockKey, OwnerToken};
+use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer};
+
+fn req(key: &str) -> AcquireRequest {
+    AcquireRequest::new(LockKey::new(key).expect("key"), OwnerToken::random(), Duration::from_secs(30))
+        .with_label("fences")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+fn counter(server: &MysqlServer) -> u64 {
+    let value = server.sql(&format!("SELECT value FROM {DATABASE}.holdfast_fence WHERE id = 0"));
+    value.trim().parse().expect("counter value")
+}
+
+/// Grants and releases `key` `n` times; the last fence.
+async fn cycles(backend: &MysqlBackend, key: &str, n: usize) -> u64 {
+    let mut last = 0;
+    for _ in 0..n {
+        let r = req(key);
+        let grant = backend.try_acquire(&r).await.expect("acquire").expect("free");
+        assert!(grant.fence > last, "fence {} after {last}", grant.fence);
+        last = grant.fence;
+        assert!(backend.release(&r.key, r.token).await.expect("release"));
+    }
+    last
+}
+
+/// A released key is granted again by its row alone: the counter is drawn
+/// only for the key's first grant, so grants of different keys never queue
+/// on it (the point of the layout).
+#[test]
+fn grants_of_a_released_key_leave_the_counter_alone() {
+    let server = MysqlServer::start();
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        let first = cycles(&backend, "pk/a", 1).await;
+        let before = counter(&server);
+        let last = cycles(&backend, "pk/a", 5).await;
+        assert_eq!(last, first + 5, "each grant is the row's fence + 1");
+        assert_eq!(counter(&server), before, "grants of a key with a row drew from the counter");
+        let row = server.sql(&format!(
+            "SELECT HEX(token), fence, live_until <= UTC_TIMESTAMP(6) FROM {DATABASE}.holdfast_leases \
+             WHERE lock_key = 'pk/a'"
+        ));
+        assert_eq!(row.trim(), format!("{}\t{last}\t1", "F".repeat(32)), "the released marker keeps the fence");
+    });
+}
+
+/// The sweep deletes rows released over a minute ago and raises the counter
+/// to their fences: the key's next grant, drawn from the counter, is above
+/// every fence the key had. Without the raise it repeats one.
+#[test]
+fn a_swept_key_gets_a_higher_fence() {
+    let server = MysqlServer::start();
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        let last = cycles(&backend, "sweep/a", 4).await;
+        assert!(counter(&server) < last, "the key's fence ran ahead of the counter");
+        server.sql(&format!(
+            "UPDATE {DATABASE}.holdfast_leases SET live_until = UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE \
+             WHERE lock_key = 'sweep/a'"
+        ));
+        assert_eq!(backend.sweep_expired().await.expect("sweep"), 1, "the released row is swept");
+        assert_eq!(counter(&server), last, "the sweep raised the counter to the deleted fence");
+        let next = cycles(&backend, "sweep/a", 1).await;
+        assert!(next > last, "fence {next} after {last}: a swept key's fence went back");
+    });
+}
+
+/// A forced release deletes the key's row and raises the counter to its
+/// fence, so the next holder's fence is above the forced-out holder's.
+#[test]
+fn a_forced_release_keeps_the_next_fence_higher() {
+    let server = MysqlServer::start();
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        cycles(&backend, "force/a", 3).await;
+        let held = req("force/a");
+        let grant = backend.try_acquire(&held).await.expect("acquire").expect("free");
+        let forced = backend.force_release(&held.key).await.expect("force");
+        assert_eq!(forced.fences().collect::<Vec<_>>(), vec![grant.fence], "the holder was forced out");
+        let next = cycles(&backend, "force/a", 1).await;
+        assert!(next > grant.fence, "fence {next} after the forced-out {}", grant.fence);
+    });
+}
+
+/// A share of a key whose released row carries a fence above the counter
+/// draws above the row's fence, and an exclusive grant after the share's
+/// gate expired is above the share's.
+#[test]
+fn shares_draw_above_the_key_fence() {
+    let server = MysqlServer::start();
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        let last = cycles(&backend, "share/a", 4).await;
+        let share = req("share/a").with_mode(LeaseMode::Shared { weight: 1, limit: 2 });
+        let shared = backend.try_acquire(&share).await.expect("share").expect("free");
+        assert!(shared.fence > last, "share fence {} after {last}", shared.fence);
+        assert!(backend.release(&share.key, share.token).await.expect("release share"));
+        let next = cycles(&backend, "share/a", 1).await;
+        assert!(next > shared.fence, "fence {next} after the share's {}", shared.fence);
+    });
+}
+
+/// The fence floor is the key's: a raise moves that key's next fence above
+/// it and leaves other keys' fences where they were.
+#[test]
+fn a_raised_floor_is_the_key_s_own() {
+    let server = MysqlServer::start();
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open");
+        let held = req("floor/a");
+        backend.try_acquire(&held).await.expect("acquire").expect("free");
+        assert!(backend.raise_fence(&held.key, held.token, 1_000_000).await.expect("raise"));
+        assert!(backend.release(&held.key, held.token).await.expect("release"));
+        assert!(cycles(&backend, "floor/a", 1).await > 1_000_000, "the raised key's next fence");
+        assert!(cycles(&backend, "floor/b", 1).await < 1_000_000, "another key's fence moved");
+    });
+}
+
+/// A namespace of the layout before per-key fences (column `expires_at`),
+/// with an old client's lease held: opening renames the column, the old
+/// lease is respected until it runs out, a statement of the old layout fails
+/// loudly (it would draw from the counter, or delete a row without raising
+/// it), and the key's next fence is above the old one.
+#[test]
+fn a_namespace_of_the_old_layout_is_moved_at_open() {
+    let server = MysqlServer::start();
+    let db = DATABASE;
+    server.sql(&format!(
+        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
+           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, \
+           label VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB; \
+         CREATE TABLE {db}.holdfast_fence (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, \
+           value BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB; \
+         INSERT INTO {db}.holdfast_fence VALUES (0, 7); \
+         INSERT INTO {db}.holdfast_leases VALUES ('old/a', REPEAT('o', 16), 7, 'old client', \
+           UTC_TIMESTAMP(6) + INTERVAL 2 SECOND);"
+    ));
+    runtime().block_on(async {
+        let backend = MysqlBackend::open_url(&server.url()).await.expect("open an old namespace");
+        let columns = server.sql(&format!(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' \
+             AND TABLE_NAME = 'holdfast_leases' AND COLUMN_NAME IN ('expires_at', 'live_until')"
+        ));
+        assert_eq!(columns.trim(), "live_until", "the expiry column was renamed");
+        assert!(backend.try_acquire(&req("old/a")).await.expect("acquire").is_none(), "the old lease is held");
+        let old_sweep = server.try_sql(&format!(
+            "DELETE FROM {db}.holdfast_leases WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND"
+        ));
+        let refused = old_sweep.expect_err("a statement of the old layout ran");
+        assert!(refused.contains("expires_at"), "refused for the old column: {refused}");
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        let next = cycles(&backend, "old/a", 1).await;
+        assert!(next > 7, "fence {next} after the old client's 7");
+        let again = MysqlBackend::open_url(&server.url()).await.expect("open a moved namespace");
+        assert!(cycles(&again, "old/a", 1).await > next);
+    });
+}
