@@ -13,7 +13,7 @@ use mysql_async::prelude::Queryable;
 fn sweeps_running(server: &MysqlServer) -> u64 {
     let sql = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
                WHERE INFO NOT LIKE '%PROCESSLIST%' \
-               AND (INFO LIKE '%holdfast_leases WHERE live_until <%' OR INFO LIKE '%AND live_until < UTC%')";
+               AND (INFO LIKE '%ORDER BY lock_key LIMIT%' OR INFO LIKE '%AND live_until < UTC%')";
     server.sql(sql).trim().parse().expect("count")
 }
 

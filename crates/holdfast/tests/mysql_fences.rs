@@ -161,6 +161,11 @@ fn a_namespace_of_the_old_layout_is_moved_at_open() {
              AND TABLE_NAME = 'holdfast_leases' AND COLUMN_NAME IN ('expires_at', 'live_until')"
         ));
         assert_eq!(columns.trim(), "live_until", "the expiry column was renamed");
+        let indexes = server.sql(&format!(
+            "SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = '{db}' \
+             AND TABLE_NAME = 'holdfast_leases'"
+        ));
+        assert_eq!(indexes.trim(), "PRIMARY", "the expiry's index was dropped");
         assert!(backend.try_acquire(&req("old/a")).await.expect("acquire").is_none(), "the old lease is held");
         let old_sweep = server.try_sql(&format!(
             "DELETE FROM {db}.holdfast_leases WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND"

@@ -49,6 +49,15 @@ fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
     w
 }
 
+/// Where one client's sweep is in its walk over the lease table.
+#[derive(Debug, Default)]
+struct SweepWalk {
+    /// When the last sweep started.
+    last: Option<Instant>,
+    /// The key the last sweep stopped at (empty: the start).
+    from: Vec<u8>,
+}
+
 /// Runs `f` within `config.timeout`; a timeout is a retryable error.
 async fn timed<T>(config: &MysqlConfig, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
     match tokio::time::timeout(config.timeout, f).await {
@@ -73,9 +82,9 @@ pub struct MysqlBackend {
     sql: Arc<sql::Statements>,
     shares: Arc<shares::ShareSql>,
     wakeups: Arc<LocalWakeups>,
-    /// Held while a sweep of long-expired rows runs, with when the last one
-    /// started: one sweep at a time per client, at most one per `SWEEP_EVERY`.
-    sweep_turn: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    /// Held while a sweep of long-expired rows runs: one sweep at a time
+    /// per client, at most one per `SWEEP_EVERY`.
+    sweep_turn: Arc<tokio::sync::Mutex<SweepWalk>>,
     fence_durability: FenceDurability,
 }
 
@@ -150,37 +159,49 @@ impl MysqlBackend {
         &self.config
     }
 
-    /// Deletes up to 32 lease rows that expired more than a minute ago (their
-    /// holders vanished and nobody took the keys since); returns how many.
-    /// Every 64th release runs this in the background, so the lease table
-    /// holds about one row per held key without a separate cleanup job.
+    /// One step of the sweep: reads the next 256 rows of the lease table in
+    /// key order (from where this client's last step stopped, starting over
+    /// after the last), and deletes up to 32 of them that were released or
+    /// expired more than a minute ago (their keys unused since), raising the
+    /// namespace's fence counter to the highest fence deleted; returns how
+    /// many it deleted. About once a second, a release runs a step in the
+    /// background, so the lease table holds about one row per key used in
+    /// the last minutes without a separate cleanup job.
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe: one statement that either ran or did not; it only deletes
-    /// rows of leases that expired long ago.
+    /// Cancel-safe: a read, then one transaction that either committed or
+    /// did not; it only deletes rows released or expired long ago. A step
+    /// dropped before it ends leaves this client's walk where it was.
     pub async fn sweep_expired(&self) -> Result<u64> {
-        self.timed(async {
-            let mut conn = self.conn().await?;
-            sql::sweep(&mut conn, &self.sql).await
-        })
-        .await
+        let mut walk = self.sweep_turn.lock().await;
+        self.sweep_step(&mut walk).await
+    }
+
+    async fn sweep_step(&self, walk: &mut SweepWalk) -> Result<u64> {
+        let (deleted, next) = self
+            .timed(async {
+                let mut conn = self.conn().await?;
+                sql::sweep(&mut conn, &self.sql, &walk.from).await
+            })
+            .await?;
+        walk.from = next;
+        Ok(deleted)
     }
 
     /// Best effort, in the background so that it can never delay or fail a
-    /// release: rows of holders that vanished long ago. A sweep that finds
-    /// the previous one still running (a slow server) or that comes within
-    /// `SWEEP_EVERY` of it is skipped, so sweeps never queue up on the server.
+    /// release: a step of the sweep. A step that finds the previous one
+    /// still running (a slow server) or that comes within `SWEEP_EVERY` of
+    /// it is skipped, so sweeps never queue up on the server.
     fn maybe_sweep(&self) {
-        let Ok(mut last) = self.sweep_turn.clone().try_lock_owned() else { return };
-        if last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
+        let Ok(mut walk) = self.sweep_turn.clone().try_lock_owned() else { return };
+        if walk.last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
             return;
         }
-        *last = Some(Instant::now());
+        walk.last = Some(Instant::now());
         let this = self.clone();
         tokio::spawn(async move {
-            let _turn = last;
-            if let Err(e) = this.sweep_expired().await {
+            if let Err(e) = this.sweep_step(&mut walk).await {
                 tracing::debug!(error = %e, "sweep of long-expired rows failed");
             }
         });

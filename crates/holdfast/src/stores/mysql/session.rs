@@ -117,7 +117,18 @@ async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_as
             continue;
         }
         conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait.as_secs().clamp(1, 600))).await?;
-        let rename = format!("ALTER TABLE `{table}` CHANGE COLUMN {OLD_EXPIRY} live_until DATETIME(6) NOT NULL");
+        // The lease table's index of the expiry goes too (the sweep walks
+        // the primary key; see `sql::sweep`).
+        let index: Option<i64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.STATISTICS
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?",
+                (table.as_str(), OLD_EXPIRY),
+            )
+            .await?;
+        let drop_index = if index.unwrap_or(0) > 0 { format!(", DROP INDEX {OLD_EXPIRY}") } else { String::new() };
+        let rename =
+            format!("ALTER TABLE `{table}` CHANGE COLUMN {OLD_EXPIRY} live_until DATETIME(6) NOT NULL{drop_index}");
         match conn.query_drop(&rename).await {
             Ok(()) => tracing::info!(table, "moved to per-key fences: renamed {OLD_EXPIRY} to live_until"),
             // 1054: unknown column: another client renamed it first.

@@ -21,6 +21,9 @@ pub(super) const RENEW_CHUNK: usize = 256;
 /// Most rows one sweep deletes.
 const SWEEP_ROWS: usize = 32;
 
+/// Rows one sweep reads, in key order from where the last one stopped.
+const SWEEP_WINDOW: usize = 256;
+
 /// The token of a released row, the released marker (its fence is the
 /// key's): drawn by no client (a random 128-bit token is all ones with
 /// probability 2^-128), and not the shares' gate (all zeros).
@@ -71,8 +74,7 @@ impl Statements {
                         fence      BIGINT UNSIGNED NOT NULL,
                         label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
                         live_until DATETIME(6) NOT NULL,
-                        PRIMARY KEY (lock_key),
-                        KEY live_until (live_until)
+                        PRIMARY KEY (lock_key)
                     ) ENGINE=InnoDB"
                 ),
                 format!(
@@ -135,17 +137,22 @@ impl Statements {
                  WHERE lock_key = ? AND live_until > UTC_TIMESTAMP(6) AND token <> ?"
             ),
             // The row stays as the released marker: its fence is the key's,
-            // and the next grant takes it + 1 (model `mysql_fence`).
+            // and the next grant takes it + 1 (model `mysql_fence`). The
+            // label stays too (nothing shows a released row's): a row whose
+            // size does not change is updated in place, and the next grant,
+            // usually by the same client, writes a label of the same size.
             release: format!(
-                "UPDATE {l} SET token = {RELEASED_SQL}, label = '', live_until = UTC_TIMESTAMP(6)
+                "UPDATE {l} SET token = {RELEASED_SQL}, live_until = UTC_TIMESTAMP(6)
                  WHERE lock_key = ? AND token = ?"
             ),
-            // A plain read (no locks) finds the rows; the transaction then
-            // locks only them, by primary key. A locking range over the expiry
-            // index would also lock the first entry past its end: the oldest
-            // live lease, the next one renewal extends (see `sweep`).
+            // The next window of the primary key, read plainly (no locks):
+            // the transaction then locks only the rows it deletes, by primary
+            // key. No index on the expiry: every grant and release writes it,
+            // and keeping an index of it cost 10-15% of the uncontended cycle
+            // (docs/performance.md), for a sweep that reads 256 rows a second.
             sweep_find: format!(
-                "SELECT lock_key FROM {l} WHERE live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT {SWEEP_ROWS}"
+                "SELECT lock_key, live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FROM {l}
+                 WHERE lock_key > ? ORDER BY lock_key LIMIT {SWEEP_WINDOW}"
             ),
             lock_counter: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
             // The expiry is checked again under the row locks: a key taken
@@ -389,22 +396,38 @@ pub(super) async fn release(
     Ok(conn.affected_rows() == 1)
 }
 
-/// Deletes a few rows released or expired more than a minute ago, and
-/// raises the namespace's counter to the highest fence deleted, in one
-/// transaction (the counter's lock first, as every transaction that takes
-/// it): the next grant of such a key draws from the counter, above every
-/// fence the key had (model `mysql_fence`, variant `SweepWithoutRaise`).
+/// One step of the sweep: reads the next 256 rows in key order after
+/// `from` (the key the last step stopped at; empty: from the start), and
+/// deletes up to 32 of them that were released or expired more than a
+/// minute ago, raising the namespace's counter to the highest fence deleted,
+/// in one transaction (the counter's lock first, as every transaction that
+/// takes it): the next grant of such a key draws from the counter, above
+/// every fence the key had (model `mysql_fence`, variant
+/// `SweepWithoutRaise`). Returns the rows deleted and where the next step
+/// starts (empty after the last window: the walk starts over).
 ///
 /// The rows are found by a plain read, then locked by primary key, so that
 /// the sweep locks nothing but the rows it deletes. As one `DELETE ...
-/// WHERE live_until < ... LIMIT n`, each sweep held a next-key lock on the
-/// oldest live lease's index entry while it scanned; with 100,000 leases
-/// renewed, the index fills with entries that purge has not yet removed, a
-/// sweep scanned (and locked) them for seconds, and renewals queued behind
-/// it until leases expired.
-pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Result<u64> {
-    let mut keys: Vec<Vec<u8>> = conn.exec(s.sweep_find.as_str(), ()).await?;
-    let Some(last) = keys.last().cloned() else { return Ok(0) };
+/// WHERE expires_at < ... LIMIT n` over an expiry index, each sweep held a
+/// next-key lock on the oldest live lease's index entry while it scanned;
+/// with 100,000 leases renewed, the index fills with entries that purge has
+/// not yet removed, a sweep scanned (and locked) them for seconds, and
+/// renewals queued behind it until leases expired.
+pub(super) async fn sweep(conn: &mut Conn, s: &Statements, from: &[u8]) -> mysql_async::Result<(u64, Vec<u8>)> {
+    let window: Vec<(Vec<u8>, u8)> = conn.exec(s.sweep_find.as_str(), (from,)).await?;
+    let mut next = if window.len() == SWEEP_WINDOW { window.last().map(|(k, _)| k.clone()) } else { None };
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for (key, old) in window {
+        if old == 1 {
+            keys.push(key);
+            if keys.len() == SWEEP_ROWS {
+                next = keys.last().cloned();
+                break;
+            }
+        }
+    }
+    let next = next.unwrap_or_default();
+    let Some(last) = keys.last().cloned() else { return Ok((0, next)) };
     keys.resize(SWEEP_ROWS, last);
     let keys = || Params::Positional(keys.iter().cloned().map(Value::Bytes).collect());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
@@ -414,7 +437,7 @@ pub(super) async fn sweep(conn: &mut Conn, s: &Statements) -> mysql_async::Resul
     tx.exec_drop(s.sweep_delete.as_str(), keys()).await?;
     let deleted = tx.affected_rows();
     tx.commit().await?;
-    Ok(deleted)
+    Ok((deleted, next))
 }
 
 /// Extends every listed lease its token still holds: one `UPDATE` per TTL
