@@ -12,6 +12,7 @@ mod sql;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,35 @@ struct SweepWalk {
     last: Option<Instant>,
     /// The key the last sweep stopped at (empty: the start).
     from: Vec<u8>,
+}
+
+/// Sets its flag when dropped armed: the caller of an attempt is gone (see
+/// [`MysqlBackend::attempt`]).
+struct Abandoned {
+    flag: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl Abandoned {
+    fn new() -> Self {
+        Abandoned { flag: Arc::default(), armed: true }
+    }
+
+    fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.flag)
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.armed {
+            self.flag.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// Runs `f` within `config.timeout`; a timeout is a retryable error.
@@ -238,21 +268,39 @@ impl MysqlBackend {
     async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
         let started = Instant::now();
         let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)?;
-        let key = req.key.as_str();
-        let outcome = self
-            .timed(async {
-                let mut conn = self.conn().await?;
-                // A waiter first looks without locking anything, so waiting
-                // costs one primary-key read, not a write transaction.
-                if peek_first {
-                    if let Some(left) = sql::peek_busy(&mut conn, &self.sql, key, req.token).await? {
-                        return Ok(sql::Acquired::Busy { expires_in: Some(left) });
+        // The grant of a key with a row is one autocommit statement: once
+        // sent, it commits whether or not anyone reads its reply. So it runs
+        // on a task of its own, and a caller dropped while it is in flight
+        // (whose cleanup then releases the token, maybe before the grant
+        // lands) leaves the task to release what it was granted. A grant in
+        // a transaction needs none of this: a dropped connection rolls back.
+        let abandoned = Abandoned::new();
+        let (this, req, gone) = (self.clone(), req.clone(), abandoned.flag());
+        let task = tokio::spawn(async move {
+            let key = req.key.as_str();
+            let outcome = this
+                .timed(async {
+                    let mut conn = this.conn().await?;
+                    // A waiter first looks without locking anything, so waiting
+                    // costs one primary-key read, not a write.
+                    if peek_first {
+                        if let Some(left) = sql::peek_busy(&mut conn, &this.sql, key, req.token).await? {
+                            return Ok(sql::Acquired::Busy { expires_in: Some(left) });
+                        }
                     }
+                    sql::acquire(&mut conn, &this.sql, key, req.token, req.ttl, &req.label, floor).await
+                })
+                .await;
+            if gone.load(Ordering::Acquire) && matches!(outcome, Ok(sql::Acquired::Granted { .. })) {
+                if let Err(e) = this.release(&req.key, req.token).await {
+                    tracing::debug!(error = %e, "could not release a grant whose caller was gone; it will expire");
                 }
-                sql::acquire(&mut conn, &self.sql, key, req.token, req.ttl, &req.label, floor).await
-            })
-            .await?;
-        Ok(match outcome {
+            }
+            outcome
+        });
+        let outcome = task.await.map_err(|e| Error::backend(STORE, false, format!("the grant's task failed: {e}")))?;
+        abandoned.disarm();
+        Ok(match outcome? {
             sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
             sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
         })
