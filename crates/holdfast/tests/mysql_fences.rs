@@ -179,3 +179,32 @@ fn a_namespace_of_the_old_layout_is_moved_at_open() {
         assert!(cycles(&again, "old/a", 1).await > next);
     });
 }
+
+/// A user with the least privileges the store's page asks for (no `ALTER`)
+/// connecting to a namespace of the old layout: the rename fails, and the
+/// error names the store and endpoint, gives the statement to run once as a
+/// user with `ALTER`, and nothing was changed.
+#[test]
+fn an_old_layout_without_alter_says_what_to_run() {
+    let server = MysqlServer::start();
+    let db = DATABASE;
+    server.sql(&format!(
+        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
+           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, label VARCHAR(255) NOT NULL, \
+           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB; \
+         CREATE USER 'narrow'@'127.0.0.1' IDENTIFIED BY 'narrow-pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON {db}.* TO 'narrow'@'127.0.0.1';"
+    ));
+    let url = format!("mysql://narrow:narrow-pw@127.0.0.1:{}/{db}", server.port());
+    let err = runtime().block_on(MysqlBackend::open_url(&url)).expect_err("opened without renaming");
+    let text = err.to_string();
+    for part in ["mysql", &format!("127.0.0.1:{}", server.port()), "ALTER TABLE `holdfast_leases` CHANGE COLUMN"] {
+        assert!(text.contains(part), "the error does not name {part:?}: {text}");
+    }
+    assert!(!text.contains("narrow-pw"), "the error shows the password: {text}");
+    let column = server.sql(&format!(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' \
+         AND TABLE_NAME = 'holdfast_leases' AND COLUMN_NAME = 'expires_at'"
+    ));
+    assert_eq!(column.trim(), "1", "the old column is still there");
+}

@@ -146,12 +146,8 @@ pub enum Kind {
     Old,
 }
 
-/// Name of the mutual-exclusion property.
-pub const MUTUAL_EXCLUSION: &str = "no two conflicting leases of the key are live at once";
-/// Name of the fence-order property.
-pub const FENCES_INCREASE: &str = "each grant's fence is above every earlier grant's of the key";
-/// Reachability: a grant after the sweep deleted the row.
-pub const GRANT_AFTER_SWEEP: &str = "the key is granted again after its row was swept";
+// The properties this model shares with the PostgreSQL one, by name.
+pub use crate::pg_fence::{FENCES_INCREASE, GRANT_AFTER_SWEEP, MUTUAL_EXCLUSION};
 /// Reachability: an exclusive grant over the released marker.
 pub const GRANT_OVER_MARKER: &str = "an exclusive grant takes over the released marker";
 /// Reachability: a share granted over a row whose fence is above the counter.

@@ -101,32 +101,30 @@ pub(super) struct ServerFacts {
 /// `mysql_fence`, variant `NoRename`).
 const OLD_EXPIRY: &str = "expires_at";
 
+/// Whether `table` of the session's database has a column (`view`
+/// `COLUMNS`, `name` `COLUMN_NAME`) or an index (`STATISTICS`,
+/// `INDEX_NAME`) named [`OLD_EXPIRY`]. `view` and `name` are constants.
+async fn has_old_expiry(conn: &mut Conn, view: &str, name: &str, table: &str) -> mysql_async::Result<bool> {
+    let sql = format!(
+        "SELECT COUNT(*) FROM information_schema.{view} WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND {name} = ?"
+    );
+    let n: Option<i64> = conn.exec_first(sql, (table, OLD_EXPIRY)).await?;
+    Ok(n.unwrap_or(0) > 0)
+}
+
 /// Renames the old layout's expiry column of `tables` (see [`OLD_EXPIRY`]),
 /// waiting at most `wait` for the metadata lock (transactions of running
 /// clients hold it). A rename another client made first is fine.
 async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_async::Result<()> {
     for table in tables {
-        let old: Option<i64> = conn
-            .exec_first(
-                "SELECT COUNT(*) FROM information_schema.COLUMNS
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?",
-                (table.as_str(), OLD_EXPIRY),
-            )
-            .await?;
-        if old.unwrap_or(0) == 0 {
+        if !has_old_expiry(conn, "COLUMNS", "COLUMN_NAME", table).await? {
             continue;
         }
         conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait.as_secs().clamp(1, 600))).await?;
         // The lease table's index of the expiry goes too (the sweep walks
         // the primary key; see `sql::sweep`).
-        let index: Option<i64> = conn
-            .exec_first(
-                "SELECT COUNT(*) FROM information_schema.STATISTICS
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = ?",
-                (table.as_str(), OLD_EXPIRY),
-            )
-            .await?;
-        let drop_index = if index.unwrap_or(0) > 0 { format!(", DROP INDEX {OLD_EXPIRY}") } else { String::new() };
+        let index = has_old_expiry(conn, "STATISTICS", "INDEX_NAME", table).await?;
+        let drop_index = if index { format!(", DROP INDEX {OLD_EXPIRY}") } else { String::new() };
         let rename =
             format!("ALTER TABLE `{table}` CHANGE COLUMN {OLD_EXPIRY} live_until DATETIME(6) NOT NULL{drop_index}");
         match conn.query_drop(&rename).await {
