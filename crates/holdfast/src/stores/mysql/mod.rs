@@ -8,6 +8,7 @@ mod session;
 mod shares;
 mod shrink;
 mod sql;
+mod sweep;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,9 +33,6 @@ use error::{is_contention, map_err};
 
 const STORE: &str = "mysql";
 
-/// Least time between two sweeps of long-expired rows by one client.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
 /// Wake-ups shared by every backend of the same server, database and
 /// namespace in this process, so a release through one client wakes a
 /// waiter of another client at once.
@@ -48,15 +46,6 @@ fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
     let w = Arc::new(LocalWakeups::default());
     reg.insert(id.to_owned(), Arc::downgrade(&w));
     w
-}
-
-/// Where one client's sweep is in its walk over the lease table.
-#[derive(Debug, Default)]
-struct SweepWalk {
-    /// When the last sweep started.
-    last: Option<Instant>,
-    /// The key the last sweep stopped at (empty: the start).
-    from: Vec<u8>,
 }
 
 /// Sets its flag when dropped armed: the caller of an attempt is gone (see
@@ -114,7 +103,7 @@ pub struct MysqlBackend {
     wakeups: Arc<LocalWakeups>,
     /// Held while a sweep of long-expired rows runs: one sweep at a time
     /// per client, at most one per `SWEEP_EVERY`.
-    sweep_turn: Arc<tokio::sync::Mutex<SweepWalk>>,
+    sweep_turn: Arc<tokio::sync::Mutex<sweep::SweepWalk>>,
     fence_durability: FenceDurability,
 }
 
@@ -187,54 +176,6 @@ impl MysqlBackend {
     /// The configuration.
     pub fn config(&self) -> &MysqlConfig {
         &self.config
-    }
-
-    /// One step of the sweep: reads the next 256 rows of the lease table in
-    /// key order (from where this client's last step stopped, starting over
-    /// after the last), and deletes up to 32 of them that were released or
-    /// expired more than a minute ago (their keys unused since), raising the
-    /// namespace's fence counter to the highest fence deleted; returns how
-    /// many it deleted. About once a second, a release runs a step in the
-    /// background, so the lease table holds about one row per key used in
-    /// the last minutes without a separate cleanup job.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel-safe: a read, then one transaction that either committed or
-    /// did not; it only deletes rows released or expired long ago. A step
-    /// dropped before it ends leaves this client's walk where it was.
-    pub async fn sweep_expired(&self) -> Result<u64> {
-        let mut walk = self.sweep_turn.lock().await;
-        self.sweep_step(&mut walk).await
-    }
-
-    async fn sweep_step(&self, walk: &mut SweepWalk) -> Result<u64> {
-        let (deleted, next) = self
-            .timed(async {
-                let mut conn = self.conn().await?;
-                sql::sweep(&mut conn, &self.sql, &walk.from).await
-            })
-            .await?;
-        walk.from = next;
-        Ok(deleted)
-    }
-
-    /// Best effort, in the background so that it can never delay or fail a
-    /// release: a step of the sweep. A step that finds the previous one
-    /// still running (a slow server) or that comes within `SWEEP_EVERY` of
-    /// it is skipped, so sweeps never queue up on the server.
-    fn maybe_sweep(&self) {
-        let Ok(mut walk) = self.sweep_turn.clone().try_lock_owned() else { return };
-        if walk.last.is_some_and(|t| t.elapsed() < SWEEP_EVERY) {
-            return;
-        }
-        walk.last = Some(Instant::now());
-        let this = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = this.sweep_step(&mut walk).await {
-                tracing::debug!(error = %e, "sweep of long-expired rows failed");
-            }
-        });
     }
 
     /// Runs an idempotent call again after a deadlock or lock wait timeout

@@ -19,10 +19,10 @@ use crate::vocabulary::key::OwnerToken;
 pub(super) const RENEW_CHUNK: usize = 256;
 
 /// Most rows one sweep deletes.
-const SWEEP_ROWS: usize = 32;
+pub(super) const SWEEP_ROWS: usize = 32;
 
 /// Rows one sweep reads, in key order from where the last one stopped.
-const SWEEP_WINDOW: usize = 256;
+pub(super) const SWEEP_WINDOW: usize = 256;
 
 /// The token of a released row, the released marker (its fence is the
 /// key's): drawn by no client (a random 128-bit token is all ones with
@@ -38,11 +38,11 @@ pub(super) struct Statements {
     insert: String,
     peek: String,
     release: String,
-    sweep_find: String,
-    lock_counter: String,
-    sweep_fence: String,
-    sweep_delete: String,
-    raise_counter: String,
+    pub(super) sweep_find: String,
+    pub(super) lock_counter: String,
+    pub(super) sweep_fence: String,
+    pub(super) sweep_delete: String,
+    pub(super) raise_counter: String,
     renew_one: String,
     holder: String,
     lock_row: String,
@@ -394,50 +394,6 @@ pub(super) async fn release(
 ) -> mysql_async::Result<bool> {
     conn.exec_drop(s.release.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(conn.affected_rows() == 1)
-}
-
-/// One step of the sweep: reads the next 256 rows in key order after
-/// `from` (the key the last step stopped at; empty: from the start), and
-/// deletes up to 32 of them that were released or expired more than a
-/// minute ago, raising the namespace's counter to the highest fence deleted,
-/// in one transaction (the counter's lock first, as every transaction that
-/// takes it): the next grant of such a key draws from the counter, above
-/// every fence the key had (model `mysql_fence`, variant
-/// `SweepWithoutRaise`). Returns the rows deleted and where the next step
-/// starts (empty after the last window: the walk starts over).
-///
-/// The rows are found by a plain read, then locked by primary key, so that
-/// the sweep locks nothing but the rows it deletes. As one `DELETE ...
-/// WHERE expires_at < ... LIMIT n` over an expiry index, each sweep held a
-/// next-key lock on the oldest live lease's index entry while it scanned;
-/// with 100,000 leases renewed, the index fills with entries that purge has
-/// not yet removed, a sweep scanned (and locked) them for seconds, and
-/// renewals queued behind it until leases expired.
-pub(super) async fn sweep(conn: &mut Conn, s: &Statements, from: &[u8]) -> mysql_async::Result<(u64, Vec<u8>)> {
-    let window: Vec<(Vec<u8>, u8)> = conn.exec(s.sweep_find.as_str(), (from,)).await?;
-    let mut next = if window.len() == SWEEP_WINDOW { window.last().map(|(k, _)| k.clone()) } else { None };
-    let mut keys: Vec<Vec<u8>> = Vec::new();
-    for (key, old) in window {
-        if old == 1 {
-            keys.push(key);
-            if keys.len() == SWEEP_ROWS {
-                next = keys.last().cloned();
-                break;
-            }
-        }
-    }
-    let next = next.unwrap_or_default();
-    let Some(last) = keys.last().cloned() else { return Ok((0, next)) };
-    keys.resize(SWEEP_ROWS, last);
-    let keys = || Params::Positional(keys.iter().cloned().map(Value::Bytes).collect());
-    let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    tx.exec_drop(s.lock_counter.as_str(), ()).await?;
-    let highest: Option<u64> = tx.exec_first(s.sweep_fence.as_str(), keys()).await?;
-    tx.exec_drop(s.raise_counter.as_str(), (highest.unwrap_or(0),)).await?;
-    tx.exec_drop(s.sweep_delete.as_str(), keys()).await?;
-    let deleted = tx.affected_rows();
-    tx.commit().await?;
-    Ok((deleted, next))
 }
 
 /// Extends every listed lease its token still holds: one `UPDATE` per TTL
