@@ -208,3 +208,24 @@ fn an_old_layout_without_alter_says_what_to_run() {
     ));
     assert_eq!(column.trim(), "1", "the old column is still there");
 }
+
+/// Several clients of the new layout starting at once on a namespace of the
+/// old one: each tries the rename, one does it, and every one connects.
+#[test]
+fn clients_starting_at_once_all_move_an_old_layout() {
+    let server = MysqlServer::start();
+    let db = DATABASE;
+    server.sql(&format!(
+        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
+           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, label VARCHAR(255) NOT NULL, \
+           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB;"
+    ));
+    runtime().block_on(async {
+        let url = server.url();
+        let opens = (0..4).map(|_| MysqlBackend::open_url(&url));
+        for (i, opened) in futures::future::join_all(opens).await.into_iter().enumerate() {
+            let backend = opened.unwrap_or_else(|e| panic!("client {i} could not connect: {e}"));
+            assert!(cycles(&backend, &format!("at-once/{i}"), 1).await > 0);
+        }
+    });
+}

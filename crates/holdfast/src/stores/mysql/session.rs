@@ -129,8 +129,10 @@ async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_as
             format!("ALTER TABLE `{table}` CHANGE COLUMN {OLD_EXPIRY} live_until DATETIME(6) NOT NULL{drop_index}");
         match conn.query_drop(&rename).await {
             Ok(()) => tracing::info!(table, "moved to per-key fences: renamed {OLD_EXPIRY} to live_until"),
-            // 1054: unknown column: another client renamed it first.
-            Err(mysql_async::Error::Server(e)) if e.code == 1054 => {}
+            // Another client connecting at the same time renamed it first
+            // (the server then reports the column or the index unknown,
+            // whichever it checks first): look again rather than at codes.
+            Err(_) if !has_old_expiry(conn, "COLUMNS", "COLUMN_NAME", table).await? => {}
             Err(e) => {
                 return Err(mysql_async::Error::Other(
                     format!(
