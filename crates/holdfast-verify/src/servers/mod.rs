@@ -1,7 +1,7 @@
 //! Real store servers on loopback ports in temp dirs, killed on drop.
 //!
-//! Every launcher follows the same rules: a free port found by binding
-//! `127.0.0.1:0`; data in a fresh temp dir removed on drop; the server process
+//! Every launcher follows the same rules: a free port from [`free_port`]
+//! (below the ephemeral range, never twice in a process); data in a fresh temp dir removed on drop; the server process
 //! killed on drop; a missing binary is a test failure naming the command that
 //! installs it (never a silent skip).
 
@@ -69,8 +69,47 @@ pub fn closed_port() -> u16 {
     port
 }
 
-/// A free TCP port on 127.0.0.1 (bind to port 0, read it, let it go).
+/// A free TCP port on 127.0.0.1 for a server to listen on, never the same
+/// twice in one process, and below the kernel's ephemeral range.
+///
+/// Why not a port from binding `127.0.0.1:0`: that port comes from the
+/// ephemeral range, and between letting it go and the server binding it any
+/// outgoing connection of the busy test process could take it as its local
+/// port (CI once saw PostgreSQL fail "could not create any TCP/IP sockets"
+/// that way), and a later bind to port 0 could hand it out again. Ports
+/// below `ip_local_port_range` are never picked for outgoing connections;
+/// a per-process counter (started at a point drawn from the process id, so
+/// processes that start servers side by side start apart) walks them, and a
+/// port something already listens on is skipped.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let Some((low, high)) = listen_range() else {
+        return ephemeral_port();
+    };
+    let span = u32::from(high - low);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = low + u16::try_from(offset).unwrap_or(0);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}")
+}
+
+/// The ports [`free_port`] hands out: from 10000 up to the kernel's
+/// ephemeral range, or `None` when that range leaves fewer than 1000 ports
+/// below it (then a port from binding port 0 it is).
+pub fn listen_range() -> Option<(u16, u16)> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let ephemeral_low: u16 = text.split_whitespace().next()?.parse().ok()?;
+    (ephemeral_low >= 11_000).then_some((10_000, ephemeral_low))
+}
+
+fn ephemeral_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -184,5 +223,27 @@ mod tests {
         assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{refused}");
         assert!(TcpListener::bind(("127.0.0.1", port)).is_err(), "a listener took the closed port {port}");
         assert!(!port_open(port));
+    }
+
+    /// Servers' ports are never handed out twice in a process and lie
+    /// below the ephemeral range, where no outgoing connection takes them
+    /// (from binding port 0, 3,000 calls repeat ports about 150 times).
+    #[test]
+    fn server_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..3_000).map(|_| free_port()).collect();
+        let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port was handed out twice");
+        let (low, high) = listen_range().expect("this test needs an ephemeral range starting above 11000");
+        assert!(ports.iter().all(|p| (low..high).contains(p)), "a port outside {low}..{high}");
+    }
+
+    /// A port something already listens on is skipped.
+    #[test]
+    fn a_listening_port_is_skipped() {
+        let next = free_port() + 1;
+        let Ok(held) = TcpListener::bind(("127.0.0.1", next)) else { return };
+        let got: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        assert!(!got.contains(&next), "free_port handed out {next}, which is listened on");
+        drop(held);
     }
 }
