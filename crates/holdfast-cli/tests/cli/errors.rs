@@ -118,7 +118,7 @@ fn unreachable_store_is_one_line_and_exit_69() {
 #[test]
 fn a_refused_store_names_the_store_and_endpoint() {
     let env = Env::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = holdfast_verify::servers::closed_port();
     let url = format!("etcd://127.0.0.1:{port}?connect_timeout_ms=500&timeout_ms=2000");
     let out = env.cmd().args(["run", "--backend", &url, "--key", "x", "--", "true"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -3,9 +3,10 @@
 
 use crate::Env;
 
-/// A loopback port free a moment ago.
+/// A loopback port free a moment ago, from below the ephemeral range (so
+/// no outgoing connection takes it before `run` binds it).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    holdfast_verify::servers::free_port()
 }
 
 #[test]

@@ -17,9 +17,11 @@ const PASSWORD: &str = "ep-PLANTED-pw";
 /// Text a user must never see in a store error.
 const DUMPS: &[&str] = &["Os {", "tonic::", "Error(", "Input/output error: Input/output error", "\n"];
 
-/// A loopback port nothing listens on (bound, then dropped).
+/// A loopback port nothing listens on, for the rest of the process (a
+/// port let go after binding could be taken by a fault proxy another test
+/// starts, and then the "refused" store would answer).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    holdfast_testkit::servers::closed_port()
 }
 
 /// The first error a client of `url` meets: connecting, or (a store that

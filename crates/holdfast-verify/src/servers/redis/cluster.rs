@@ -69,7 +69,7 @@ impl RedisCluster {
         let server = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server redis-tools");
         let dir = tempfile::Builder::new().prefix("holdfast-cluster.").tempdir().expect("temp dir");
         let count = if replicas { 6 } else { 3 };
-        let ports = super::sentinel::distinct_free_ports(2 * count);
+        let ports = (0..2 * count).map(|_| crate::servers::free_port()).collect::<Vec<u16>>();
         let timeout = if replicas { "2000" } else { "5000" };
         let mut nodes = Vec::new();
         for i in 0..count {
@@ -130,6 +130,18 @@ impl RedisCluster {
                 Duration::from_secs(30),
                 Some(&self.log(i)),
                 || matches!(command(port, &["INFO", "replication"]), Some(Reply::Text(t)) if t.contains("master_link_status:up")),
+            );
+            // "Linked" is not yet streaming (see the Sentinel launcher): the
+            // master sends a fresh replica its writes only after the
+            // replica's first REPLCONF ACK. A master killed before then took
+            // a grant made 300 ms earlier with it (CI,
+            // `redis_cluster::follows_a_failover_to_the_replica`). WAIT
+            // answers 1 once the replica has acknowledged the master's offset.
+            wait_until(
+                "redis cluster replica streaming (WAIT 1)",
+                Duration::from_secs(20),
+                Some(&self.log(i)),
+                || matches!(command(master, &["WAIT", "1", "200"]), Some(Reply::Text(n)) if n == "1"),
             );
         }
         wait_until("redis cluster nodes agree on the slots", Duration::from_secs(30), Some(&self.log(0)), || {

@@ -72,9 +72,8 @@ impl RedisSentinel {
     fn launch(down_after_ms: u64, via_proxy: bool) -> Self {
         let server = require_binary("redis-server", &["/usr/bin", "/usr/local/bin"], "redis-server");
         let dir = tempfile::Builder::new().prefix("holdfast-sentinel.").tempdir().expect("temp dir");
-        // Five distinct ports: bound all at once, then let go (two calls of
-        // `free_port` in a row may return the same port).
-        let ports = distinct_free_ports(5);
+        // Five distinct ports (`free_port` never repeats one in a process).
+        let ports = (0..5).map(|_| crate::servers::free_port()).collect::<Vec<u16>>();
         let (pm, pr) = (ports[0], ports[1]);
         let replication = via_proxy.then(|| FaultProxy::start(([127, 0, 0, 1], pm).into()));
         let replica_of = replication.as_ref().map_or(pm, |p| p.addr().port());
@@ -253,16 +252,6 @@ impl RedisSentinel {
     pub fn sentinel_log(&self, i: usize) -> PathBuf {
         self.dir.path().join(format!("sentinel{i}/sentinel.log"))
     }
-}
-
-/// `n` distinct free loopback ports (held together while they are chosen).
-pub(crate) fn distinct_free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"))
-        })
-        .collect();
-    listeners.iter().map(|l| l.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("local_addr: {e}"))).collect()
 }
 
 /// Sends one command to `127.0.0.1:port` and reads the reply (a minimal RESP2
