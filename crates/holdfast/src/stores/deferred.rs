@@ -215,7 +215,7 @@ fn assumed(url: &str) -> (&'static str, Capabilities) {
                 always_fair: redis_fair_default(url),
                 store_notification: true,
                 counts_waiters: true,
-                renew_slice: Some(64),
+                renew_slice: Some(32),
                 ..lease_model
             };
             ("redis", caps)
