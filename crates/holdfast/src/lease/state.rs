@@ -33,7 +33,7 @@ pub(crate) struct LeaseState {
     /// then only keep the session's word for that TTL (see
     /// [`end_after_one_ttl`](Self::end_after_one_ttl)).
     ends_by: Option<Instant>,
-    lost: CancellationToken,
+    lost: LostSignal,
     session_lost: Option<CancellationToken>,
     /// The client's metric handles for this key's prefix.
     pub(crate) metrics: Arc<KeyMetrics>,
@@ -54,7 +54,7 @@ impl LeaseState {
             valid_for,
             valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
             ends_by: None,
-            lost: CancellationToken::new(),
+            lost: LostSignal::default(),
             session_lost: grant.session_lost,
             metrics,
             accounted: Accounted::default(),
@@ -148,12 +148,13 @@ impl LeaseState {
     pub(crate) async fn lost(self: Arc<Self>) {
         let never = CancellationToken::new();
         let session = self.session_lost.clone().unwrap_or(never);
+        let lost = self.lost.token();
         loop {
             let deadline = self.valid_until();
             tokio::select! {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
-                _ = self.lost.cancelled() => return,
+                _ = lost.cancelled() => return,
                 _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(deadline) => {
                     if Instant::now() >= self.valid_until() {
@@ -173,12 +174,13 @@ impl LeaseState {
     pub(crate) async fn expiring(self: Arc<Self>, within: Duration) {
         let never = CancellationToken::new();
         let session = self.session_lost.clone().unwrap_or(never);
+        let lost = self.lost.token();
         loop {
             let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
             tokio::select! {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
-                _ = self.lost.cancelled() => return,
+                _ = lost.cancelled() => return,
                 _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(at) => {
                     // Past what the clock can count is past the deadline too.
@@ -219,5 +221,65 @@ impl Horizon {
             Horizon::Session(s) => s.cancelled().await,
             Horizon::Unknown => std::future::pending().await,
         }
+    }
+}
+
+/// Whether a lease was lost, with a token for those who wait on it made
+/// only once someone waits (`lost()`, `expiring()`): a client holding
+/// 100,000 leases that nobody watches keeps 16 bytes a lease here, not a
+/// `CancellationToken`'s allocation of about 110.
+#[derive(Debug, Default)]
+struct LostSignal {
+    /// Lost yet, and the waiters' token once made (cancelled when lost).
+    state: Mutex<(bool, Option<CancellationToken>)>,
+}
+
+impl LostSignal {
+    fn cancel(&self) {
+        let token = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.0 = true;
+            state.1.clone()
+        };
+        if let Some(token) = token {
+            token.cancel();
+        }
+    }
+
+    fn is_cancelled(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+
+    /// The token waiters wait on: cancelled now if the lease is lost
+    /// already, else when [`cancel`](Self::cancel) runs.
+    fn token(&self) -> CancellationToken {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let token = state.1.get_or_insert_with(CancellationToken::new).clone();
+        if state.0 {
+            token.cancel();
+        }
+        token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LostSignal;
+
+    /// A waiter's token fires whether it was made before the loss or after,
+    /// and no token is made while nobody waits.
+    #[test]
+    fn lost_signal_reaches_waiters_made_before_and_after() {
+        let before = LostSignal::default();
+        let early = before.token();
+        assert!(!early.is_cancelled() && !before.is_cancelled());
+        before.cancel();
+        assert!(early.is_cancelled() && before.is_cancelled());
+        assert!(before.token().is_cancelled());
+
+        let after = LostSignal::default();
+        after.cancel();
+        assert!(after.state.lock().unwrap().1.is_none(), "a token made with nobody waiting");
+        assert!(after.token().is_cancelled());
     }
 }
