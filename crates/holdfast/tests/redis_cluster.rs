@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use holdfast::backend::{AcquireRequest, RenewRequest};
 use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
-use holdfast_testkit::servers::redis::sentinel::{Reply, command};
+use holdfast_testkit::servers::redis::sentinel::{Reply, command, pipeline};
 use holdfast_testkit::servers::redis::{RedisCluster, RedisServer};
 
 async fn client(url: &str, label: &str) -> Client {
@@ -460,8 +460,12 @@ fn follows_a_failover_to_the_replica() {
         let ttl = Duration::from_secs(10);
         let guard = a.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").expect("granted");
         let old_fence = guard.fence();
-        // Let the grant reach the replica (asynchronous replication; no WAIT here).
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The grant is on the replica before the master dies: a later write
+        // to the same slot that WAIT confirms on its own connection (WAIT
+        // counts the caller's writes; replication keeps their order).
+        let probe = format!("{}-probe", lock_hash(key));
+        let acked = pipeline(old, &[&["SET", &probe, "1"], &["WAIT", "1", "5000"], &["DEL", &probe]]);
+        assert!(matches!(acked.as_deref(), Some([_, Reply::Text(n), _]) if n == "1"), "not replicated: {acked:?}");
         let killed = Instant::now();
         cluster.kill(old);
         let (new, promoted) = cluster.wait_failover(slot, old, Duration::from_secs(30));
@@ -485,7 +489,7 @@ fn follows_a_failover_to_the_replica() {
         first_grant.1.release().await.expect("release on the promoted replica");
         // The held lock: kept through the failover (it was replicated), renewed on the new master.
         tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(!guard.is_lost(), "the replicated lease was lost in the failover");
+        assert!(!guard.is_lost(), "the replicated lease was lost in the failover: {:?}", guard.lost_reason());
         assert!(exists_on(new, &lock_hash(key)));
         assert!(b.mutex(key).ttl(ttl).try_acquire().await.expect("try_acquire").is_none(), "granted twice");
         guard.release().await.expect("release after the failover");

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::sentinel::{Reply, command};
+use super::sentinel::{Reply, command, pipeline};
 use crate::servers::{ServerProcess, require_binary, wait_until};
 
 /// The number of hash slots of a Redis Cluster.
@@ -133,20 +133,39 @@ impl RedisCluster {
             );
             // "Linked" is not yet streaming (see the Sentinel launcher): the
             // master sends a fresh replica its writes only after the
-            // replica's first REPLCONF ACK. A master killed before then took
-            // a grant made 300 ms earlier with it (CI,
-            // `redis_cluster::follows_a_failover_to_the_replica`). WAIT
-            // answers 1 once the replica has acknowledged the master's offset.
+            // replica's first REPLCONF ACK, and a master killed before then
+            // takes them with it (`redis_cluster::follows_a_failover_to_the_replica`
+            // failed about one run in three: the promoted replica had
+            // offset 0). A write to a key of the master's slots that WAIT
+            // confirms shows the stream flows; WAIT alone, with no write
+            // since the sync, answers 1 at once.
+            let probe = self.key_on(i - self.masters);
             wait_until(
-                "redis cluster replica streaming (WAIT 1)",
-                Duration::from_secs(20),
+                "redis cluster replica streaming (a write WAIT confirms)",
+                Duration::from_secs(30),
                 Some(&self.log(i)),
-                || matches!(command(master, &["WAIT", "1", "200"]), Some(Reply::Text(n)) if n == "1"),
+                || {
+                    let replies = pipeline(master, &[&["SET", &probe, "1"], &["WAIT", "1", "200"], &["DEL", &probe]]);
+                    matches!(replies.as_deref(), Some([_, Reply::Text(n), _]) if n == "1")
+                },
             );
         }
         wait_until("redis cluster nodes agree on the slots", Duration::from_secs(30), Some(&self.log(0)), || {
             self.agree()
         });
+    }
+
+    /// A key in the slots of master `m` (0..3), for the launcher's probes.
+    fn key_on(&self, m: usize) -> String {
+        let (first, last) = (SLOTS / 3 * m as u16, if m == 2 { SLOTS - 1 } else { SLOTS / 3 * (m as u16 + 1) - 1 });
+        (0..)
+            .map(|n| format!("holdfast-testkit:ready:{n}"))
+            .find(|k| {
+                text(command(self.nodes[m].0, &["CLUSTER", "KEYSLOT", k]))
+                    .and_then(|t| t.parse::<u16>().ok())
+                    .is_some_and(|slot| (first..=last).contains(&slot))
+            })
+            .unwrap_or_default()
     }
 
     /// True when every node maps every slot to the same port.
