@@ -1,9 +1,10 @@
 //! Real store servers on loopback ports in temp dirs, killed on drop.
 //!
 //! Every launcher follows the same rules: a free port from [`free_port`]
-//! (below the ephemeral range, never twice in a process); data in a fresh temp dir removed on drop; the server process
-//! killed on drop; a missing binary is a test failure naming the command that
-//! installs it (never a silent skip).
+//! (below the ephemeral range, never twice in a process); data in a fresh
+//! temp dir removed on drop; the server process killed on drop; a missing
+//! binary is a test failure naming the command that installs it (never a
+//! silent skip).
 
 pub mod mysql;
 pub mod postgres;
