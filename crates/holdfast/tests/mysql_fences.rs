@@ -23,6 +23,17 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
 
+/// The lease table as clients before per-key fences made it: the expiry
+/// column `expires_at` and an index on it.
+fn old_lease_table() -> String {
+    format!(
+        "CREATE TABLE {DATABASE}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
+           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, \
+           label VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB;"
+    )
+}
+
 fn counter(server: &MysqlServer) -> u64 {
     let value = server.sql(&format!("SELECT value FROM {DATABASE}.holdfast_fence WHERE id = 0"));
     value.trim().parse().expect("counter value")
@@ -144,15 +155,13 @@ fn a_namespace_of_the_old_layout_is_moved_at_open() {
     let server = MysqlServer::start();
     let db = DATABASE;
     server.sql(&format!(
-        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
-           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, \
-           label VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB; \
+        "{} \
          CREATE TABLE {db}.holdfast_fence (id TINYINT UNSIGNED NOT NULL PRIMARY KEY, \
            value BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB; \
          INSERT INTO {db}.holdfast_fence VALUES (0, 7); \
          INSERT INTO {db}.holdfast_leases VALUES ('old/a', REPEAT('o', 16), 7, 'old client', \
-           UTC_TIMESTAMP(6) + INTERVAL 2 SECOND);"
+           UTC_TIMESTAMP(6) + INTERVAL 2 SECOND);",
+        old_lease_table()
     ));
     runtime().block_on(async {
         let backend = MysqlBackend::open_url(&server.url()).await.expect("open an old namespace");
@@ -189,11 +198,10 @@ fn an_old_layout_without_alter_says_what_to_run() {
     let server = MysqlServer::start();
     let db = DATABASE;
     server.sql(&format!(
-        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
-           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, label VARCHAR(255) NOT NULL, \
-           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB; \
+        "{} \
          CREATE USER 'narrow'@'127.0.0.1' IDENTIFIED BY 'narrow-pw'; \
-         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON {db}.* TO 'narrow'@'127.0.0.1';"
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON {db}.* TO 'narrow'@'127.0.0.1';",
+        old_lease_table()
     ));
     let url = format!("mysql://narrow:narrow-pw@127.0.0.1:{}/{db}", server.port());
     let err = runtime().block_on(MysqlBackend::open_url(&url)).expect_err("opened without renaming");
@@ -214,12 +222,7 @@ fn an_old_layout_without_alter_says_what_to_run() {
 #[test]
 fn clients_starting_at_once_all_move_an_old_layout() {
     let server = MysqlServer::start();
-    let db = DATABASE;
-    server.sql(&format!(
-        "CREATE TABLE {db}.holdfast_leases (lock_key VARBINARY(256) NOT NULL PRIMARY KEY, \
-           token BINARY(16) NOT NULL, fence BIGINT UNSIGNED NOT NULL, label VARCHAR(255) NOT NULL, \
-           expires_at DATETIME(6) NOT NULL, KEY expires_at (expires_at)) ENGINE=InnoDB;"
-    ));
+    server.sql(&old_lease_table());
     runtime().block_on(async {
         let url = server.url();
         let opens = (0..4).map(|_| MysqlBackend::open_url(&url));

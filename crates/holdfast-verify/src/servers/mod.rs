@@ -241,8 +241,9 @@ mod tests {
     /// A port something already listens on is skipped.
     #[test]
     fn a_listening_port_is_skipped() {
-        let next = free_port() + 1;
-        let Ok(held) = TcpListener::bind(("127.0.0.1", next)) else { return };
+        let held =
+            (free_port() + 1..).find_map(|p| TcpListener::bind(("127.0.0.1", p)).ok()).expect("a port to listen on");
+        let next = held.local_addr().expect("the listener's port").port();
         let got: Vec<u16> = (0..3).map(|_| free_port()).collect();
         assert!(!got.contains(&next), "free_port handed out {next}, which is listened on");
         drop(held);
