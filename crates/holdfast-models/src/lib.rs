@@ -42,4 +42,5 @@ pub mod pg_fence;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;
+pub mod sql_session;
 pub mod trace;
