@@ -24,6 +24,8 @@
 //! - [`mysql_fence`]: per-key fences on MySQL/MariaDB: the same layout with
 //!   MySQL's locking statements as atomic steps, old clients stopped by a
 //!   renamed expiry column, against the variants weighed (issue 33).
+//! - [`sql_session`]: SQL leases that live with their client's session row,
+//!   renewed by one statement per client and TTL (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),

@@ -192,7 +192,7 @@ async fn rows_of_long_dead_holders_are_swept() {
     let other = rusqlite::Connection::open(&path).expect("open");
     let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64;
     let insert = "INSERT INTO holdfast_grants
-        (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
+        (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, until_ms)
         VALUES (?1, randomblob(16), 0, 1, 0, 1, 1, 'crashed', ?2, ?2)";
     for i in 0..300 {
         other.execute(insert, rusqlite::params![format!("sweep/dead/{i}"), now_ms - 120_000]).expect("dead row");

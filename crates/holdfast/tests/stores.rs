@@ -67,5 +67,7 @@ mod registry;
 mod segmented;
 #[path = "sqlite.rs"]
 mod sqlite;
+#[path = "sqlite_sessions.rs"]
+mod sqlite_sessions;
 #[path = "zookeeper/main.rs"]
 mod zookeeper;

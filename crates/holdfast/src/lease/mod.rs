@@ -1,8 +1,8 @@
 //! Leases held by a client: the one owner of lease time. Each lease's local
 //! deadline, `lost()` and `expiring()` are in [`state`]; the one renewal task
-//! per client, which renews due leases in batched calls of bounded size and,
-//! on a session-bound store, releases a lease whose deadline passed
-//! unrenewed, is in [`renewer`]. The renewer stands on releasing
+//! per client, which renews due leases in batched calls of bounded size and
+//! releases a lease whose deadline passed unrenewed (a session-bound store,
+//! or SQLite's session rows, would keep it), is in [`renewer`]. The renewer stands on releasing
 //! (`crate::lease::release`), which stands on [`state`] alone: no circle.
 
 #[cfg(test)]

@@ -134,7 +134,8 @@ impl Entries {
 
 struct Shared {
     backend: Arc<dyn Backend>,
-    /// Release leases whose deadline passed unrenewed (session-bound stores).
+    /// Release every lost lease, not only those that ran out unrenewed
+    /// (session-bound stores keep a grant while the session lives).
     session_bound: bool,
     /// The most leases per renew call ([`Capabilities::renew_slice`](crate::Capabilities::renew_slice)).
     renew_slice: Option<usize>,
@@ -310,12 +311,17 @@ async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     }
 }
 
-/// On a session-bound store, releases leases that ran out unrenewed (the
-/// store would keep them while the session lives).
+/// Releases leases that ran out unrenewed, on every store: a session-bound
+/// store keeps them while its session lives, and the SQLite store while the
+/// client's session row for their TTL lives (renewed by the client's other
+/// leases); elsewhere the store lets them go by itself about now, and the
+/// release frees the key up to a drift margin sooner. On a session-bound
+/// store, every lost lease is released (one the store reported gone too:
+/// its grant may stand in a session the store has since replaced).
 fn release_expired(shared: &Shared, expired: Vec<Arc<LeaseState>>) {
-    if !shared.session_bound {
-        return;
-    }
+    let expired = expired
+        .into_iter()
+        .filter(|lease| shared.session_bound || matches!(lease.lost_cause(), Some(LostCause::Deadline)));
     for lease in expired {
         tracing::debug!(key = %lease.key, fence = lease.fence, "lease ran out unrenewed; releasing it");
         let release = Release {

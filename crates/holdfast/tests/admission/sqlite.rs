@@ -26,7 +26,7 @@ fn seed(conn: &Connection, key: &str, case: &Case) {
         let (mode, weight, limit) = admission::encode(s.mode);
         conn.execute(
             "INSERT INTO holdfast_grants
-               (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
+               (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, until_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'seed', ?8, ?9)",
             params![key, token(s.token), mode, weight, limit, s.held, s.order as i64, now - 1, now + ends_in_ms(s)],
         )
@@ -36,7 +36,7 @@ fn seed(conn: &Connection, key: &str, case: &Case) {
 
 fn live(conn: &Connection, key: &str) -> BTreeSet<Live> {
     let mut stmt = conn
-        .prepare("SELECT token, held, fence FROM holdfast_grants WHERE key = ?1 AND expires_at_ms > ?2")
+        .prepare("SELECT token, held, fence FROM holdfast_grants WHERE key = ?1 AND until_ms > ?2")
         .expect("prepare");
     stmt.query_map(params![key, now_ms()], |r| {
         Ok((number(&r.get::<_, Vec<u8>>(0)?), r.get(1)?, r.get::<_, i64>(2)? as u64))

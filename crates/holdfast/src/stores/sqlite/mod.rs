@@ -5,10 +5,11 @@ mod admin;
 mod config;
 mod conn;
 mod error;
+mod session;
 mod sql;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -26,11 +27,9 @@ use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
 use conn::ConnThread;
 use error::map_err;
+use session::SessionBook;
 
 const STORE: &str = "sqlite";
-
-/// Leases per renewal transaction: a few milliseconds of the connection.
-const RENEW_CHUNK: usize = 512;
 
 /// The SQLite store.
 #[derive(Debug, Clone)]
@@ -42,6 +41,9 @@ pub struct SqliteBackend {
     /// When this client last swept rows of long-dead holders (ms since the
     /// epoch; see `sql::release`).
     last_sweep_ms: Arc<AtomicI64>,
+    /// This client's sessions and which one each of its grants lives with;
+    /// used only on the connection's thread, inside its transactions.
+    book: Arc<Mutex<SessionBook>>,
 }
 
 /// How often a client sweeps rows of long-dead holders, at most.
@@ -89,7 +91,7 @@ impl SqliteBackend {
             } else {
                 OpenFlags::default()
             };
-            let conn = Connection::open_with_flags(&cfg.path, flags).map_err(map_err)?;
+            let mut conn = Connection::open_with_flags(&cfg.path, flags).map_err(map_err)?;
             conn.busy_timeout(cfg.busy_timeout).map_err(map_err)?;
             let mode = sql::switch_to_wal(&conn, deadline).map_err(map_err)?;
             if !mode.eq_ignore_ascii_case("wal") {
@@ -99,14 +101,14 @@ impl SqliteBackend {
             }
             conn.pragma_update(None, "synchronous", if cfg.synchronous_full { "FULL" } else { "NORMAL" })
                 .map_err(map_err)?;
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {} COMMIT;", sql::SCHEMA)).map_err(map_err)?;
+            sql::create_schema(&mut conn).map_err(map_err)?;
             Ok(conn)
         })
         .await
         .map_err(|e| Error::backend(STORE, false, e))??;
         let conn = ConnThread::start(conn)
             .map_err(|e| Error::backend(STORE, false, format!("cannot start the connection's thread: {e}")))?;
-        Ok(SqliteBackend { conn, config, wakeups: Arc::default(), last_sweep_ms: Arc::default() })
+        Ok(SqliteBackend { conn, config, wakeups: Arc::default(), last_sweep_ms: Arc::default(), book: Arc::default() })
     }
 
     /// Runs `f` on the connection, in turn (see [`ConnThread`]).
@@ -134,6 +136,7 @@ impl SqliteBackend {
         let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)? as i64;
         let (key, token, ttl, label, mode) =
             (req.key.as_str().to_owned(), req.token, req.ttl, req.label.clone(), req.mode);
+        let book = self.book.clone();
         let outcome = self
             .with_conn(move |conn| {
                 // Polling waiters look first, so they do not queue behind
@@ -143,11 +146,17 @@ impl SqliteBackend {
                         return Ok(busy);
                     }
                 }
-                sql::acquire(conn, &key, token, mode, ttl, &label, reserve, floor)
+                let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
+                sql::acquire(conn, &mut book, &key, token, mode, ttl, &label, reserve, floor)
             })
             .await?;
         match outcome {
-            sql::Acquired::Granted { fence } => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
+            sql::Acquired::Granted { fence, left_ms } => {
+                // Valid until the session's expiry, counted from before the
+                // transaction read the clock.
+                let left = Duration::from_millis(left_ms.max(0) as u64);
+                Ok(Attempt::Granted(Grant { valid_for: left.min(req.ttl), ..Grant::new(fence, started, req.ttl) }))
+            }
             sql::Acquired::Busy { expires_in } => Ok(Attempt::Busy { expires_in: Some(expires_in) }),
             sql::Acquired::Conflict(reason) => Err(Error::Conflict { key: req.key.to_string(), reason }),
         }
@@ -203,39 +212,28 @@ impl Backend for SqliteBackend {
         let last = self.last_sweep_ms.load(Ordering::Relaxed);
         let sweep = now - last >= SWEEP_EVERY_MS
             && self.last_sweep_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok();
-        let released = self.with_conn(move |conn| sql::release(conn, &k, token, sweep)).await?;
+        let book = self.book.clone();
+        let released = self
+            .with_conn(move |conn| {
+                let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
+                sql::release(conn, &mut book, &k, token, sweep)
+            })
+            .await?;
         self.wakeups.wake_one(key.as_str());
         Ok(released)
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
-        // In key order (the table's order), so that each transaction writes a
-        // run of neighbouring pages and a tick writes each page about once;
-        // in transactions of RENEW_CHUNK leases, so that the client's other
-        // calls wait for one of them at most, never for the whole tick. The
-        // sort runs on the blocking pool: at 100,000 leases it takes
-        // milliseconds that the client's tasks should not wait for.
-        let mut sorted: Vec<(usize, (LockKey, OwnerToken, Duration))> =
-            leases.iter().enumerate().map(|(i, l)| (i, (l.key.clone(), l.token, l.ttl))).collect();
-        let chunks = tokio::task::spawn_blocking(move || {
-            sorted.sort_unstable_by(|a, b| a.1.0.cmp(&b.1.0));
-            let mut chunks: Vec<(Vec<usize>, Vec<_>)> = Vec::new();
-            let mut rest = sorted.into_iter().peekable();
-            while rest.peek().is_some() {
-                chunks.push(rest.by_ref().take(RENEW_CHUNK).unzip());
-            }
-            chunks
+        // One statement per TTL on this client's session rows, whatever the
+        // number of leases (see `session`).
+        let leases: Vec<(OwnerToken, i64)> =
+            leases.iter().map(|l| (l.token, l.ttl.as_millis().min(i64::MAX as u128) as i64)).collect();
+        let book = self.book.clone();
+        self.on_conn(move |conn| {
+            let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
+            sql::renew(conn, &mut book, &leases)
         })
         .await
-        .map_err(|e| Error::backend(STORE, false, e))?;
-        let mut held = vec![false; leases.len()];
-        for (places, batch) in chunks {
-            let results = self.on_conn(move |conn| sql::renew(conn, &batch)).await?;
-            for (i, h) in places.into_iter().zip(results) {
-                held[i] = h;
-            }
-        }
-        Ok(held)
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {

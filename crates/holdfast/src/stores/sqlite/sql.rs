@@ -14,11 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use super::session::{self, SessionBook, live_until};
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row, Shrink};
-use crate::vocabulary::key::{LockKey, OwnerToken};
+use crate::vocabulary::key::OwnerToken;
 
-pub(super) const SCHEMA: &str = "
+const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS holdfast_fence (
     id    INTEGER PRIMARY KEY CHECK (id = 0),
     value INTEGER NOT NULL
@@ -34,15 +35,55 @@ CREATE TABLE IF NOT EXISTS holdfast_grants (
     fence          INTEGER NOT NULL,
     label          TEXT NOT NULL,
     acquired_at_ms INTEGER NOT NULL,
-    expires_at_ms  INTEGER NOT NULL,
+    until_ms       INTEGER NOT NULL,
+    session        BLOB,
     PRIMARY KEY (key, token)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS holdfast_grants_expiry ON holdfast_grants (expires_at_ms);
+CREATE TABLE IF NOT EXISTS holdfast_sessions (
+    id            BLOB PRIMARY KEY,
+    expires_at_ms INTEGER NOT NULL,
+    removed       INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS holdfast_records (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
+
+/// A file of the layout before sessions (`expires_at_ms` on every row):
+/// its rows keep their expiry as `until_ms`, without a session. The column
+/// is renamed so that an older client fails on the file (`no such column:
+/// expires_at_ms`) instead of reading a session-bound row's `until_ms` as
+/// its expiry and granting the key while it is held.
+const MIGRATE_FROM_ROW_EXPIRY: &str = "
+DROP INDEX IF EXISTS holdfast_grants_expiry;
+ALTER TABLE holdfast_grants RENAME COLUMN expires_at_ms TO until_ms;
+ALTER TABLE holdfast_grants ADD COLUMN session BLOB;
+";
+
+/// One index serves both sweeps: rows without a session by their expiry,
+/// and a lapsed session's rows.
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS holdfast_grants_session_until ON holdfast_grants (session, until_ms);
+";
+
+/// Creates the tables (or brings an older file's up to this layout) in one
+/// `BEGIN IMMEDIATE` transaction, which waits for other processes' locks
+/// up to the busy timeout.
+pub(super) fn create_schema(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(TABLES)?;
+    let old: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('holdfast_grants') WHERE name = 'expires_at_ms')",
+        [],
+        |r| r.get(0),
+    )?;
+    if old {
+        tx.execute_batch(MIGRATE_FROM_ROW_EXPIRY)?;
+    }
+    tx.execute_batch(INDEXES)?;
+    tx.commit()
+}
 
 /// Switches the file to WAL mode (a no-op if it is already), retrying until
 /// `deadline` while other connections hold it; returns the journal mode the
@@ -78,35 +119,58 @@ fn ttl_ms(ttl: Duration) -> i64 {
 
 /// The outcome of one acquire transaction.
 pub(super) enum Acquired {
-    Granted { fence: u64 },
-    Busy { expires_in: Duration },
+    /// Granted, held for `left_ms` from when the transaction read the
+    /// clock (until the session's expiry: the TTL, or at least two thirds
+    /// of it).
+    Granted {
+        fence: u64,
+        left_ms: i64,
+    },
+    Busy {
+        expires_in: Duration,
+    },
     Conflict(String),
 }
 
-/// The key's unexpired rows, and the soonest expiry among held leases.
-fn rows(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<(Vec<Row>, Option<i64>)> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT token, mode, weight, limit_n, held, fence, expires_at_ms
-           FROM holdfast_grants WHERE key = ?1 AND expires_at_ms > ?2",
-    )?;
-    let mut rows = Vec::new();
-    let mut soonest: Option<i64> = None;
-    let mut q = stmt.query(params![key, now])?;
+/// What an acquire reads of a key: its live rows, the soonest end among its
+/// held leases, and its held rows whose session lapsed (token, session),
+/// which a grant deletes (see [`session`](super::session)).
+struct KeyRows {
+    live: Vec<Row>,
+    soonest: Option<i64>,
+    lapsed: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads every row of `key` (see [`KeyRows`]).
+fn rows(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<KeyRows> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT token, mode, weight, limit_n, held, fence, session, ",
+        live_until!(),
+        " FROM holdfast_grants WHERE key = ?1"
+    ))?;
+    let mut out = KeyRows { live: Vec::new(), soonest: None, lapsed: Vec::new() };
+    let mut q = stmt.query(params![key])?;
     while let Some(r) = q.next()? {
         let token: Vec<u8> = r.get(0)?;
         let held: bool = r.get(4)?;
-        let expires: i64 = r.get(6)?;
-        if held {
-            soonest = Some(soonest.map_or(expires, |s| s.min(expires)));
+        let until: i64 = r.get(7)?;
+        if until <= now {
+            if let (true, Some(session)) = (held, r.get::<_, Option<Vec<u8>>>(6)?) {
+                out.lapsed.push((token, session));
+            }
+            continue;
         }
-        rows.push(Row {
+        if held {
+            out.soonest = Some(out.soonest.map_or(until, |s| s.min(until)));
+        }
+        out.live.push(Row {
             token: token.try_into().unwrap_or([0; 16]),
             mode: admission::decode(r.get(1)?, r.get(2)?, r.get(3)?),
             held,
             order: r.get::<_, i64>(5)? as u64,
         });
     }
-    Ok((rows, soonest))
+    Ok(out)
 }
 
 fn busy(soonest: Option<i64>, now: i64) -> Acquired {
@@ -125,12 +189,13 @@ pub(super) fn peek(
     ttl: Duration,
 ) -> rusqlite::Result<Option<Acquired>> {
     let now = now_ms();
-    let (rows, soonest) = rows(conn, key, now)?;
-    Ok(match admission::decide(token.to_bytes(), mode, &rows) {
+    let KeyRows { live, soonest, .. } = rows(conn, key, now)?;
+    Ok(match admission::decide(token.to_bytes(), mode, &live) {
         Decision::Refuse { reserve: false, .. } => Some(busy(soonest, now)),
         Decision::Refuse { reserve: true, keep_order: Some(_) } => {
+            // A reservation has no session: its own expiry.
             let until: Option<i64> = conn
-                .prepare_cached("SELECT expires_at_ms FROM holdfast_grants WHERE key = ?1 AND token = ?2")?
+                .prepare_cached("SELECT until_ms FROM holdfast_grants WHERE key = ?1 AND token = ?2")?
                 .query_row(params![key, token.to_bytes()], |r| r.get(0))
                 .optional()?;
             until.filter(|u| *u > now + ttl_ms(ttl) / 2).map(|_| busy(soonest, now))
@@ -140,11 +205,13 @@ pub(super) fn peek(
 }
 
 /// One `BEGIN IMMEDIATE` transaction: grant `key` to `token` in `mode` if the
-/// admission rule allows it, with a fence of at least `floor`; if not and
-/// `reserve`, leave (or refresh) the request's reservation.
+/// admission rule allows it, with a fence of at least `floor`, living with
+/// the client's session for `ttl`; if not and `reserve`, leave (or refresh)
+/// the request's reservation.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn acquire(
     conn: &mut Connection,
+    book: &mut SessionBook,
     key: &str,
     token: OwnerToken,
     mode: LeaseMode,
@@ -155,27 +222,47 @@ pub(super) fn acquire(
 ) -> rusqlite::Result<Acquired> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    let (rows, soonest) = rows(&tx, key, now)?;
+    let KeyRows { live, soonest, lapsed } = rows(&tx, key, now)?;
     let until = now + ttl_ms(ttl);
     let (code, weight, limit) = admission::encode(mode);
-    let outcome = match admission::decide(token.to_bytes(), mode, &rows) {
+    let (outcome, bound) = match admission::decide(token.to_bytes(), mode, &live) {
         Decision::AlreadyHeld { fence } => {
             // A retry of an attempt that already succeeded (its reply was
-            // lost): the same grant, with the lease counted from now, as
-            // the client counts it from the retry.
-            tx.prepare_cached("UPDATE holdfast_grants SET expires_at_ms = ?3 WHERE key = ?1 AND token = ?2")?
-                .execute(params![key, token.to_bytes(), until])?;
-            Acquired::Granted { fence }
+            // lost): the same grant, living with the session, which is
+            // live for at least two thirds of the TTL from now.
+            let (session, expires) = session::bind(&tx, book, ttl_ms(ttl), now)?;
+            tx.prepare_cached("UPDATE holdfast_grants SET session = ?3, until_ms = ?4 WHERE key = ?1 AND token = ?2")?
+                .execute(params![key, token.to_bytes(), session, until])?;
+            (Acquired::Granted { fence, left_ms: expires - now }, Some(session))
         }
         Decision::Grant => {
+            // Held rows whose session lapsed go, each counted in its
+            // session: a clock stepped back could make it look live again.
+            for (their_token, their_session) in &lapsed {
+                tx.prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2")?
+                    .execute(params![key, their_token])?;
+                session::count_removal(&tx, their_session)?;
+            }
+            let (session, expires) = session::bind(&tx, book, ttl_ms(ttl), now)?;
             let fence = next_fence_from(&tx, floor)?;
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO holdfast_grants
-                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9)",
+                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, until_ms, session)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10)",
             )?
-            .execute(params![key, token.to_bytes(), code, weight, limit, fence, label, now, until])?;
-            Acquired::Granted { fence: fence as u64 }
+            .execute(params![
+                key,
+                token.to_bytes(),
+                code,
+                weight,
+                limit,
+                fence,
+                label,
+                now,
+                until,
+                session
+            ])?;
+            (Acquired::Granted { fence: fence as u64, left_ms: expires - now }, Some(session))
         }
         Decision::Refuse { reserve: true, keep_order } if reserve => {
             let order = match keep_order {
@@ -184,16 +271,19 @@ pub(super) fn acquire(
             };
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO holdfast_grants
-                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?9)",
+                   (key, token, mode, weight, limit_n, held, fence, label, acquired_at_ms, until_ms, session)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?9, NULL)",
             )?
             .execute(params![key, token.to_bytes(), code, weight, limit, order, label, now, until])?;
-            busy(soonest, now)
+            (busy(soonest, now), None)
         }
         Decision::Refuse { .. } => return Ok(busy(soonest, now)),
         Decision::Conflict(reason) => return Ok(Acquired::Conflict(reason)),
     };
     tx.commit()?;
+    if let Some(session) = bound {
+        book.granted(token, session);
+    }
     Ok(outcome)
 }
 
@@ -219,54 +309,72 @@ pub(super) const SWEEP_AFTER_MS: i64 = 60_000;
 /// second per client (see [`release`]) far more than crashed holders leave.
 const SWEEP_ROWS: i64 = 256;
 
-/// Deletes the grant or reservation of `token`; true if it held an
-/// unexpired lease. With `sweep`, also deletes rows of holders that died
-/// long ago, so the table stays small (the caller sweeps about once a
-/// second: in every release it cost a statement, a seventh of an
-/// uncontended cycle).
-pub(super) fn release(conn: &mut Connection, key: &str, token: OwnerToken, sweep: bool) -> rusqlite::Result<bool> {
+/// Deletes the grant or reservation of `token`; true if it held a live
+/// lease. With `sweep`, also deletes rows of holders that died long ago
+/// (rows without a session by their own expiry, and one lapsed session's),
+/// so the tables stay small (the caller sweeps about once a second: in
+/// every release it cost a statement, a seventh of an uncontended cycle).
+pub(super) fn release(
+    conn: &mut Connection,
+    book: &mut SessionBook,
+    key: &str,
+    token: OwnerToken,
+    sweep: bool,
+) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    let gone: Option<(i64, bool)> = tx
-        .prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2 RETURNING expires_at_ms, held")?
-        .query_row(params![key, token.to_bytes()], |r| Ok((r.get(0)?, r.get(1)?)))
+    let gone: Option<(i64, bool, Option<Vec<u8>>)> = tx
+        .prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2 RETURNING until_ms, held, session")?
+        .query_row(params![key, token.to_bytes()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
+    // A release by another client that knows the token (an admin tool, a
+    // second connection) is a removal the holder's client must hear of.
+    if let Some((_, true, Some(session))) = &gone
+        && !book.owns(token, session)
+    {
+        session::count_removal(&tx, session)?;
+    }
+    let live = match &gone {
+        Some((_, true, Some(session))) => tx
+            .prepare_cached("SELECT expires_at_ms FROM holdfast_sessions WHERE id = ?1")?
+            .query_row(params![session], |r| r.get::<_, i64>(0))
+            .optional()?
+            .is_some_and(|e| e > now),
+        Some((until, held, None)) => *held && *until > now,
+        _ => false,
+    };
     if sweep {
+        let cut = now - SWEEP_AFTER_MS;
         tx.prepare_cached(
             "DELETE FROM holdfast_grants WHERE (key, token) IN
-               (SELECT key, token FROM holdfast_grants WHERE expires_at_ms < ?1 LIMIT ?2)",
+               (SELECT key, token FROM holdfast_grants WHERE session IS NULL AND until_ms < ?1 LIMIT ?2)",
         )?
-        .execute(params![now - SWEEP_AFTER_MS, SWEEP_ROWS])?;
+        .execute(params![cut, SWEEP_ROWS])?;
+        session::sweep(&tx, cut, SWEEP_ROWS)?;
     }
     tx.commit()?;
-    Ok(gone.is_some_and(|(e, held)| held && e > now))
+    book.released(token);
+    Ok(live)
 }
 
-/// Extends every listed lease still owned by its token, in one transaction.
-pub(super) fn renew(conn: &mut Connection, leases: &[(LockKey, OwnerToken, Duration)]) -> rusqlite::Result<Vec<bool>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let now = now_ms();
-    let mut held = Vec::with_capacity(leases.len());
-    {
-        let mut stmt = tx.prepare_cached(
-            "UPDATE holdfast_grants SET expires_at_ms = ?3
-             WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?4",
-        )?;
-        for (key, token, ttl) in leases {
-            held.push(stmt.execute(params![key.as_str(), token.to_bytes(), now + ttl_ms(*ttl), now])? == 1);
-        }
-    }
-    tx.commit()?;
-    Ok(held)
+/// Extends every listed lease (token, TTL) still held, in one transaction
+/// of one statement per TTL (see [`session::renew`]).
+pub(super) fn renew(
+    conn: &mut Connection,
+    book: &mut SessionBook,
+    leases: &[(OwnerToken, i64)],
+) -> rusqlite::Result<Vec<bool>> {
+    session::renew(conn, book, leases, now_ms())
 }
 
 /// Reads the key's unexpired leases: (mode, label, fence, ms left).
 pub(super) fn status(conn: &Connection, key: &str) -> rusqlite::Result<Vec<(LeaseMode, String, u64, i64)>> {
     let now = now_ms();
-    let mut stmt = conn.prepare_cached(
-        "SELECT mode, weight, limit_n, label, fence, expires_at_ms
-           FROM holdfast_grants WHERE key = ?1 AND held = 1 AND expires_at_ms > ?2 ORDER BY fence",
-    )?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT * FROM (SELECT mode, weight, limit_n, label, fence, ",
+        live_until!(),
+        " AS live FROM holdfast_grants WHERE key = ?1 AND held = 1) WHERE live > ?2 ORDER BY fence"
+    ))?;
     let mut out = Vec::new();
     let mut q = stmt.query(params![key, now])?;
     while let Some(r) = q.next()? {
@@ -281,13 +389,18 @@ pub(super) fn status(conn: &Connection, key: &str) -> rusqlite::Result<Vec<(Leas
 pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::Result<u64> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
-    tx.prepare_cached("UPDATE holdfast_grants SET limit_n = ?2 WHERE key = ?1 AND mode = ?3 AND expires_at_ms > ?4")?
-        .execute(params![key, i64::from(limit), admission::MODE_SHARED, now])?;
+    tx.prepare_cached(concat!(
+        "UPDATE holdfast_grants SET limit_n = ?2 WHERE key = ?1 AND mode = ?3 AND ",
+        live_until!(),
+        " > ?4"
+    ))?
+    .execute(params![key, i64::from(limit), admission::MODE_SHARED, now])?;
     let held: i64 = tx
-        .prepare_cached(
-            "SELECT COALESCE(SUM(weight), 0) FROM holdfast_grants
-              WHERE key = ?1 AND mode = ?2 AND held = 1 AND expires_at_ms > ?3",
-        )?
+        .prepare_cached(concat!(
+            "SELECT COALESCE(SUM(weight), 0) FROM holdfast_grants WHERE key = ?1 AND mode = ?2 AND held = 1 AND ",
+            live_until!(),
+            " > ?3"
+        ))?
         .query_row(params![key, admission::MODE_SHARED, now], |r| r.get(0))?;
     tx.commit()?;
     Ok(held as u64)
@@ -299,10 +412,11 @@ pub(super) fn resize(conn: &mut Connection, key: &str, limit: u32) -> rusqlite::
 pub(super) fn shrink(conn: &mut Connection, key: &str, token: OwnerToken, to: LeaseMode) -> rusqlite::Result<Shrink> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let held: Option<(i64, i64, i64)> = tx
-        .prepare_cached(
-            "SELECT mode, weight, limit_n FROM holdfast_grants
-              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?3",
-        )?
+        .prepare_cached(concat!(
+            "SELECT mode, weight, limit_n FROM holdfast_grants WHERE key = ?1 AND token = ?2 AND held = 1 AND ",
+            live_until!(),
+            " > ?3"
+        ))?
         .query_row(params![key, token.to_bytes(), now_ms()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     let Some((code, weight, limit)) = held else { return Ok(Shrink::NotHeld) };
@@ -333,10 +447,11 @@ pub(super) const MAX_FENCE_FLOOR: u64 = 1 << 62;
 pub(super) fn raise_fence(conn: &mut Connection, key: &str, token: OwnerToken, floor: i64) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let held: bool = tx
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM holdfast_grants
-                             WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?3)",
-        )?
+        .prepare_cached(concat!(
+            "SELECT EXISTS (SELECT 1 FROM holdfast_grants WHERE key = ?1 AND token = ?2 AND held = 1 AND ",
+            live_until!(),
+            " > ?3)"
+        ))?
         .query_row(params![key, token.to_bytes(), now_ms()], |r| r.get(0))?;
     if held {
         // value = max(value, floor), without writing the page when it is a no-op.
@@ -363,10 +478,12 @@ pub(super) fn read_record(conn: &Connection, key: &str) -> rusqlite::Result<Opti
 pub(super) fn write_record(conn: &mut Connection, key: &str, token: OwnerToken, value: u64) -> rusqlite::Result<bool> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let held: bool = tx
-        .prepare_cached(
+        .prepare_cached(concat!(
             "SELECT EXISTS (SELECT 1 FROM holdfast_grants
-                             WHERE key = ?1 AND token = ?2 AND held = 1 AND mode <> ?3 AND expires_at_ms > ?4)",
-        )?
+                             WHERE key = ?1 AND token = ?2 AND held = 1 AND mode <> ?3 AND ",
+            live_until!(),
+            " > ?4)"
+        ))?
         .query_row(params![key, token.to_bytes(), admission::MODE_SHARED, now_ms()], |r| r.get(0))?;
     if held {
         tx.prepare_cached("INSERT INTO holdfast_records (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")?
@@ -379,10 +496,11 @@ pub(super) fn write_record(conn: &mut Connection, key: &str, token: OwnerToken, 
 /// Replaces the label of `token`'s unexpired grant; true if there was one.
 pub(super) fn relabel(conn: &mut Connection, key: &str, token: OwnerToken, label: &str) -> rusqlite::Result<bool> {
     let changed = conn
-        .prepare_cached(
-            "UPDATE holdfast_grants SET label = ?3
-              WHERE key = ?1 AND token = ?2 AND held = 1 AND expires_at_ms > ?4",
-        )?
+        .prepare_cached(concat!(
+            "UPDATE holdfast_grants SET label = ?3 WHERE key = ?1 AND token = ?2 AND held = 1 AND ",
+            live_until!(),
+            " > ?4"
+        ))?
         .execute(params![key, token.to_bytes(), label, now_ms()])?;
     Ok(changed == 1)
 }
@@ -395,10 +513,11 @@ pub(super) type Listed = (String, LeaseMode, String, u64, i64);
 /// so the read is O(leases under the prefix)).
 pub(super) fn list(conn: &Connection, prefix: &str) -> rusqlite::Result<Vec<Listed>> {
     let now = now_ms();
-    let mut stmt = conn.prepare_cached(
-        "SELECT key, mode, weight, limit_n, label, fence, expires_at_ms
-           FROM holdfast_grants WHERE key >= ?1 AND held = 1 AND expires_at_ms > ?2 ORDER BY key, fence",
-    )?;
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT * FROM (SELECT key, mode, weight, limit_n, label, fence, ",
+        live_until!(),
+        " AS live FROM holdfast_grants WHERE key >= ?1 AND held = 1) WHERE live > ?2 ORDER BY key, fence"
+    ))?;
     let mut out = Vec::new();
     let mut q = stmt.query(params![prefix, now])?;
     while let Some(r) = q.next()? {
@@ -414,22 +533,37 @@ pub(super) fn list(conn: &Connection, prefix: &str) -> rusqlite::Result<Vec<List
 }
 
 /// One `BEGIN IMMEDIATE` transaction: deletes every held lease of `key`
-/// whatever its token (reservations stay); the removed unexpired leases'
-/// (mode, fence). Fences come from the file's counter, which a delete
-/// never lowers, so the next grant's fence is above every removed one.
+/// whatever its token (reservations stay); the removed live leases' (mode,
+/// fence). Each removal is counted in the lease's session, so its holder
+/// hears of it at its next renewal. Fences come from the file's counter,
+/// which a delete never lowers, so the next grant's fence is above every
+/// removed one.
 pub(super) fn force_release(conn: &mut Connection, key: &str) -> rusqlite::Result<Vec<(LeaseMode, u64)>> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = now_ms();
     let mut removed = Vec::new();
     {
-        let mut stmt = tx.prepare_cached(
-            "DELETE FROM holdfast_grants WHERE key = ?1 AND held = 1
-             RETURNING mode, weight, limit_n, fence, expires_at_ms",
-        )?;
+        let mut stmt = tx.prepare_cached(concat!(
+            "SELECT token, mode, weight, limit_n, fence, session, ",
+            live_until!(),
+            " FROM holdfast_grants WHERE key = ?1 AND held = 1"
+        ))?;
         let mut q = stmt.query(params![key])?;
+        let mut rows = Vec::new();
         while let Some(r) = q.next()? {
-            if r.get::<_, i64>(4)? > now {
-                removed.push((admission::decode(r.get(0)?, r.get(1)?, r.get(2)?), r.get::<_, i64>(3)? as u64));
+            let mode = admission::decode(r.get(1)?, r.get(2)?, r.get(3)?);
+            let (token, fence, session, until): (Vec<u8>, i64, Option<Vec<u8>>, i64) =
+                (r.get(0)?, r.get(4)?, r.get(5)?, r.get(6)?);
+            rows.push((token, mode, fence, session, until));
+        }
+        for (token, mode, fence, session, until) in rows {
+            tx.prepare_cached("DELETE FROM holdfast_grants WHERE key = ?1 AND token = ?2")?
+                .execute(params![key, token])?;
+            if let Some(session) = session {
+                session::count_removal(&tx, &session)?;
+            }
+            if until > now {
+                removed.push((mode, fence as u64));
             }
         }
     }

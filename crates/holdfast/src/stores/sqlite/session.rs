@@ -1,0 +1,196 @@
+//! Leases that live with their client's session row, so that renewal writes
+//! one row per client and period instead of one per lease.
+//!
+//! Each client (one [`SqliteBackend`](super::SqliteBackend) and its clones)
+//! keeps a session row per lease TTL in `holdfast_sessions`. A held grant
+//! row names the session it lives with (`session`), and is held while that
+//! row's `expires_at_ms` is ahead of the host clock (`live_until!`);
+//! reservations and rows written before this layout have no session and
+//! keep their own expiry (`until_ms`). Renewal extends the session rows of
+//! the TTLs it renews, one statement each, whatever the number of leases.
+//!
+//! The rules, each one a counterexample in `holdfast-models`' model 9
+//! (`sql_session`) when left out:
+//!
+//! - A lapsed session is never extended again (every extension requires
+//!   `expires_at_ms` ahead of the clock): the client's next grant starts a
+//!   new session under a new id, and the client remembers which session
+//!   each of its grants lives with ([`SessionBook`]), so a lease of the old
+//!   one is reported lost even while the new one lives.
+//! - Whoever removes another client's held row counts it in that row's
+//!   session (`removed`): a forced release, and a grant that passes over a
+//!   row whose session lapsed (which it deletes). A host clock stepped back
+//!   can make a lapsed session look live again, and the count is then what
+//!   tells its client that the row was taken.
+//! - A renewal that finds the count moved reads which rows of the session
+//!   are left and forgets every lease of the session that is gone, not only
+//!   the ones it renews.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::vocabulary::key::OwnerToken;
+
+/// A session row's id: 16 random bytes, new for every session.
+pub(super) type SessionId = [u8; 16];
+
+/// When a row is held until, in host-clock milliseconds: its session row's
+/// expiry (0 once that row is gone), or its own `until_ms` without a
+/// session. An SQL expression over `holdfast_grants`, as a literal for
+/// `concat!`.
+macro_rules! live_until {
+    () => {
+        "(CASE WHEN holdfast_grants.session IS NULL THEN holdfast_grants.until_ms \
+          ELSE COALESCE((SELECT s.expires_at_ms FROM holdfast_sessions s \
+                          WHERE s.id = holdfast_grants.session), 0) END)"
+    };
+}
+pub(super) use live_until;
+
+/// What a client remembers of its sessions.
+#[derive(Debug, Default)]
+pub(super) struct SessionBook {
+    /// The session of each lease TTL (ms) this client grants under.
+    current: HashMap<i64, Current>,
+    /// The session each lease this client was granted lives with.
+    leases: HashMap<OwnerToken, SessionId>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    id: SessionId,
+    /// The session row's `removed` count this client has accounted for.
+    seen_removed: i64,
+}
+
+impl SessionBook {
+    /// Remembers that `token`'s grant lives with session `id` (once the
+    /// grant committed).
+    pub(super) fn granted(&mut self, token: OwnerToken, id: SessionId) {
+        self.leases.insert(token, id);
+    }
+
+    /// Whether `token`'s grant in session `id` is one of this client's.
+    pub(super) fn owns(&self, token: OwnerToken, id: &[u8]) -> bool {
+        self.leases.get(&token).is_some_and(|mine| mine.as_slice() == id)
+    }
+
+    /// Forgets `token`'s grant (released).
+    pub(super) fn released(&mut self, token: OwnerToken) {
+        self.leases.remove(&token);
+    }
+}
+
+/// The client's session for leases of `ttl_ms`, live for at least two
+/// thirds of the TTL from `now`: the current one, extended to `ttl_ms` from
+/// now if less is left, or a new one. Returns its id and expiry. Runs
+/// inside the caller's write transaction.
+///
+/// Extending only below two thirds keeps the session row out of most
+/// grants' transactions (renewal extends it every third of the TTL); the
+/// grant is then valid until the session's expiry, which the caller reports
+/// as the grant's validity.
+pub(super) fn bind(
+    tx: &Connection,
+    book: &mut SessionBook,
+    ttl_ms: i64,
+    now: i64,
+) -> rusqlite::Result<(SessionId, i64)> {
+    if let Some(cur) = book.current.get(&ttl_ms) {
+        let expires: Option<i64> = tx
+            .prepare_cached("SELECT expires_at_ms FROM holdfast_sessions WHERE id = ?1")?
+            .query_row(params![cur.id], |r| r.get(0))
+            .optional()?;
+        match expires {
+            Some(e) if e > now + ttl_ms * 2 / 3 => return Ok((cur.id, e)),
+            Some(e) if e > now => {
+                tx.prepare_cached("UPDATE holdfast_sessions SET expires_at_ms = ?2 WHERE id = ?1")?
+                    .execute(params![cur.id, now + ttl_ms])?;
+                return Ok((cur.id, now + ttl_ms));
+            }
+            // Lapsed (or swept): never extended again.
+            _ => {}
+        }
+    }
+    let id: SessionId = rand::random();
+    tx.prepare_cached("INSERT INTO holdfast_sessions (id, expires_at_ms, removed) VALUES (?1, ?2, 0)")?
+        .execute(params![id, now + ttl_ms])?;
+    // Set now: if the transaction rolls back, the next grant finds no row
+    // under this id and starts another session.
+    book.current.insert(ttl_ms, Current { id, seen_removed: 0 });
+    Ok((id, now + ttl_ms))
+}
+
+/// Counts the removal of a held row of session `id` by someone other than
+/// its client (see the module docs).
+pub(super) fn count_removal(tx: &Connection, id: &[u8]) -> rusqlite::Result<()> {
+    tx.prepare_cached("UPDATE holdfast_sessions SET removed = removed + 1 WHERE id = ?1")?.execute(params![id])?;
+    Ok(())
+}
+
+/// Extends the sessions of the listed leases' TTLs (one statement per TTL)
+/// and says per lease whether it is still held: its session is the live
+/// current one of its TTL and no one removed its row.
+pub(super) fn renew(
+    conn: &mut Connection,
+    book: &mut SessionBook,
+    leases: &[(OwnerToken, i64)],
+    now: i64,
+) -> rusqlite::Result<Vec<bool>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut ttls: Vec<i64> = leases.iter().map(|(_, ttl)| *ttl).collect();
+    ttls.sort_unstable();
+    ttls.dedup();
+    let mut live: HashMap<i64, SessionId> = HashMap::with_capacity(ttls.len());
+    for ttl in ttls {
+        let Some(cur) = book.current.get(&ttl).copied() else { continue };
+        let removed: Option<i64> = tx
+            .prepare_cached(
+                "UPDATE holdfast_sessions SET expires_at_ms = max(expires_at_ms, ?2)
+                  WHERE id = ?1 AND expires_at_ms > ?3 RETURNING removed",
+            )?
+            .query_row(params![cur.id, now + ttl, now], |r| r.get(0))
+            .optional()?;
+        // Lapsed: every lease of it is lost.
+        let Some(removed) = removed else { continue };
+        if removed != cur.seen_removed {
+            let mut left = HashSet::new();
+            {
+                let mut stmt =
+                    tx.prepare_cached("SELECT token FROM holdfast_grants WHERE session = ?1 AND held = 1")?;
+                let mut q = stmt.query(params![cur.id])?;
+                while let Some(r) = q.next()? {
+                    left.insert(r.get::<_, Vec<u8>>(0)?);
+                }
+            }
+            book.leases.retain(|token, id| *id != cur.id || left.contains(token.to_bytes().as_slice()));
+            book.current.insert(ttl, Current { id: cur.id, seen_removed: removed });
+        }
+        live.insert(ttl, cur.id);
+    }
+    tx.commit()?;
+    Ok(leases.iter().map(|(token, ttl)| live.get(ttl).is_some_and(|id| book.leases.get(token) == Some(id))).collect())
+}
+
+/// Deletes up to `limit` rows of one session that lapsed before `cut`, and
+/// the session row once none are left (part of a release's sweep).
+pub(super) fn sweep(tx: &Connection, cut: i64, limit: i64) -> rusqlite::Result<()> {
+    let lapsed: Option<SessionId> = tx
+        .prepare_cached("SELECT id FROM holdfast_sessions WHERE expires_at_ms < ?1 LIMIT 1")?
+        .query_row(params![cut], |r| r.get(0))
+        .optional()?;
+    let Some(id) = lapsed else { return Ok(()) };
+    let deleted = tx
+        .prepare_cached(
+            "DELETE FROM holdfast_grants WHERE (key, token) IN
+               (SELECT key, token FROM holdfast_grants WHERE session = ?1 LIMIT ?2)",
+        )?
+        .execute(params![id, limit])?;
+    if deleted > 0 {
+        count_removal(tx, &id)
+    } else {
+        tx.prepare_cached("DELETE FROM holdfast_sessions WHERE id = ?1")?.execute(params![id])?;
+        Ok(())
+    }
+}
