@@ -57,23 +57,34 @@ pub(super) struct SessionBook {
     leases: HashMap<OwnerToken, SessionId>,
 }
 
+/// A client's session for one TTL, as far as it has committed it.
 #[derive(Debug, Clone, Copy)]
-struct Current {
+pub(super) struct Current {
     id: SessionId,
     /// The session row's `removed` count this client has accounted for.
     seen_removed: i64,
+    /// The session row's expiry as this client last committed it: only its
+    /// client moves it (others count removals or delete a row that lapsed
+    /// a minute before on the same host clock), so it is the row's.
+    expires: i64,
 }
 
 impl SessionBook {
-    /// Remembers that `token`'s grant lives with session `id` (once the
-    /// grant committed).
-    pub(super) fn granted(&mut self, token: OwnerToken, id: SessionId) {
-        self.leases.insert(token, id);
+    /// After the grant's transaction committed: the session as [`bind`]
+    /// left it, and `token`'s grant living with it.
+    pub(super) fn granted(&mut self, ttl_ms: i64, session: Current, token: OwnerToken) {
+        self.current.insert(ttl_ms, session);
+        self.leases.insert(token, session.id);
     }
 
     /// Whether `token`'s grant in session `id` is one of this client's.
     pub(super) fn owns(&self, token: OwnerToken, id: &[u8]) -> bool {
         self.leases.get(&token).is_some_and(|mine| mine.as_slice() == id)
+    }
+
+    /// When this client's session `id` ends, if it is a current one.
+    pub(super) fn expiry_of(&self, id: &[u8]) -> Option<i64> {
+        self.current.values().find(|c| c.id.as_slice() == id).map(|c| c.expires)
     }
 
     /// Forgets `token`'s grant (released).
@@ -82,44 +93,48 @@ impl SessionBook {
     }
 }
 
+impl Current {
+    /// The session's id.
+    pub(super) fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The session's expiry (host-clock ms).
+    pub(super) fn expires(&self) -> i64 {
+        self.expires
+    }
+}
+
 /// The client's session for leases of `ttl_ms`, live for at least two
 /// thirds of the TTL from `now`: the current one, extended to `ttl_ms` from
-/// now if less is left, or a new one. Returns its id and expiry. Runs
-/// inside the caller's write transaction.
+/// now if less is left, or a new one. Runs inside the caller's write
+/// transaction, and returns the session as it will stand once that
+/// commits, for [`SessionBook::granted`] (never before: a rolled-back
+/// extension must not be remembered).
 ///
 /// Extending only below two thirds keeps the session row out of most
 /// grants' transactions (renewal extends it every third of the TTL); the
 /// grant is then valid until the session's expiry, which the caller reports
 /// as the grant's validity.
-pub(super) fn bind(
-    tx: &Connection,
-    book: &mut SessionBook,
-    ttl_ms: i64,
-    now: i64,
-) -> rusqlite::Result<(SessionId, i64)> {
-    if let Some(cur) = book.current.get(&ttl_ms) {
-        let expires: Option<i64> = tx
-            .prepare_cached("SELECT expires_at_ms FROM holdfast_sessions WHERE id = ?1")?
-            .query_row(params![cur.id], |r| r.get(0))
-            .optional()?;
-        match expires {
-            Some(e) if e > now + ttl_ms * 2 / 3 => return Ok((cur.id, e)),
-            Some(e) if e > now => {
-                tx.prepare_cached("UPDATE holdfast_sessions SET expires_at_ms = ?2 WHERE id = ?1")?
-                    .execute(params![cur.id, now + ttl_ms])?;
-                return Ok((cur.id, now + ttl_ms));
-            }
-            // Lapsed (or swept): never extended again.
-            _ => {}
+pub(super) fn bind(tx: &Connection, book: &SessionBook, ttl_ms: i64, now: i64) -> rusqlite::Result<Current> {
+    if let Some(cur) = book.current.get(&ttl_ms).copied() {
+        if cur.expires > now + ttl_ms * 2 / 3 {
+            return Ok(cur);
         }
+        if cur.expires > now {
+            let extended = tx
+                .prepare_cached("UPDATE holdfast_sessions SET expires_at_ms = ?2 WHERE id = ?1 AND expires_at_ms > ?3")?
+                .execute(params![cur.id, now + ttl_ms, now])?;
+            if extended == 1 {
+                return Ok(Current { expires: now + ttl_ms, ..cur });
+            }
+        }
+        // Lapsed (or its row is gone): never extended again.
     }
     let id: SessionId = rand::random();
     tx.prepare_cached("INSERT INTO holdfast_sessions (id, expires_at_ms, removed) VALUES (?1, ?2, 0)")?
         .execute(params![id, now + ttl_ms])?;
-    // Set now: if the transaction rolls back, the next grant finds no row
-    // under this id and starts another session.
-    book.current.insert(ttl_ms, Current { id, seen_removed: 0 });
-    Ok((id, now + ttl_ms))
+    Ok(Current { id, seen_removed: 0, expires: now + ttl_ms })
 }
 
 /// Counts the removal of a held row of session `id` by someone other than
@@ -142,7 +157,7 @@ pub(super) fn renew(
     let mut ttls: Vec<i64> = leases.iter().map(|(_, ttl)| *ttl).collect();
     ttls.sort_unstable();
     ttls.dedup();
-    let mut live: HashMap<i64, SessionId> = HashMap::with_capacity(ttls.len());
+    let mut live: HashMap<i64, Current> = HashMap::with_capacity(ttls.len());
     for ttl in ttls {
         let Some(cur) = book.current.get(&ttl).copied() else { continue };
         let removed: Option<i64> = tx
@@ -154,6 +169,7 @@ pub(super) fn renew(
             .optional()?;
         // Lapsed: every lease of it is lost.
         let Some(removed) = removed else { continue };
+        let mut cur = Current { expires: cur.expires.max(now + ttl), ..cur };
         if removed != cur.seen_removed {
             let mut left = HashSet::new();
             {
@@ -164,13 +180,19 @@ pub(super) fn renew(
                     left.insert(r.get::<_, Vec<u8>>(0)?);
                 }
             }
+            // Forgetting leases that are gone is right whether or not this
+            // transaction commits.
             book.leases.retain(|token, id| *id != cur.id || left.contains(token.to_bytes().as_slice()));
-            book.current.insert(ttl, Current { id: cur.id, seen_removed: removed });
+            cur.seen_removed = removed;
         }
-        live.insert(ttl, cur.id);
+        live.insert(ttl, cur);
     }
     tx.commit()?;
-    Ok(leases.iter().map(|(token, ttl)| live.get(ttl).is_some_and(|id| book.leases.get(token) == Some(id))).collect())
+    book.current.extend(live.iter().map(|(ttl, cur)| (*ttl, *cur)));
+    Ok(leases
+        .iter()
+        .map(|(token, ttl)| live.get(ttl).is_some_and(|cur| book.leases.get(token) == Some(&cur.id)))
+        .collect())
 }
 
 /// Deletes up to `limit` rows of one session that lapsed before `cut`, and

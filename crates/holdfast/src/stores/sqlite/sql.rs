@@ -230,10 +230,10 @@ pub(super) fn acquire(
             // A retry of an attempt that already succeeded (its reply was
             // lost): the same grant, living with the session, which is
             // live for at least two thirds of the TTL from now.
-            let (session, expires) = session::bind(&tx, book, ttl_ms(ttl), now)?;
+            let session = session::bind(&tx, book, ttl_ms(ttl), now)?;
             tx.prepare_cached("UPDATE holdfast_grants SET session = ?3, until_ms = ?4 WHERE key = ?1 AND token = ?2")?
-                .execute(params![key, token.to_bytes(), session, until])?;
-            (Acquired::Granted { fence, left_ms: expires - now }, Some(session))
+                .execute(params![key, token.to_bytes(), session.id(), until])?;
+            (Acquired::Granted { fence, left_ms: session.expires() - now }, Some(session))
         }
         Decision::Grant => {
             // Held rows whose session lapsed go, each counted in its
@@ -243,7 +243,7 @@ pub(super) fn acquire(
                     .execute(params![key, their_token])?;
                 session::count_removal(&tx, their_session)?;
             }
-            let (session, expires) = session::bind(&tx, book, ttl_ms(ttl), now)?;
+            let session = session::bind(&tx, book, ttl_ms(ttl), now)?;
             let fence = next_fence_from(&tx, floor)?;
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO holdfast_grants
@@ -260,9 +260,9 @@ pub(super) fn acquire(
                 label,
                 now,
                 until,
-                session
+                session.id()
             ])?;
-            (Acquired::Granted { fence: fence as u64, left_ms: expires - now }, Some(session))
+            (Acquired::Granted { fence: fence as u64, left_ms: session.expires() - now }, Some(session))
         }
         Decision::Refuse { reserve: true, keep_order } if reserve => {
             let order = match keep_order {
@@ -282,7 +282,7 @@ pub(super) fn acquire(
     };
     tx.commit()?;
     if let Some(session) = bound {
-        book.granted(token, session);
+        book.granted(ttl_ms(ttl), session, token);
     }
     Ok(outcome)
 }
@@ -335,6 +335,8 @@ pub(super) fn release(
         session::count_removal(&tx, session)?;
     }
     let live = match &gone {
+        // This client's own session: it knows the expiry.
+        Some((_, true, Some(session))) if book.owns(token, session) => book.expiry_of(session).is_some_and(|e| e > now),
         Some((_, true, Some(session))) => tx
             .prepare_cached("SELECT expires_at_ms FROM holdfast_sessions WHERE id = ?1")?
             .query_row(params![session], |r| r.get::<_, i64>(0))
