@@ -4,6 +4,7 @@
 mod admin;
 mod config;
 mod conn;
+mod ddl;
 mod error;
 mod session;
 mod sql;
@@ -97,7 +98,7 @@ impl SqliteBackend {
             };
             let mut conn = Connection::open_with_flags(&cfg.path, flags).map_err(map_err)?;
             conn.busy_timeout(cfg.busy_timeout).map_err(map_err)?;
-            let mode = sql::switch_to_wal(&conn, deadline).map_err(map_err)?;
+            let mode = ddl::switch_to_wal(&conn, deadline).map_err(map_err)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 // Still correct (every change is a BEGIN IMMEDIATE transaction),
                 // but readers and the writer now block each other.
@@ -105,7 +106,7 @@ impl SqliteBackend {
             }
             conn.pragma_update(None, "synchronous", if cfg.synchronous_full { "FULL" } else { "NORMAL" })
                 .map_err(map_err)?;
-            sql::create_schema(&mut conn).map_err(map_err)?;
+            ddl::create_schema(&mut conn).map_err(map_err)?;
             Ok(conn)
         })
         .await

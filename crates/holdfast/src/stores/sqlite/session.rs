@@ -18,8 +18,9 @@
 //!   each of its grants lives with ([`SessionBook`]), so a lease of the old
 //!   one is reported lost even while the new one lives.
 //! - Whoever removes another client's held row counts it in that row's
-//!   session (`removed`): a forced release, and a grant that passes over a
-//!   row whose session lapsed (which it deletes). A host clock stepped back
+//!   session (`removed`): a forced release, a release by another client
+//!   that knows the token, and a grant that passes over a row whose session
+//!   lapsed (which it deletes). A host clock stepped back
 //!   can make a lapsed session look live again, and the count is then what
 //!   tells its client that the row was taken.
 //! - A renewal that finds the count moved reads which rows of the session
