@@ -217,3 +217,45 @@ async fn a_file_of_the_row_expiry_layout_is_brought_up_and_older_clients_fail() 
         raw.execute_batch("CREATE INDEX IF NOT EXISTS holdfast_grants_expiry ON holdfast_grants (expires_at_ms)");
     assert!(old_open.is_err(), "an old client could still open the file");
 }
+
+/// Sessions of clients that came and went (a `holdfast run` leaves one) are
+/// swept by a later release, many at a time, and so are the rows of a
+/// client that crashed; a session that lapsed a second ago stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lapsed_sessions_and_their_rows_are_swept() {
+    let file = File::new();
+    let client = Client::connect(&file.url()).await.expect("connect");
+    client.mutex("warm").try_acquire().await.expect("try").expect("free").release().await.expect("release");
+    let raw = file.raw();
+    let long_ago = now_ms() - 120_000;
+    for _ in 0..300 {
+        raw.execute("INSERT INTO holdfast_sessions VALUES (randomblob(16), ?1, 0)", params![long_ago]).expect("gone");
+    }
+    raw.execute("INSERT INTO holdfast_sessions VALUES (x'000000000000000000000000000000aa', ?1, 0)", params![long_ago])
+        .expect("crashed");
+    for i in 0..3 {
+        raw.execute(
+            "INSERT INTO holdfast_grants VALUES (?1, randomblob(16), 0, 1, 0, 1, 1, 'crashed', ?2, ?2, x'000000000000000000000000000000aa')",
+            params![format!("crashed/{i}"), long_ago],
+        )
+        .expect("a crashed client's row");
+    }
+    raw.execute(
+        "INSERT INTO holdfast_sessions VALUES (x'000000000000000000000000000000bb', ?1, 0)",
+        params![now_ms() - 1_000],
+    )
+    .expect("recent");
+    let count = |sql: &str| -> i64 { raw.query_row(sql, [], |r| r.get(0)).expect("count") };
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        client.mutex("other").try_acquire().await.expect("try").expect("free").release().await.expect("release");
+    }
+    let lapsed = format!("SELECT count(*) FROM holdfast_sessions WHERE expires_at_ms < {}", now_ms() - 60_000);
+    assert_eq!(count(&lapsed), 0, "sessions that lapsed two minutes ago were not swept");
+    assert_eq!(count("SELECT count(*) FROM holdfast_grants WHERE key LIKE 'crashed/%'"), 0, "rows were left");
+    assert_eq!(
+        count("SELECT count(*) FROM holdfast_sessions WHERE id = x'000000000000000000000000000000bb'"),
+        1,
+        "a recent session was swept"
+    );
+}

@@ -196,24 +196,29 @@ pub(super) fn renew(
         .collect())
 }
 
-/// Deletes up to `limit` rows of one session that lapsed before `cut`, and
-/// the session row once none are left (part of a release's sweep).
+/// Part of a release's sweep: deletes up to `limit` of the sessions that
+/// lapsed before `cut` and hold no rows (clients that released everything
+/// and went: one CLI run leaves one), and up to `limit` rows of one that
+/// lapsed holding some (a client that crashed), whose session row goes at a
+/// later sweep.
 pub(super) fn sweep(tx: &Connection, cut: i64, limit: i64) -> rusqlite::Result<()> {
-    let lapsed: Option<SessionId> = tx
+    tx.prepare_cached(
+        "DELETE FROM holdfast_sessions WHERE id IN
+           (SELECT s.id FROM holdfast_sessions s WHERE s.expires_at_ms < ?1
+               AND NOT EXISTS (SELECT 1 FROM holdfast_grants g WHERE g.session = s.id) LIMIT ?2)",
+    )?
+    .execute(params![cut, limit])?;
+    // Read as bytes of any length: a row some other tool wrote must not
+    // stop every release's sweep.
+    let holding: Option<Vec<u8>> = tx
         .prepare_cached("SELECT id FROM holdfast_sessions WHERE expires_at_ms < ?1 LIMIT 1")?
         .query_row(params![cut], |r| r.get(0))
         .optional()?;
-    let Some(id) = lapsed else { return Ok(()) };
-    let deleted = tx
-        .prepare_cached(
-            "DELETE FROM holdfast_grants WHERE (key, token) IN
-               (SELECT key, token FROM holdfast_grants WHERE session = ?1 LIMIT ?2)",
-        )?
-        .execute(params![id, limit])?;
-    if deleted > 0 {
-        count_removal(tx, &id)
-    } else {
-        tx.prepare_cached("DELETE FROM holdfast_sessions WHERE id = ?1")?.execute(params![id])?;
-        Ok(())
-    }
+    let Some(id) = holding else { return Ok(()) };
+    tx.prepare_cached(
+        "DELETE FROM holdfast_grants WHERE (key, token) IN
+           (SELECT key, token FROM holdfast_grants WHERE session = ?1 LIMIT ?2)",
+    )?
+    .execute(params![id, limit])?;
+    count_removal(tx, &id)
 }
