@@ -179,12 +179,9 @@ async fn an_unrenewed_lease_beside_renewed_ones_is_freed_at_its_ttl() {
     renewed.release().await.expect("release");
 }
 
-/// A file of the layout before sessions: its live rows keep their expiry,
-/// and an older client's statements fail on it instead of reading a
-/// session-bound row's `until_ms` as its expiry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_file_of_the_row_expiry_layout_is_brought_up_and_older_clients_fail() {
-    let file = File::new();
+/// Writes a file of the layout before sessions (`expires_at_ms` on every
+/// row), fence counter at 41, with an old client's live lease of `old`.
+fn old_layout(file: &File) -> Connection {
     let raw = file.raw();
     raw.execute_batch(
         "CREATE TABLE holdfast_fence (id INTEGER PRIMARY KEY CHECK (id = 0), value INTEGER NOT NULL);
@@ -203,6 +200,16 @@ async fn a_file_of_the_row_expiry_layout_is_brought_up_and_older_clients_fail() 
         params![now_ms(), now_ms() + 60_000],
     )
     .expect("an old client's live lease");
+    raw
+}
+
+/// A file of the layout before sessions: its live rows keep their expiry,
+/// and an older client's statements fail on it instead of reading a
+/// session-bound row's `until_ms` as its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_the_row_expiry_layout_is_brought_up_and_older_clients_fail() {
+    let file = File::new();
+    let raw = old_layout(&file);
     let store = file.store().await;
     let req = request("old", Duration::from_secs(5));
     assert!(store.try_acquire(&req).await.expect("try").is_none(), "the old client's live lease was ignored");
@@ -216,6 +223,45 @@ async fn a_file_of_the_row_expiry_layout_is_brought_up_and_older_clients_fail() 
     let old_open =
         raw.execute_batch("CREATE INDEX IF NOT EXISTS holdfast_grants_expiry ON holdfast_grants (expires_at_ms)");
     assert!(old_open.is_err(), "an old client could still open the file");
+}
+
+/// Several clients of this version that open an old file at the same moment
+/// (processes started together after an upgrade) never fail: one brings the
+/// file up, the others find it done, and the old lease still holds.
+#[test]
+fn clients_that_upgrade_one_file_at_once_never_fail() {
+    const CLIENTS: usize = 6;
+    for _ in 0..20 {
+        let file = File::new();
+        drop(old_layout(&file));
+        let url = file.url();
+        let start = std::sync::Barrier::new(CLIENTS);
+        let outcomes: Vec<holdfast::Result<bool>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..CLIENTS)
+                .map(|_| {
+                    s.spawn(|| {
+                        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                        start.wait();
+                        rt.block_on(async {
+                            let store = SqliteBackend::open_url(&url).await?;
+                            Ok(store.try_acquire(&request("old", Duration::from_secs(5))).await?.is_some())
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        for outcome in outcomes {
+            assert!(!outcome.expect("a client failed to open the old file"), "the old client's live lease was taken");
+        }
+        let sessions: i64 = file
+            .raw()
+            .query_row("SELECT count(*) FROM pragma_table_info('holdfast_grants') WHERE name = 'session'", [], |r| {
+                r.get(0)
+            })
+            .expect("columns");
+        assert_eq!(sessions, 1);
+    }
 }
 
 /// Sessions of clients that came and went (a `holdfast run` leaves one) are

@@ -237,7 +237,7 @@ impl Backend for SqliteBackend {
         let book = self.book.clone();
         self.on_conn(move |conn| {
             let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
-            sql::renew(conn, &mut book, &leases)
+            session::renew(conn, &mut book, &leases, sql::now_ms())
         })
         .await
     }

@@ -270,16 +270,6 @@ pub(super) fn release(
     Ok(live)
 }
 
-/// Extends every listed lease (token, TTL) still held, in one transaction
-/// of one statement per TTL (see [`session::renew`]).
-pub(super) fn renew(
-    conn: &mut Connection,
-    book: &mut SessionBook,
-    leases: &[(OwnerToken, i64)],
-) -> rusqlite::Result<Vec<bool>> {
-    session::renew(conn, book, leases, now_ms())
-}
-
 /// Reads the key's unexpired leases: (mode, label, fence, ms left).
 pub(super) fn status(conn: &Connection, key: &str) -> rusqlite::Result<Vec<(LeaseMode, String, u64, i64)>> {
     let now = now_ms();
