@@ -41,6 +41,7 @@ pub mod handover;
 pub mod mysql_fence;
 pub mod network;
 pub mod pg_fence;
+pub mod pg_session;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;
