@@ -147,13 +147,14 @@ async fn an_abandoned_renewal_is_cancelled_on_the_server() {
     let store = holdfast::stores::connect(&url).await.expect("connect");
     let req = AcquireRequest::new(LockKey::new("slow-renew").unwrap(), OwnerToken::random(), Duration::from_secs(30));
     store.try_acquire(&req).await.expect("acquire").expect("free");
-    // Another session locks the row for 3 s: the renewal waits on it.
+    // Another session locks the client's session row (which renewal
+    // extends for all its mutex leases) for 3 s: the renewal waits on it.
     let locker = {
         let port = server.port();
         std::thread::spawn(move || {
             std::process::Command::new("psql")
                 .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-c"])
-                .arg("BEGIN; SELECT 1 FROM holdfast_leases WHERE key = 'slow-renew' FOR UPDATE; SELECT pg_sleep(3); COMMIT;")
+                .arg("BEGIN; SELECT 1 FROM holdfast_leases_sess FOR UPDATE; SELECT pg_sleep(3); COMMIT;")
                 .output()
                 .expect("psql")
         })

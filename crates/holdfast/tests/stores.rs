@@ -51,6 +51,8 @@ mod postgres_faults;
 mod postgres_fences;
 #[path = "postgres_history.rs"]
 mod postgres_history;
+#[path = "postgres_sessions.rs"]
+mod postgres_sessions;
 #[path = "redis.rs"]
 mod redis;
 #[path = "redis_cluster.rs"]

@@ -181,12 +181,12 @@ impl PgSessionModel {
     /// forgets the others, after a renewal sent at `sent`.
     fn settle(&self, s: &mut PgSessionState, c: u8, incarnation: u8, sent: u8, present: &[bool]) {
         let ci = usize::from(c);
-        for k in 0..usize::from(self.keys) {
+        for (k, &kept) in present.iter().enumerate().take(usize::from(self.keys)) {
             let Some(view) = s.clients[ci].views[k] else { continue };
             if view.incarnation != incarnation {
                 continue;
             }
-            if !present[k] {
+            if !kept {
                 s.clients[ci].views[k] = None;
                 continue;
             }

@@ -8,6 +8,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::error::map_err;
 use super::gate::is_gate;
+use super::session::until_sql;
 use super::statements::RELEASED;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
@@ -20,6 +21,11 @@ impl PostgresBackend {
         (format!("\"{}\".\"{}\"", c.schema, c.table), format!("\"{}\".\"{}_shares\"", c.schema, c.table))
     }
 
+    /// When lease row `l` is held until (see `session`).
+    fn admin_until(&self) -> String {
+        until_sql("l", &self.inner.sql.sessions_regclass)
+    }
+
     /// Every key under `prefix` with an unexpired lease row (an exclusive
     /// holder, or the gate row that held shares keep at least as long as
     /// themselves), then each one's status. One pass over the lease table
@@ -27,8 +33,9 @@ impl PostgresBackend {
     /// which the sweep removes), then one status read per key.
     pub(super) async fn list_held(&self, prefix: &str) -> Result<Vec<LockStatus>> {
         let (t, _) = self.admin_tables();
+        let u = self.admin_until();
         let sql =
-            format!("SELECT key FROM {t} WHERE starts_with(key, $1) AND expires_at > clock_timestamp() ORDER BY key");
+            format!("SELECT key FROM {t} AS l WHERE starts_with(key, $1) AND {u} > clock_timestamp() ORDER BY key");
         let rows = self
             .transaction("list", async |c| c.query_typed(&sql, &[(&prefix, Type::TEXT)]).await.map_err(map_err))
             .await?;
@@ -42,17 +49,23 @@ impl PostgresBackend {
     /// held shares deleted (reservations stay), and the waiters told at
     /// commit by the channel every release uses. The next grant's fence is
     /// above the removed ones (the row's fence + 1); the holders' renewals
-    /// find no row of theirs and fail.
+    /// find no row of theirs and fail; a holder whose lease lives with a
+    /// session finds the removal counted in it (see `session`).
     pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
         let (t, s) = self.admin_tables();
         let lock_row = format!("SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE");
         // The row stays as the released marker, keeping the key's fence
         // (read after the lock above, so `o` is the latest version).
+        let u = self.admin_until();
+        let ss = &self.inner.sql.sessions_regclass;
+        let count =
+            format!("UPDATE {ss} SET removed = removed + 1 WHERE id = (SELECT session FROM {t} WHERE key = $1)");
         let del_lease = format!(
-            "UPDATE {t} AS l SET token = {RELEASED}, label = '', expires_at = least(l.expires_at, clock_timestamp())
-             FROM (SELECT token, expires_at > clock_timestamp() AS live FROM {t} WHERE key = $1) o
+            "UPDATE {t} AS l SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp()),
+                 session = NULL
+             FROM (SELECT token, {u} AS until FROM {t} AS l WHERE key = $1) o
              WHERE l.key = $1
-             RETURNING o.token, l.fence, o.live"
+             RETURNING o.token, l.fence, o.until > clock_timestamp()"
         );
         let del_shares =
             format!("DELETE FROM {s} WHERE key = $1 AND held RETURNING fence, expires_at > clock_timestamp()");
@@ -60,6 +73,7 @@ impl PostgresBackend {
         let out = self
             .transaction("force_release", async |c| {
                 c.query_typed(&lock_row, &[(&k, Type::TEXT)]).await.map_err(map_err)?;
+                c.query_typed(&count, &[(&k, Type::TEXT)]).await.map_err(map_err)?;
                 let mut out = ForceReleased::free();
                 for row in c.query_typed(&del_lease, &[(&k, Type::TEXT)]).await.map_err(map_err)? {
                     let token: Vec<u8> = row.try_get(0).map_err(map_err)?;

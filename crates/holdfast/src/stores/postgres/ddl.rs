@@ -9,8 +9,12 @@
 //! deleting rows whose fences ran ahead of it, so after the migration every
 //! write to row 0 fails (trigger `holdfast_refuse_old`, naming the upgrade),
 //! and every delete of a lease row, by any client, raises row 1 to the
-//! deleted fence (trigger `holdfast_keep_fence`). The model `pg_fence` in
+//! deleted fence (trigger `holdfast_keep_fence`; it also counts the delete
+//! of a row that lives with a session in that session, see `session`). The model `pg_fence` in
 //! holdfast-models checks this design and the variants weighed against it.
+//!
+//! The same text adds the session table `<table>_sess` and the lease rows'
+//! `session` column (model `pg_session`; see `session.rs`).
 
 /// The name of the trigger that raises the counter on a lease row's delete.
 pub(super) const KEEP_TRIGGER: &str = "holdfast_keep_fence";
@@ -26,6 +30,8 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
     let f = format!("{q}.\"{table}_fence\"");
     let sh = format!("{q}.\"{table}_shares\"");
     let r = format!("{q}.\"{table}_records\"");
+    let ss = format!("{q}.\"{table}_sess\"");
+    let by_session = format!("\"{table}_sidx\"");
     // Function names stay within 63 bytes: the table name has at most 57.
     let keep_fn = format!("{q}.\"{table}_keep\"");
     let refuse_fn = format!("{q}.\"{table}_old\"");
@@ -43,6 +49,16 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
              wanted      boolean     NOT NULL DEFAULT false
          ) WITH (fillfactor = 80);
          ALTER TABLE {t} ADD COLUMN IF NOT EXISTS wanted boolean NOT NULL DEFAULT false;
+         -- Session rows (see `session`): a lease row that names one is held
+         -- while that row is unexpired, and keeps `expires_at` at infinity,
+         -- so a client of an earlier version sees it held and never takes it.
+         CREATE TABLE IF NOT EXISTS {ss} (
+             id         bytea       PRIMARY KEY,
+             expires_at timestamptz NOT NULL,
+             removed    bigint      NOT NULL DEFAULT 0
+         );
+         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS session bytea;
+         CREATE INDEX IF NOT EXISTS {by_session} ON {t} (session) WHERE session IS NOT NULL;
          CREATE TABLE IF NOT EXISTS {f} (
              id    integer PRIMARY KEY,
              value bigint  NOT NULL
@@ -81,6 +97,10 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
          CREATE OR REPLACE FUNCTION {keep_fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
          BEGIN
              UPDATE {f} SET value = OLD.fence WHERE id = 1 AND value < OLD.fence;
+             -- A held row deleted by hand: its client hears it at its next renewal.
+             IF OLD.session IS NOT NULL THEN
+                 UPDATE {ss} SET removed = removed + 1 WHERE id = OLD.session;
+             END IF;
              RETURN OLD;
          END $fn$;
          DROP TRIGGER IF EXISTS {KEEP_TRIGGER} ON {t};

@@ -10,6 +10,8 @@ mod gate;
 mod listener;
 mod pool;
 mod pooler;
+mod renew;
+mod session;
 mod shares;
 mod shrink;
 mod sql;
@@ -53,6 +55,9 @@ struct Inner {
     durability: OnceLock<FenceDurability>,
     /// Named prepared statements still allowed (cleared if a pooler breaks them).
     prepared: std::sync::atomic::AtomicBool,
+    /// This client's sessions and the session each of its mutex leases
+    /// lives with (see `session`).
+    sessions: std::sync::Mutex<session::SessionBook>,
     /// Last sweep of long-expired rows, in ms since `epoch`.
     last_sweep_ms: AtomicU64,
     epoch: Instant,
@@ -131,6 +136,7 @@ impl PostgresBackend {
             listener: OnceLock::new(),
             durability: OnceLock::new(),
             prepared: std::sync::atomic::AtomicBool::new(true),
+            sessions: std::sync::Mutex::default(),
             last_sweep_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         };
@@ -201,6 +207,9 @@ impl Backend for PostgresBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let session = self.book().session_of(token);
+        let session = session.as_ref().map(|s| &s[..]);
+        let owner = token;
         let token = token.to_bytes();
         let token = &token[..];
         let rows = self
@@ -208,9 +217,15 @@ impl Backend for PostgresBackend {
                 "release",
                 Some(key.as_str()),
                 Stmt::Release,
-                &[(&key.as_str(), Type::TEXT), (&token, Type::BYTEA), (&self.inner.channel, Type::TEXT)],
+                &[
+                    (&key.as_str(), Type::TEXT),
+                    (&token, Type::BYTEA),
+                    (&self.inner.channel, Type::TEXT),
+                    (&session, Type::BYTEA),
+                ],
             )
             .await?;
+        self.book().released(owner);
         let released = match rows.first() {
             Some(row) => {
                 if row.try_get::<_, bool>(2).map_err(map_err)? {
@@ -234,28 +249,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
-        let tokens: Vec<Vec<u8>> = leases.iter().map(|l| l.token.to_bytes().to_vec()).collect();
-        let ttls: Vec<i64> = leases.iter().map(|l| l.ttl.as_millis() as i64).collect();
-        let rows = self
-            .query(
-                "renew",
-                None,
-                Stmt::Renew,
-                &[(&keys, Type::TEXT_ARRAY), (&tokens, Type::BYTEA_ARRAY), (&ttls, Type::INT8_ARRAY)],
-            )
-            .await?;
-        let mut held = vec![false; leases.len()];
-        for row in rows {
-            let i: i64 = row.try_get(0).map_err(map_err)?;
-            if let Some(h) = usize::try_from(i).ok().and_then(|i| i.checked_sub(1)).and_then(|i| held.get_mut(i)) {
-                *h = true;
-            }
-        }
-        Ok(held)
+        self.renew_leases(leases).await // renew.rs
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {

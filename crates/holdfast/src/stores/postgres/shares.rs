@@ -28,6 +28,7 @@ use super::config::PostgresConfig;
 use super::error::{map_err, timed_out};
 use super::gate::GATE;
 use super::pool::Conn;
+use super::session::until_sql;
 use crate::backend::admission::{self, Decision, Row};
 use crate::backend::wait::Attempt;
 use crate::backend::{AcquireRequest, Grant, HolderInfo, LeaseMode};
@@ -68,10 +69,28 @@ impl ShareSql {
         let t = format!("{schema}.\"{}\"", config.table);
         let f = format!("{schema}.\"{}_fence\"", config.table);
         let s = format!("{schema}.\"{}_shares\"", config.table);
+        let ss = format!("{schema}.\"{}_sess\"", config.table);
+        let u = until_sql("g", &ss);
         ShareSql {
             // The key's lease row, locked until commit (its latest version).
+            // A row that lives with a session is free only once `lapse`
+            // counted the removal in that session row, under its lock and
+            // re-checked on its latest version (model pg_session: a
+            // renewal in flight commits first); a session the statement's
+            // snapshot cannot see (made after it) keeps the row held.
             lock_gate: format!(
-                "SELECT token, fence, expires_at > clock_timestamp(), {LEFT_MS} FROM {t} WHERE key = $1 FOR UPDATE"
+                "WITH g AS (
+                     SELECT token, fence, expires_at, session FROM {t} WHERE key = $1 FOR UPDATE
+                 ), lapse AS (
+                     UPDATE {ss} SET removed = removed + 1
+                     WHERE id = (SELECT session FROM g) AND expires_at <= clock_timestamp()
+                     RETURNING id
+                 )
+                 SELECT token, fence,
+                        CASE WHEN session IS NULL THEN expires_at > clock_timestamp()
+                             ELSE NOT EXISTS (SELECT 1 FROM lapse) END,
+                        (extract(epoch FROM {u} - clock_timestamp()) * 1000)::int8
+                 FROM g"
             ),
             // A key without a row: an expired gate row made with a fence from
             // the namespace counter (row 1, taken before the row, as a mutex
@@ -111,12 +130,12 @@ impl ShareSql {
             gate_to_shares: format!(
                 "UPDATE {t} SET fence = greatest(fence, $4), label = '',
                      expires_at = greatest(CASE WHEN token = $3 THEN expires_at ELSE timestamptz 'epoch' END, {UNTIL}),
-                     token = $3
+                     token = $3, session = NULL
                  WHERE key = $1"
             ),
             grant_writer: format!(
                 "UPDATE {t} SET token = $3, fence = $4, label = $5, acquired_at = clock_timestamp(),
-                     expires_at = {UNTIL}, wanted = $6
+                     expires_at = {UNTIL}, wanted = $6, session = NULL
                  WHERE key = $1"
             ),
             extend_writer: format!("UPDATE {t} SET expires_at = {UNTIL} WHERE key = $1 AND token = $3"),
@@ -131,8 +150,13 @@ impl ShareSql {
                  RETURNING wanted"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
-            // Keeps the row's fence and expiry (no later than the share's: the same).
-            lease_to_gate: format!("UPDATE {t} SET token = $3, label = '' WHERE key = $1 AND token = $2"),
+            // Keeps the row's fence and expiry (no later than the share's:
+            // the same; a session's expiry becomes the row's own).
+            lease_to_gate: format!(
+                "UPDATE {t} AS l SET token = $3, label = '', expires_at = {ul}, session = NULL
+                 WHERE key = $1 AND token = $2",
+                ul = until_sql("l", &ss)
+            ),
             list: format!(
                 "SELECT label, fence, {LEFT_MS}, weight, limit_n FROM {s}
                  WHERE key = $1 AND held AND expires_at > clock_timestamp() ORDER BY fence"
@@ -148,14 +172,15 @@ impl ShareSql {
             ),
             relabel: format!(
                 "WITH a AS (
-                     UPDATE {t} SET label = $3 WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
+                     UPDATE {t} AS l SET label = $3 WHERE key = $1 AND token = $2 AND {ul} > clock_timestamp()
                      RETURNING 1
                  ), b AS (
                      UPDATE {s} SET label = $3
                      WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp()
                      RETURNING 1
                  )
-                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
+                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)",
+                ul = until_sql("l", &ss)
             ),
         }
     }

@@ -12,6 +12,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::config::PostgresConfig;
 use super::error::map_err;
+use super::session::until_sql;
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Shrink};
 use crate::vocabulary::error::Result;
@@ -38,14 +39,17 @@ impl ShrinkSql {
         let schema = format!("\"{}\"", config.schema);
         let t = format!("{schema}.\"{}\"", config.table);
         let s = format!("{schema}.\"{}_shares\"", config.table);
+        let u = until_sql("l", &format!("{schema}.\"{}_sess\"", config.table));
         ShrinkSql {
             lock_exclusive: format!(
-                "SELECT 1 FROM {t} WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp() FOR UPDATE"
+                "SELECT 1 FROM {t} AS l WHERE key = $1 AND token = $2 AND {u} > clock_timestamp() FOR UPDATE"
             ),
+            // A lease that lived with a session becomes a share with the
+            // session's expiry as its own (shares keep their own expiry).
             exclusive_to_share: format!(
                 "INSERT INTO {s} (key, token, mode, weight, limit_n, held, fence, label, acquired_at, expires_at)
-                 SELECT key, token, $3, $4, $5, true, fence, label, acquired_at, expires_at
-                 FROM {t} WHERE key = $1 AND token = $2
+                 SELECT key, token, $3, $4, $5, true, fence, label, acquired_at, {u}
+                 FROM {t} AS l WHERE key = $1 AND token = $2
                  ON CONFLICT (key, token) DO UPDATE SET mode = excluded.mode, weight = excluded.weight,
                      limit_n = excluded.limit_n, held = true, fence = excluded.fence, label = excluded.label,
                      acquired_at = excluded.acquired_at, expires_at = excluded.expires_at"

@@ -20,6 +20,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::ddl::{KEEP_TRIGGER, REFUSE_TRIGGER};
 use super::error::{map_err, timed_out};
 use super::pool::statement_lost;
+use super::session::{SessionBook, SessionId};
 #[cfg(doc)]
 use super::statements::Statements;
 use super::statements::Stmt;
@@ -72,7 +73,9 @@ impl PostgresBackend {
                             current_setting('fsync'), current_setting('synchronous_commit'),
                             to_regclass($4) IS NOT NULL,
                             EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $5)
-                            AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $6)",
+                            AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $6)
+                            AND to_regclass($7) IS NOT NULL AND EXISTS (
+                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'session')",
                     &[
                         (&i.sql.lease_regclass, Type::TEXT),
                         (&i.sql.fence_regclass, Type::TEXT),
@@ -80,6 +83,7 @@ impl PostgresBackend {
                         (&i.sql.records_regclass, Type::TEXT),
                         (&KEEP_TRIGGER, Type::TEXT),
                         (&REFUSE_TRIGGER, Type::TEXT),
+                        (&i.sql.sessions_regclass, Type::TEXT),
                     ],
                 )
                 .await
@@ -90,9 +94,10 @@ impl PostgresBackend {
                 if !i.config.create {
                     let what = if exists {
                         format!(
-                            "namespace {} has no per-key fences yet (triggers {KEEP_TRIGGER} / {REFUSE_TRIGGER}) \
-                             and create=false; run the migration in the store docs (Migration: per-key fences)",
-                            i.sql.lease_regclass
+                            "namespace {} has no per-key fences (triggers {KEEP_TRIGGER} / {REFUSE_TRIGGER}) or no \
+                             session table ({}) yet, and create=false; run the migration in the store docs \
+                             (Migration)",
+                            i.sql.lease_regclass, i.sql.sessions_regclass
                         )
                     } else {
                         format!(
@@ -135,7 +140,7 @@ impl PostgresBackend {
         // registered and removed per call, and this is the hot path.
         let fut = async {
             let c = match stmt {
-                Stmt::Renew => self.inner.pool.renewal().await?,
+                Stmt::Renew | Stmt::RenewSession | Stmt::SessionRows => self.inner.pool.renewal().await?,
                 _ => self.inner.pool.get(key).await?,
             };
             // A renewal abandoned here (timed out, or its caller dropped) is
@@ -147,7 +152,7 @@ impl PostgresBackend {
             // after them (renewal has a connection of its own; a cancel that
             // lands on another renewal there fails that renewal call, which the
             // renewer retries like any failed renewal).
-            let cancels = matches!(stmt, Stmt::Renew);
+            let cancels = matches!(stmt, Stmt::Renew | Stmt::RenewSession | Stmt::SessionRows);
             let mut cancel = CancelOnDrop(cancels.then(|| (c.client.cancel_token(), self.inner.pool.tls.clone())));
             let outcome = self.run(&c, stmt, sql, params).await;
             cancel.0 = None;
@@ -213,8 +218,10 @@ impl PostgresBackend {
         let register = waiting;
         // Other waiters of this key in this client: the new row starts wanted.
         let others_wait = self.inner.waiting.count(key) > usize::from(waiting);
+        let (session, new_session) = self.book().ids_for(ttl_ms);
+        let (session, new_session) = (&session[..], &new_session[..]);
         let rows = if waiting {
-            let params: [(&(dyn ToSql + Sync), Type); 7] = [
+            let params: [(&(dyn ToSql + Sync), Type); 9] = [
                 (&key, Type::TEXT),
                 (&token, Type::BYTEA),
                 (&ttl_ms, Type::INT8),
@@ -222,16 +229,20 @@ impl PostgresBackend {
                 (&register, Type::BOOL),
                 (&others_wait, Type::BOOL),
                 (&floor, Type::INT8),
+                (&session, Type::BYTEA),
+                (&new_session, Type::BYTEA),
             ];
             self.query("acquire", Some(key), Stmt::Acquire, &params).await?
         } else {
-            let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            let params: [(&(dyn ToSql + Sync), Type); 8] = [
                 (&key, Type::TEXT),
                 (&token, Type::BYTEA),
                 (&ttl_ms, Type::INT8),
                 (&req.label, Type::TEXT),
                 (&others_wait, Type::BOOL),
                 (&floor, Type::INT8),
+                (&session, Type::BYTEA),
+                (&new_session, Type::BYTEA),
             ];
             self.query("acquire", Some(key), Stmt::AcquireFree, &params).await?
         };
@@ -241,9 +252,21 @@ impl PostgresBackend {
         let left_ms: Option<i64> = row.try_get(2).map_err(map_err)?;
         let registered: bool = row.try_get(3).map_err(map_err)?;
         let run_again: bool = row.try_get(4).map_err(map_err)?;
+        let valid_ms: Option<i64> = row.try_get(5).map_err(map_err)?;
+        let used: Option<Vec<u8>> = row.try_get(6).map_err(map_err)?;
+        let used = used.and_then(|id| <SessionId>::try_from(id.as_slice()).ok());
+        let fence = granted.or(mine);
+        if let Some(used) = used {
+            self.book().used(ttl_ms, used, fence.map(|_| req.token));
+        }
         let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
-        Ok(match granted.or(mine) {
-            Some(fence) => Attempt::Granted(Grant::new(fence as u64, started, req.ttl)),
+        Ok(match fence {
+            Some(fence) => {
+                let valid = Duration::from_millis(valid_ms.unwrap_or(0).max(0) as u64).min(req.ttl);
+                let mut grant = Grant::new(fence as u64, started, req.ttl);
+                grant.valid_for = valid;
+                Attempt::Granted(grant)
+            }
             // The row the snapshot saw free changed or went (a sweep): at once again.
             None if run_again => Attempt::Busy { expires_in: Some(Duration::ZERO) },
             None if register && !registered => Attempt::Busy { expires_in: Some(Duration::ZERO) },
@@ -302,9 +325,17 @@ impl PostgresBackend {
         row.try_get(0).map_err(map_err)
     }
 
-    /// At most once a minute per client: delete a few rows released or
-    /// expired over a minute ago whose keys nobody took since, raising the
-    /// namespace counter to their fences (a key seen again draws from it).
+    /// This client's session book (a poisoned lock is taken as it is: the
+    /// book is only ever left consistent).
+    pub(super) fn book(&self) -> std::sync::MutexGuard<'_, SessionBook> {
+        self.inner.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// At most once a minute per client: release the rows of sessions that
+    /// lapsed over a minute ago (their clients crashed), delete a few rows
+    /// released or expired over a minute ago whose keys nobody took since,
+    /// raising the namespace counter to their fences (a key seen again
+    /// draws from it), and delete lapsed sessions that hold no rows.
     pub(super) async fn maybe_sweep(&self) {
         let i = &self.inner;
         let now = i.epoch.elapsed().as_millis() as u64;
@@ -320,7 +351,9 @@ impl PostgresBackend {
         let swept = self
             .transaction("sweep", async |c| {
                 c.query_typed(&sql.sweep_lock, &[]).await.map_err(map_err)?;
-                c.query_typed(&sql.sweep, &[]).await.map_err(map_err).map(|_| ())
+                c.query_typed(&sql.sweep_sessions[0], &[]).await.map_err(map_err)?;
+                c.query_typed(&sql.sweep, &[]).await.map_err(map_err)?;
+                c.query_typed(&sql.sweep_sessions[1], &[]).await.map_err(map_err).map(|_| ())
             })
             .await;
         if let Err(e) = swept {

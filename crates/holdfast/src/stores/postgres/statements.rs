@@ -8,6 +8,7 @@
 //! always bind parameters.
 
 use super::config::PostgresConfig;
+use super::session::until_sql;
 
 /// The SQL of one namespace (schema + table).
 #[derive(Debug, Clone)]
@@ -20,27 +21,41 @@ pub(super) struct Statements {
     pub shares_regclass: String,
     /// `"schema"."table_records"` as text, for `to_regclass`.
     pub records_regclass: String,
+    /// `"schema"."table_sess"` as text, for `to_regclass`.
+    pub sessions_regclass: String,
     /// Creates the schema, the tables, the counter rows and the triggers of
     /// per-key fences, or migrates a namespace of an earlier version; run
     /// in one transaction under a transaction-scoped advisory lock (see `ddl`).
     pub create: String,
-    /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool)` ->
-    /// `(granted fence, own fence, holder ms left, registered, run again)`.
+    /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool),
+    /// $7 fence floor, $8 the client's session, $9 a new session id` ->
+    /// `(granted fence, own fence, holder ms left, registered, run again,
+    /// ms the grant is valid for, the session used)`.
     pub acquire: String,
     /// The first attempt of a task not registered as a waiter: `$1 key,
-    /// $2 token, $3 ttl_ms, $4 label, $5 the row starts wanted (bool)` ->
-    /// the same columns as `acquire` (registered always false). `acquire`
+    /// $2 token, $3 ttl_ms, $4 label,
+    /// $5 the row starts wanted (bool), $6 floor, $7 session, $8 new session
+    /// id` -> the same columns as `acquire` (registered always false). `acquire`
     /// without `w`: nothing is marked wanted when the key is busy (the
     /// caller registers and attempts again with `acquire`). Most
     /// acquisitions find their key free, so this is the statement most of
     /// them run; it plans and executes four CTEs instead of five, and no
     /// index scan for `w`.
     pub acquire_free: String,
-    /// `$1 key, $2 token, $3 channel` -> one row `(was unexpired, _, a
-    /// held share)` if the token held the key, a share or a reservation.
+    /// `$1 key, $2 token, $3 channel, $4 the releasing client's session of
+    /// the token (NULL: none; any other session's row counts a removal)` ->
+    /// one row `(was unexpired, _, a held share)` if the token held the key,
+    /// a share or a reservation.
     pub release: String,
-    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed.
+    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions
+    /// renewed, of rows without a session (shares, writers, rows of
+    /// earlier versions).
     pub renew: String,
+    /// `$1 session, $2 ttl_ms` -> `(removed)` if the session was unexpired
+    /// and is extended to the TTL from now.
+    pub renew_session: String,
+    /// `$1 session` -> `(token)` of each lease row that lives with it.
+    pub session_rows: String,
     /// `$1 key` -> `(label, fence, ms left)` of the unexpired exclusive holder.
     pub status: String,
     /// Locks the counter (row 1) for the sweep: a sweep takes the counter
@@ -51,6 +66,11 @@ pub(super) struct Statements {
     /// statement (as for any client's delete); run after `sweep_lock` in one
     /// transaction.
     pub sweep: String,
+    /// Releases the rows of up to 16 sessions that lapsed over a minute
+    /// ago (a client that crashed), counting each in its session, with the
+    /// session's expiry as the rows' (so `sweep`, after it, deletes them);
+    /// then deletes up to 64 such sessions that hold no rows.
+    pub sweep_sessions: [String; 2],
     /// `$1 key, $2 token, $3 floor` -> `(held)`: the key's fence (in its
     /// lease row) raised to the floor if lower; whether the token holds an
     /// unexpired lease of the key.
@@ -74,6 +94,8 @@ impl Statements {
             Stmt::RaiseFence => &self.raise_fence,
             Stmt::ReadRecord => &self.read_record,
             Stmt::WriteRecord => &self.write_record,
+            Stmt::RenewSession => &self.renew_session,
+            Stmt::SessionRows => &self.session_rows,
         }
     }
 
@@ -84,6 +106,8 @@ impl Statements {
         let f = format!("{schema}.\"{}_fence\"", config.table);
         let sh = format!("{schema}.\"{}_shares\"", config.table);
         let r = format!("{schema}.\"{}_records\"", config.table);
+        let ss = format!("{schema}.\"{}_sess\"", config.table);
+        let until = |alias: &str| until_sql(alias, &ss);
         // The advisory lock only serialises concurrent first-use DDL of this namespace.
         let lock_id = config.namespace_hash() as i64;
         Statements {
@@ -91,9 +115,20 @@ impl Statements {
             fence_regclass: f.clone(),
             shares_regclass: sh.clone(),
             records_regclass: r.clone(),
+            sessions_regclass: ss.clone(),
             create: super::ddl::create_sql(&config.schema, &config.table, lock_id),
             // cur: the key's lease row, if any, live or not (the statement's
-            //    snapshot): a released row stays, holding the key's fence.
+            //    snapshot), its `expires_at` the time it is held until (its
+            //    session's expiry, see `session`): a released row stays,
+            //    holding the key's fence.
+            // own, ext, sess, new: the client's session (`session`): the
+            //    current one as the snapshot shows it while two thirds of the
+            //    TTL are left; below that extended under its lock, if still
+            //    unexpired on its latest version; else a new one.
+            // lapse: if cur's session lapsed, the removal counted in that
+            //    session row, under its lock and re-checked on its latest
+            //    version: a renewal of it in flight commits first, and then
+            //    nothing is taken (model pg_session).
             // f: the namespace counter (row 1), bumped only when cur saw no
             //    row (a key never used, or swept); its row lock is held to
             //    commit, so fences are handed out in commit order.
@@ -103,7 +138,9 @@ impl Statements {
             //    lock) with max(its fence + 1, the counter's).
             // up: when cur saw a row, take it over if it is not live, with
             //    its fence + 1 (or the floor), both read on the latest row
-            //    version under its row lock: the counter is not touched, so
+            //    version under its row lock (a row with a session only if
+            //    `lapse` counted it, or its session row was gone before the
+            //    snapshot): the counter is not touched, so
             //    grants of different keys never wait for each other. If the
             //    row went since the snapshot (a sweep), nothing happens and
             //    the last column asks the client to run the statement again
@@ -123,31 +160,43 @@ impl Statements {
                        AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp())
                      RETURNING 1
                  )
-                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}",
-                grant = grant_ctes(&t, &f, "$6", "$7"),
+                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}, {SESSION_COLUMNS}",
+                grant = grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", "$9"]),
             ),
             // `acquire` without `w`.
-            acquire_free: format!("{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}", grant = grant_ctes(&t, &f, "$5", "$6")),
+            acquire_free: format!(
+                "{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}, {SESSION_COLUMNS}",
+                grant = grant_ctes(&t, &f, &ss, ["$5", "$6", "$7", "$8"])
+            ),
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
             // its commit; payload = the key.
             // A share or a reservation released: the waiters are told (a
             // freed share, or a writer that stopped waiting, may admit them);
             // the caller then shrinks the key's gate row (see `shares`).
+            // c: a row of a session that is not the releasing client's
+            //    counts a removal in it (first: `d` waits for it), so that
+            //    its client hears of it (model 9).
             release: format!(
                 "WITH o AS (
-                     SELECT expires_at > clock_timestamp() AS live FROM {t} WHERE key = $1 AND token = $2
+                     SELECT {u} AS until, session FROM {t} AS l WHERE key = $1 AND token = $2
+                 ), c AS (
+                     UPDATE {ss} SET removed = removed + 1
+                     WHERE id = (SELECT session FROM o) AND id IS DISTINCT FROM $4::bytea
+                     RETURNING 1
                  ), d AS (
-                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(expires_at, clock_timestamp())
-                     FROM o WHERE key = $1 AND token = $2
-                     RETURNING o.live, wanted
+                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp()),
+                         session = NULL
+                     FROM o, (SELECT count(*) FROM c) AS counted WHERE key = $1 AND token = $2
+                     RETURNING o.until > clock_timestamp() AS live, wanted
                  ), s AS (
                      DELETE FROM {sh} WHERE key = $1 AND token = $2
                      RETURNING held AND expires_at > clock_timestamp() AS live, held
                  )
                  SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END, false FROM d
                  UNION ALL
-                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s"
+                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s",
+                u = until("l")
             ),
             // Shares renew like grants, and move their key's gate row up
             // (the lease row is the gate only while shares hold the key).
@@ -167,7 +216,7 @@ impl Statements {
                  ), l AS (
                      UPDATE {t} AS l SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
                      FROM r WHERE l.key = ANY($1::text[]) AND l.key = r.key AND l.token = r.token
-                       AND l.expires_at > clock_timestamp()
+                       AND l.session IS NULL AND l.expires_at > clock_timestamp()
                      RETURNING r.i
                  ), s AS (
                      UPDATE {sh} AS x SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond'
@@ -183,9 +232,17 @@ impl Statements {
                  SELECT i FROM l UNION ALL SELECT i FROM s",
                 is_gate = super::gate::gate_sql("gt.token", true)
             ),
+            renew_session: format!(
+                "UPDATE {ss} SET expires_at = greatest(expires_at, clock_timestamp() + $2::int8 * interval '1 millisecond')
+                 WHERE id = $1 AND expires_at > clock_timestamp()
+                 RETURNING removed"
+            ),
+            session_rows: format!("SELECT token FROM {t} WHERE session = $1"),
             status: format!(
-                "SELECT label, fence, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8
-                 FROM {t} WHERE key = $1 AND expires_at > clock_timestamp() AND {not_gate}",
+                "SELECT label, fence, (extract(epoch FROM u - clock_timestamp()) * 1000)::int8
+                 FROM (SELECT label, fence, token, {u} AS u FROM {t} AS l WHERE key = $1) l
+                 WHERE u > clock_timestamp() AND {not_gate}",
+                u = until("l"),
                 not_gate = super::gate::gate_sql("token", false)
             ),
             sweep_lock: format!("SELECT value FROM {f} WHERE id = 1 FOR UPDATE"),
@@ -197,6 +254,30 @@ impl Statements {
                      SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '60 seconds'
                      LIMIT 16 FOR UPDATE SKIP LOCKED)"
             ),
+            // The session rows first, as an acquire's `lapse` takes them
+            // before the lease row; SKIP LOCKED: a session a renewal or a
+            // takeover holds is left for a later sweep.
+            sweep_sessions: [
+                format!(
+                    "WITH gone AS (
+                         UPDATE {ss} SET removed = removed + 1
+                         WHERE expires_at < clock_timestamp() - interval '60 seconds' AND id IN (
+                             SELECT id FROM {ss} x WHERE expires_at < clock_timestamp() - interval '60 seconds'
+                               AND EXISTS (SELECT 1 FROM {t} WHERE session = x.id)
+                             LIMIT 16 FOR UPDATE SKIP LOCKED)
+                         RETURNING id, expires_at
+                     )
+                     UPDATE {t} AS l SET token = {RELEASED}, label = '', session = NULL, expires_at = gone.expires_at
+                     FROM gone WHERE l.session = gone.id"
+                ),
+                format!(
+                    "DELETE FROM {ss} WHERE id IN (
+                         SELECT id FROM {ss} x WHERE expires_at < clock_timestamp() - interval '60 seconds'
+                           AND NOT EXISTS (SELECT 1 FROM {t} WHERE session = x.id)
+                         LIMIT 64 FOR UPDATE SKIP LOCKED)
+                       AND expires_at < clock_timestamp() - interval '60 seconds'"
+                ),
+            ],
             // h: the holder check (the exclusive lease row, not the shares'
             //    gate token, or a held share), on the statement's snapshot.
             // r: only if it held, the key's fence (in its lease row: the
@@ -206,8 +287,8 @@ impl Statements {
             //    the query reads it.
             raise_fence: format!(
                 "WITH h AS (
-                     SELECT EXISTS (SELECT 1 FROM {t}
-                                    WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
+                     SELECT EXISTS (SELECT 1 FROM {t} AS l
+                                    WHERE key = $1 AND token = $2 AND {u} > clock_timestamp())
                          OR EXISTS (SELECT 1 FROM {sh}
                                     WHERE key = $1 AND token = $2 AND held AND expires_at > clock_timestamp())
                          AS held
@@ -218,6 +299,7 @@ impl Statements {
                      RETURNING 1
                  )
                  SELECT held FROM h",
+                u = until("l"),
                 is_gate = super::gate::gate_sql("token", true)
             ),
             read_record: format!("SELECT value FROM {r} WHERE key = $1"),
@@ -232,8 +314,8 @@ impl Statements {
             write_record: format!(
                 "WITH h AS (
                      SELECT CASE WHEN (SELECT count(*) FROM (SELECT 1 FROM {t} WHERE key = $1 FOR UPDATE) g) >= 0
-                            THEN EXISTS (SELECT 1 FROM {t}
-                                         WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp())
+                            THEN EXISTS (SELECT 1 FROM {t} AS l
+                                         WHERE key = $1 AND token = $2 AND {u} > clock_timestamp())
                               OR EXISTS (SELECT 1 FROM {sh}
                                          WHERE key = $1 AND token = $2 AND held AND mode <> {shared}
                                            AND expires_at > clock_timestamp())
@@ -245,6 +327,7 @@ impl Statements {
                      RETURNING 1
                  )
                  SELECT held FROM h",
+                u = until("l"),
                 shared = crate::backend::admission::MODE_SHARED
             ),
         }
@@ -262,11 +345,13 @@ pub(super) enum Stmt {
     AcquireFree = 5,
     ReadRecord = 6,
     WriteRecord = 7,
+    RenewSession = 8,
+    SessionRows = 9,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 8;
+    pub(super) const COUNT: usize = 10;
 }
 
 /// The columns both acquire statements return: the granted fence, the
@@ -287,40 +372,85 @@ const RUN_AGAIN: &str = "EXISTS (SELECT 1 FROM cur WHERE expires_at <= clock_tim
 /// the key's fence stays with it.
 pub(super) const RELEASED: &str = "'\\x'::bytea";
 
-/// The CTEs `cur`, `f`, `ins`, `up` and `mine` of the acquire statements (see
-/// `acquire` in [`Statements::new`]), up to and without the closing
-/// parenthesis of `mine`, on lease table `t` and fence table `f`; `wanted`
-/// is the parameter a new row's `wanted` starts from, `floor` the request's
-/// fence floor (0: none; the fence is at least it, and the counter with it
-/// when the counter is drawn from).
-fn grant_ctes(t: &str, f: &str, wanted: &str, floor: &str) -> String {
+/// The CTEs `cur`, `own`, `ext`, `sess`, `new`, `lapse`, `f`, `ins`, `up`
+/// and `mine` of the acquire statements (see `acquire` in
+/// [`Statements::new`]), up to and without the closing parenthesis of
+/// `mine`, on lease table `t`, fence table `f` and session table `ss`.
+/// `params` are the parameters of: the value a new row's `wanted` starts
+/// from; the request's fence floor (0: none; the fence is at least it, and
+/// the counter with it when the counter is drawn from); the client's
+/// current session; a new session id.
+fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
+    let [wanted, floor, sid, nid] = params;
+    let ttl = "$3::int8 * interval '1 millisecond'";
+    let u = until_sql("l", ss);
     format!(
         "WITH cur AS (
-                     SELECT token, fence, expires_at, wanted FROM {t} WHERE key = $1
+                     SELECT token, fence, {u} AS expires_at, wanted, session FROM {t} AS l WHERE key = $1
+                 ), own AS (
+                     SELECT expires_at FROM {ss} WHERE id = {sid}::bytea AND expires_at > clock_timestamp()
+                 ), ext AS (
+                     UPDATE {ss} SET expires_at = greatest(expires_at, clock_timestamp() + {ttl})
+                     WHERE id = {sid}::bytea AND expires_at > clock_timestamp()
+                       AND EXISTS (SELECT 1 FROM own WHERE expires_at < clock_timestamp() + {ttl} * 2 / 3)
+                     RETURNING expires_at
+                 ), sess AS (
+                     SELECT CASE WHEN EXISTS (SELECT 1 FROM own WHERE expires_at >= clock_timestamp() + {ttl} * 2 / 3)
+                                   OR EXISTS (SELECT 1 FROM ext)
+                                 THEN {sid}::bytea ELSE {nid}::bytea END AS id
+                 ), new AS (
+                     INSERT INTO {ss} (id, expires_at, removed)
+                     SELECT {nid}::bytea, clock_timestamp() + {ttl}, 0 WHERE (SELECT id FROM sess) = {nid}::bytea
+                     RETURNING expires_at
+                 ), lapse AS (
+                     UPDATE {ss} SET removed = removed + 1
+                     WHERE id = (SELECT session FROM cur WHERE expires_at <= clock_timestamp())
+                       AND expires_at <= clock_timestamp()
+                     RETURNING id
                  ), f AS (
                      UPDATE {f} SET value = greatest(value + 1, {floor}::int8)
                      WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM cur)
                      RETURNING value
                  ), ins AS (
-                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
-                     SELECT $1, $2, f.value, $4, clock_timestamp(),
-                            clock_timestamp() + $3::int8 * interval '1 millisecond', {wanted}
+                     INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted, session)
+                     SELECT $1, $2, f.value, $4, clock_timestamp(), timestamptz 'infinity', {wanted},
+                            (SELECT id FROM sess)
                      FROM f
                      ON CONFLICT (key) DO UPDATE
                          SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
                              label = excluded.label, acquired_at = excluded.acquired_at,
-                             expires_at = excluded.expires_at, wanted = excluded.wanted
-                         WHERE l.expires_at <= clock_timestamp()
+                             expires_at = excluded.expires_at, wanted = excluded.wanted, session = excluded.session
+                         WHERE l.session IS NULL AND l.expires_at <= clock_timestamp()
                      RETURNING l.fence
                  ), up AS (
+                     -- `x` carries what the CTEs that write decided (a join:
+                     -- a recheck of the row after a concurrent update keeps
+                     -- it, where a subquery of a writing CTE may not be run
+                     -- again).
                      UPDATE {t} AS l SET token = $2, fence = greatest(l.fence + 1, {floor}::int8), label = $4,
-                         acquired_at = clock_timestamp(),
-                         expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond', wanted = {wanted}
-                     WHERE key = $1 AND expires_at <= clock_timestamp() AND EXISTS (SELECT 1 FROM cur)
+                         acquired_at = clock_timestamp(), expires_at = timestamptz 'infinity', wanted = {wanted},
+                         session = x.sid
+                     FROM (SELECT (SELECT id FROM sess) AS sid, (SELECT session FROM cur) AS seen,
+                                  (SELECT id FROM lapse) AS lapsed) AS x
+                     WHERE key = $1 AND EXISTS (SELECT 1 FROM cur)
+                       AND CASE WHEN l.session IS NULL THEN l.expires_at <= clock_timestamp()
+                                ELSE l.session = x.seen
+                                     AND (l.session = x.lapsed OR NOT EXISTS (SELECT 1 FROM {ss} WHERE id = l.session))
+                           END
                      RETURNING l.fence
                  ), mine AS (
-                     UPDATE {t} SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
-                     WHERE key = $1 AND token = $2 AND expires_at > clock_timestamp()
-                     RETURNING fence"
+                     UPDATE {t} AS l SET expires_at = CASE WHEN session IS NULL THEN clock_timestamp() + {ttl}
+                                                           ELSE expires_at END
+                     WHERE key = $1 AND token = $2 AND {u} > clock_timestamp()
+                     RETURNING fence, {u} AS until, session"
     )
 }
+
+/// The last two columns of both acquire statements: how long the grant
+/// is valid for in ms (a retry's row until its session's or its own
+/// expiry; a new grant until its session's), and the session the grant
+/// lives with (a retry's: its row's, NULL for a row without one; else the
+/// session the statement chose, granted or not).
+const SESSION_COLUMNS: &str = "(extract(epoch FROM coalesce((SELECT until FROM mine), (SELECT expires_at FROM ext),
+            (SELECT expires_at FROM new), (SELECT expires_at FROM own)) - clock_timestamp()) * 1000)::int8,
+        CASE WHEN EXISTS (SELECT 1 FROM mine) THEN (SELECT session FROM mine) ELSE (SELECT id FROM sess) END";

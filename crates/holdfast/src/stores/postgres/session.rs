@@ -1,0 +1,149 @@
+//! Exclusive leases that live with their client's session row, so that
+//! renewal writes one row per client and TTL instead of one per lease
+//! (issue 33; model `pg_session` in holdfast-models, under `READ
+//! COMMITTED`).
+//!
+//! A client keeps a session row per lease TTL in `<table>_sess`. A mutex
+//! grant names it in the lease row's `session` and sets the row's
+//! `expires_at` to infinity: the row is held while the session row is
+//! unexpired ([`until_sql`]), and a client of an earlier version, which
+//! reads `expires_at` alone, sees it held and never takes it. Shares,
+//! writers and rows of earlier versions have no session and keep their own
+//! expiry.
+//!
+//! The rules, each one a counterexample in model `pg_session` (or model 9,
+//! `sql_session`) when left out:
+//!
+//! - A row whose session lapsed is taken over only after an `UPDATE` of that
+//!   session row counts the removal under the row's lock and re-checks that
+//!   it lapsed on its latest version: a renewal in flight commits first,
+//!   and the takeover then finds it renewed. The statement snapshot alone
+//!   would take a session a renewal had just extended.
+//! - A lapsed session is never extended again (every extension requires
+//!   `expires_at > now()`): the client's next grant makes a new session
+//!   under a new id.
+//! - Whoever removes another client's held row counts it in the row's
+//!   session (`removed`): a takeover, a forced release, a release by a
+//!   client that does not own the session, the sweep.
+//! - A renewal that finds the count moved reads which rows of the session
+//!   are left in a second statement, whose snapshot is taken after the
+//!   renewal's commit: the count is read on the session row's latest
+//!   version, and rows read in the renewal's own snapshot can predate the
+//!   removal it counted.
+
+use std::collections::HashMap;
+
+use crate::vocabulary::key::OwnerToken;
+
+/// A session row's id: 16 random bytes, new for every session.
+pub(super) type SessionId = [u8; 16];
+
+/// When the lease row `alias` of lease table `t`'s namespace is held until:
+/// its session row's expiry (`-infinity` once that row is gone), or its own
+/// `expires_at` without a session. `ss` is the quoted session table.
+pub(super) fn until_sql(alias: &str, ss: &str) -> String {
+    format!(
+        "(CASE WHEN {alias}.session IS NULL THEN {alias}.expires_at
+               ELSE coalesce((SELECT x.expires_at FROM {ss} x WHERE x.id = {alias}.session), timestamptz '-infinity')
+          END)"
+    )
+}
+
+/// What a client remembers of its sessions.
+#[derive(Debug, Default)]
+pub(super) struct SessionBook {
+    /// The session each lease TTL (ms) is granted under now.
+    current: HashMap<i64, SessionId>,
+    /// Per session, the `removed` count this client accounted for.
+    seen: HashMap<SessionId, i64>,
+    /// The session each of this client's session-bound leases lives with.
+    leases: HashMap<OwnerToken, SessionId>,
+}
+
+impl SessionBook {
+    /// The ids an acquire of `ttl_ms` sends: the current session, and a new
+    /// id to make a session under if that one lapsed (or is none yet).
+    pub(super) fn ids_for(&self, ttl_ms: i64) -> (SessionId, SessionId) {
+        let fresh: SessionId = rand::random();
+        (self.current.get(&ttl_ms).copied().unwrap_or(fresh), fresh)
+    }
+
+    /// After an acquire statement: the session it used is the current one
+    /// of its TTL (a new one starts at count 0), and `granted` lives with
+    /// it.
+    pub(super) fn used(&mut self, ttl_ms: i64, session: SessionId, granted: Option<OwnerToken>) {
+        if self.current.insert(ttl_ms, session) != Some(session) {
+            self.seen.entry(session).or_insert(0);
+        }
+        if let Some(token) = granted {
+            self.leases.insert(token, session);
+        }
+        // Sessions nobody lives with any more are forgotten (a client that
+        // grants under many TTLs over its life keeps one entry per TTL).
+        if self.seen.len() > 2 * self.current.len() + 8 {
+            let live: std::collections::HashSet<SessionId> =
+                self.leases.values().chain(self.current.values()).copied().collect();
+            self.seen.retain(|id, _| live.contains(id));
+        }
+    }
+
+    /// The session `token`'s lease lives with, if it is one of this
+    /// client's session-bound leases.
+    pub(super) fn session_of(&self, token: OwnerToken) -> Option<SessionId> {
+        self.leases.get(&token).copied()
+    }
+
+    /// The `removed` count accounted for in `session`.
+    pub(super) fn seen(&self, session: &SessionId) -> i64 {
+        self.seen.get(session).copied().unwrap_or(0)
+    }
+
+    /// After a renewal found the count of `session` at `removed` and read
+    /// which of its rows are left (`left`): the leases not among them are
+    /// forgotten, and the count is accounted for.
+    pub(super) fn settle(&mut self, session: SessionId, removed: i64, left: &[Vec<u8>]) {
+        self.leases.retain(|token, id| *id != session || left.iter().any(|t| t.as_slice() == token.to_bytes()));
+        self.seen.insert(session, removed);
+    }
+
+    /// Forgets every lease of `session` (it lapsed).
+    pub(super) fn lapsed(&mut self, session: SessionId) {
+        self.leases.retain(|_, id| *id != session);
+        self.seen.remove(&session);
+        self.current.retain(|_, id| *id != session);
+    }
+
+    /// Forgets `token`'s lease (released).
+    pub(super) fn released(&mut self, token: OwnerToken) {
+        self.leases.remove(&token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(n: u8) -> OwnerToken {
+        OwnerToken::from_bytes([n; 16])
+    }
+
+    #[test]
+    fn the_book_follows_grants_removals_and_lapses() {
+        let mut book = SessionBook::default();
+        let (first, fresh) = book.ids_for(6000);
+        assert_eq!(first, fresh, "no session yet: the acquire makes one");
+        book.used(6000, fresh, Some(token(1)));
+        book.used(6000, fresh, Some(token(2)));
+        let (current, other) = book.ids_for(6000);
+        assert_eq!(current, fresh);
+        assert_ne!(other, fresh);
+        assert_eq!(book.session_of(token(1)), Some(fresh));
+        // Token 2's row was removed by someone else.
+        book.settle(fresh, 1, &[token(1).to_bytes().to_vec()]);
+        assert_eq!(book.session_of(token(2)), None);
+        assert_eq!(book.seen(&fresh), 1);
+        book.lapsed(fresh);
+        assert_eq!(book.session_of(token(1)), None);
+        assert_ne!(book.ids_for(6000).0, fresh, "a lapsed session is never used again");
+    }
+}

@@ -1,0 +1,179 @@
+//! PostgreSQL mutex leases that live with their client's session row (issue
+//! 33 item 4; `holdfast-models` model 10, `pg_session`): renewal writes one
+//! row per client and TTL, and each rule the model found necessary under
+//! `READ COMMITTED` holds on a real server.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use holdfast::backend::{AcquireRequest, Backend, RenewRequest};
+use holdfast::{LockKey, OwnerToken};
+use holdfast_testkit::servers::postgres::PostgresServer;
+
+use crate::postgres_common::psql;
+
+async fn store(server: &PostgresServer) -> std::sync::Arc<dyn Backend> {
+    holdfast::stores::connect(&server.url()).await.expect("raw store connection")
+}
+
+fn request(key: &str, ttl: Duration) -> AcquireRequest {
+    AcquireRequest::new(LockKey::new(key).expect("key"), OwnerToken::random(), ttl)
+}
+
+fn renewal(req: &AcquireRequest) -> RenewRequest {
+    RenewRequest { key: req.key.clone(), token: req.token, ttl: req.ttl }
+}
+
+/// Renewal of many leases extends one session row and writes no lease row
+/// (the rows keep the transaction id that wrote them), and a client of an
+/// earlier version, which reads a row's own `expires_at`, sees them held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewal_writes_the_session_row_not_the_lease_rows() {
+    let server = PostgresServer::start();
+    let client = holdfast::Client::connect(&server.url()).await.expect("client");
+    let ttl = Duration::from_millis(900);
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        let lock = client.mutex_with_options(format!("many/{i}"), holdfast::LockOptions::with_ttl(ttl));
+        guards.push(lock.acquire().await.expect("acquire"));
+    }
+    let rows = "SELECT string_agg(xmin::text, ',' ORDER BY key) FROM holdfast_leases WHERE key LIKE 'many/%'";
+    let before = psql(&server, rows);
+    let session_before = psql(&server, "SELECT expires_at FROM holdfast_leases_sess");
+    tokio::time::sleep(ttl * 3).await;
+    for g in &guards {
+        assert!(!g.is_lost(), "a lease was lost while its session was renewed");
+    }
+    assert_eq!(psql(&server, rows), before, "renewal wrote lease rows");
+    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases_sess"), "1", "one session per client and TTL");
+    assert_ne!(psql(&server, "SELECT expires_at FROM holdfast_leases_sess"), session_before, "the session moved");
+    let old_view = "SELECT count(*) FROM holdfast_leases WHERE key LIKE 'many/%' AND expires_at > clock_timestamp()";
+    assert_eq!(psql(&server, old_view), "300", "a client reading the row's own expiry sees every lease held");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// A takeover of a row whose session lapsed waits for a renewal of that
+/// session in flight, re-checks it and takes nothing (model 10,
+/// `SnapshotTakeover`): here the renewal is a transaction that extends the
+/// session row and commits 2 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_waits_for_a_renewal_in_flight_and_takes_nothing() {
+    let server = PostgresServer::start();
+    let (a, b) = (store(&server).await, store(&server).await);
+    let held = request("inflight", Duration::from_millis(800));
+    a.try_acquire(&held).await.expect("acquire").expect("free");
+    let port = server.port();
+    let in_flight = std::thread::spawn(move || {
+        std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-c"])
+            .arg(
+                "BEGIN; UPDATE holdfast_leases_sess SET expires_at = clock_timestamp() + interval '30 seconds';
+                 SELECT pg_sleep(2); COMMIT;",
+            )
+            .output()
+            .expect("psql")
+    });
+    // The committed session row lapses while the renewal waits to commit.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let started = Instant::now();
+    let taken = b.try_acquire(&request("inflight", Duration::from_secs(5))).await.expect("try");
+    let waited = started.elapsed();
+    assert!(in_flight.join().expect("psql").status.success());
+    assert!(taken.is_none(), "the key was taken from a session a renewal in flight extended");
+    assert!(waited > Duration::from_millis(300), "the takeover did not wait for the renewal: {waited:?}");
+    assert_eq!(a.renew(&[renewal(&held)]).await.expect("renew"), vec![true], "the holder keeps its lease");
+}
+
+/// A forced release counts the removal in the holder's session row, and the
+/// holder's next renewal reads its rows and drops the lease (model 9,
+/// `ForceWithoutCount`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forced_release_is_heard_by_the_holders_next_renewal() {
+    let server = PostgresServer::start();
+    let (a, admin) = (store(&server).await, store(&server).await);
+    let (kept, freed) =
+        (request("force/kept", Duration::from_secs(30)), request("force/freed", Duration::from_secs(30)));
+    a.try_acquire(&kept).await.expect("acquire").expect("free");
+    a.try_acquire(&freed).await.expect("acquire").expect("free");
+    admin.force_release(&freed.key).await.expect("force");
+    let renewed = a.renew(&[renewal(&kept), renewal(&freed)]).await.expect("renew");
+    assert_eq!(renewed, vec![true, false], "the freed lease was renewed");
+}
+
+/// A release by another client that knows the token counts the removal in
+/// the holder's session row (model 9's rule for any foreign removal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_by_another_client_is_heard_by_the_holder() {
+    let server = PostgresServer::start();
+    let (a, other) = (store(&server).await, store(&server).await);
+    let held = request("foreign", Duration::from_secs(30));
+    a.try_acquire(&held).await.expect("acquire").expect("free");
+    assert!(other.release(&held.key, held.token).await.expect("release"));
+    assert_eq!(a.renew(&[renewal(&held)]).await.expect("renew"), vec![false]);
+}
+
+/// A lease of a lapsed session stays lost after the client's next grant
+/// starts a new session (model 9, `NoIncarnation`), and the key is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_of_a_lapsed_session_stays_lost_beside_a_new_session() {
+    let server = PostgresServer::start();
+    let (a, b) = (store(&server).await, store(&server).await);
+    let old = request("lapsed/old", Duration::from_millis(300));
+    a.try_acquire(&old).await.expect("acquire").expect("free");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let new = request("lapsed/new", Duration::from_millis(300));
+    a.try_acquire(&new).await.expect("acquire").expect("free");
+    assert_eq!(a.renew(&[renewal(&old), renewal(&new)]).await.expect("renew"), vec![false, true]);
+    assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases_sess"), "2", "a new session, not the old extended");
+    assert!(b.try_acquire(&request("lapsed/old", Duration::from_secs(5))).await.expect("try").is_some());
+}
+
+/// A crashed client's rows are released by a later client's sweep once its
+/// session lapsed over a minute ago (the fence stays with the key), and
+/// lapsed sessions without rows are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_clients_rows_and_lapsed_sessions_are_swept() {
+    let server = PostgresServer::start();
+    let crashed = store(&server).await;
+    let held = request("crashed/k", Duration::from_secs(30));
+    let fence = crashed.try_acquire(&held).await.expect("acquire").expect("free").fence;
+    let gone = request("crashed/gone", Duration::from_secs(60));
+    crashed.try_acquire(&gone).await.expect("acquire").expect("free");
+    assert!(crashed.release(&gone.key, gone.token).await.expect("release"));
+    drop(crashed);
+    // Both sessions (TTL 30 s, with a row; TTL 60 s, without) lapsed long ago.
+    psql(&server, "UPDATE holdfast_leases_sess SET expires_at = clock_timestamp() - interval '2 minutes'");
+    let sweeper = store(&server).await;
+    let other = request("crashed/other", Duration::from_secs(5));
+    sweeper.try_acquire(&other).await.expect("acquire").expect("free");
+    // A client's first release sweeps.
+    assert!(sweeper.release(&other.key, other.token).await.expect("release"));
+    assert_eq!(
+        psql(&server, "SELECT count(*) FROM holdfast_leases WHERE session IS NOT NULL OR key = 'crashed/k'"),
+        "0",
+        "the crashed client's row was neither released nor swept"
+    );
+    assert_eq!(
+        psql(&server, "SELECT count(*) FROM holdfast_leases_sess WHERE expires_at < clock_timestamp()"),
+        "0",
+        "lapsed sessions without rows were kept"
+    );
+    let next = sweeper.try_acquire(&request("crashed/k", Duration::from_secs(5))).await.expect("try").expect("free");
+    assert!(next.fence > fence, "the swept key's fence went back: {} after {fence}", next.fence);
+}
+
+/// A lease row deleted by hand (an operator, a restore) is counted in its
+/// session by the delete trigger, and its holder's next renewal drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_deleted_by_hand_is_heard_by_the_holder() {
+    let server = PostgresServer::start();
+    let a = store(&server).await;
+    let (kept, deleted) =
+        (request("hand/kept", Duration::from_secs(30)), request("hand/gone", Duration::from_secs(30)));
+    a.try_acquire(&kept).await.expect("acquire").expect("free");
+    a.try_acquire(&deleted).await.expect("acquire").expect("free");
+    psql(&server, "DELETE FROM holdfast_leases WHERE key = 'hand/gone'");
+    assert_eq!(a.renew(&[renewal(&kept), renewal(&deleted)]).await.expect("renew"), vec![true, false]);
+}
