@@ -26,6 +26,8 @@
 //!   renamed expiry column, against the variants weighed (issue 33).
 //! - [`sql_session`]: SQL leases that live with their client's session row,
 //!   renewed by one statement per client and TTL (issue 33).
+//! - [`pg_session`]: the same session rows on PostgreSQL, with `READ
+//!   COMMITTED`'s statement snapshots, row locks and re-checks as steps.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),

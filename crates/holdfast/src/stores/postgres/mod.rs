@@ -207,8 +207,7 @@ impl Backend for PostgresBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        let session = self.book().session_of(token);
-        let session = session.as_ref().map(|s| &s[..]);
+        let sessions = self.book().own_sessions_for(token);
         let owner = token;
         let token = token.to_bytes();
         let token = &token[..];
@@ -221,7 +220,7 @@ impl Backend for PostgresBackend {
                     (&key.as_str(), Type::TEXT),
                     (&token, Type::BYTEA),
                     (&self.inner.channel, Type::TEXT),
-                    (&session, Type::BYTEA),
+                    (&sessions, Type::BYTEA_ARRAY),
                 ],
             )
             .await?;

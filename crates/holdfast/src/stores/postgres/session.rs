@@ -58,6 +58,9 @@ pub(super) struct SessionBook {
     seen: HashMap<SessionId, i64>,
     /// The session each of this client's session-bound leases lives with.
     leases: HashMap<OwnerToken, SessionId>,
+    /// `seen` is pruned when it grows past this (then set to twice what
+    /// is left): a pass over every lease, so not at every grant.
+    seen_limit: usize,
 }
 
 impl SessionBook {
@@ -78,12 +81,13 @@ impl SessionBook {
         if let Some(token) = granted {
             self.leases.insert(token, session);
         }
-        // Sessions nobody lives with any more are forgotten (a client that
-        // grants under many TTLs over its life keeps one entry per TTL).
-        if self.seen.len() > 2 * self.current.len() + 8 {
+        // Sessions nobody lives with any more are forgotten (a client
+        // idle for a TTL starts a new session at its next grant).
+        if self.seen.len() > self.seen_limit {
             let live: std::collections::HashSet<SessionId> =
                 self.leases.values().chain(self.current.values()).copied().collect();
             self.seen.retain(|id, _| live.contains(id));
+            self.seen_limit = 2 * self.seen.len() + 8;
         }
     }
 
@@ -91,6 +95,18 @@ impl SessionBook {
     /// client's session-bound leases.
     pub(super) fn session_of(&self, token: OwnerToken) -> Option<SessionId> {
         self.leases.get(&token).copied()
+    }
+
+    /// The sessions a release of `token` by this client may find its row
+    /// in: its lease's, or for a token the book does not know (an acquire
+    /// whose caller gave up before its answer was read) the current ones;
+    /// a row of any other session is another client's, and its removal is
+    /// counted.
+    pub(super) fn own_sessions_for(&self, token: OwnerToken) -> Vec<Vec<u8>> {
+        match self.leases.get(&token) {
+            Some(id) => vec![id.to_vec()],
+            None => self.current.values().map(|id| id.to_vec()).collect(),
+        }
     }
 
     /// The `removed` count accounted for in `session`.
@@ -102,7 +118,9 @@ impl SessionBook {
     /// which of its rows are left (`left`): the leases not among them are
     /// forgotten, and the count is accounted for.
     pub(super) fn settle(&mut self, session: SessionId, removed: i64, left: &[Vec<u8>]) {
-        self.leases.retain(|token, id| *id != session || left.iter().any(|t| t.as_slice() == token.to_bytes()));
+        // A set: a session may hold every one of 100,000 leases.
+        let left: std::collections::HashSet<&[u8]> = left.iter().map(Vec::as_slice).collect();
+        self.leases.retain(|token, id| *id != session || left.contains(token.to_bytes().as_slice()));
         self.seen.insert(session, removed);
     }
 
@@ -138,6 +156,8 @@ mod tests {
         assert_eq!(current, fresh);
         assert_ne!(other, fresh);
         assert_eq!(book.session_of(token(1)), Some(fresh));
+        assert_eq!(book.own_sessions_for(token(1)), vec![fresh.to_vec()]);
+        assert_eq!(book.own_sessions_for(token(9)), vec![fresh.to_vec()], "an unknown token: the current sessions");
         // Token 2's row was removed by someone else.
         book.settle(fresh, 1, &[token(1).to_bytes().to_vec()]);
         assert_eq!(book.session_of(token(2)), None);

@@ -42,8 +42,8 @@ pub(super) struct Statements {
     /// them run; it plans and executes four CTEs instead of five, and no
     /// index scan for `w`.
     pub acquire_free: String,
-    /// `$1 key, $2 token, $3 channel, $4 the releasing client's session of
-    /// the token (NULL: none; any other session's row counts a removal)` ->
+    /// `$1 key, $2 token, $3 channel, $4 the sessions the releasing client
+    /// owns the token's row in (a row of any other counts a removal)` ->
     /// one row `(was unexpired, _, a held share)` if the token held the key,
     /// a share or a reservation.
     pub release: String,
@@ -182,7 +182,7 @@ impl Statements {
                      SELECT {u} AS until, session FROM {t} AS l WHERE key = $1 AND token = $2
                  ), c AS (
                      UPDATE {ss} SET removed = removed + 1
-                     WHERE id = (SELECT session FROM o) AND id IS DISTINCT FROM $4::bytea
+                     WHERE id = (SELECT session FROM o) AND NOT (id = ANY($4::bytea[]))
                      RETURNING 1
                  ), d AS (
                      UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp()),
