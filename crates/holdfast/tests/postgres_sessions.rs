@@ -177,3 +177,33 @@ async fn a_row_deleted_by_hand_is_heard_by_the_holder() {
     psql(&server, "DELETE FROM holdfast_leases WHERE key = 'hand/gone'");
     assert_eq!(a.renew(&[renewal(&kept), renewal(&deleted)]).await.expect("renew"), vec![true, false]);
 }
+
+/// An acquire its caller gave up on after the statement committed (the
+/// client never read the answer, so its book does not know the lease) is
+/// cleaned up by a release that counts no removal in the client's own
+/// session: no spurious read of every row of the session follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_after_a_given_up_acquire_counts_no_removal() {
+    let server = PostgresServer::start();
+    let a = store(&server).await;
+    // The client's session exists (its current one) before the given-up acquire.
+    a.try_acquire(&request("given-up/first", Duration::from_secs(30))).await.expect("acquire").expect("free");
+    let mut given_up = None;
+    for n in 0..400u64 {
+        let req = request(&format!("given-up/{n}"), Duration::from_secs(30));
+        let wait = Duration::from_micros(100 + 25 * n);
+        if tokio::time::timeout(wait, a.try_acquire(&req)).await.is_err() {
+            // Dropped: did its statement commit anyway?
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let token: String = req.token.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            let sql = format!("SELECT count(*) FROM holdfast_leases WHERE token = '\\x{token}'::bytea");
+            if psql(&server, &sql) == "1" {
+                given_up = Some(req);
+                break;
+            }
+        }
+    }
+    let req = given_up.expect("no acquire was given up after its statement committed");
+    assert!(a.release(&req.key, req.token).await.expect("release"), "the given-up grant was held");
+    assert_eq!(psql(&server, "SELECT sum(removed) FROM holdfast_leases_sess"), "0", "a removal was counted");
+}
