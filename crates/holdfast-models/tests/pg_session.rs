@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use holdfast_models::pg_session::{
-    MUTUAL_EXCLUSION, PgSessionAction, PgSessionModel, PgSessionState, PgSessionVariant, RENEWAL_TELLS_THE_TRUTH,
+    LEAN_ACQUIRE_HAPPENS, MUTUAL_EXCLUSION, PgSessionAction, PgSessionModel, PgSessionState, PgSessionVariant, RENEWAL_TELLS_THE_TRUTH,
     ROWS_ARE_READ, TAKEOVER_HAPPENS,
 };
 use holdfast_models::trace::assert_shortest_counterexamples;
@@ -52,6 +52,7 @@ fn a_session_leases_under_read_committed_hold_over_a_complete_exploration() {
     }
     assert!(checker.discovery(TAKEOVER_HAPPENS).is_some(), "no key was ever taken over from a lapsed session");
     assert!(checker.discovery(ROWS_ARE_READ).is_some(), "no renewal ever found the removed count moved");
+    assert!(checker.discovery(LEAN_ACQUIRE_HAPPENS).is_some(), "no acquire ever took the lean path");
 }
 
 #[test]
@@ -70,4 +71,18 @@ fn b_a_takeover_that_trusts_its_snapshot_takes_a_renewed_session() {
 #[test]
 fn c_rows_read_in_the_renewals_own_snapshot_miss_a_removal() {
     assert_counterexamples(PgSessionVariant::RowsFromRenewalSnapshot, &[MUTUAL_EXCLUSION, RENEWAL_TELLS_THE_TRUTH]);
+}
+
+#[test]
+fn d_a_session_counted_from_the_renewals_reply_outlives_the_server_row() {
+    assert_counterexamples(PgSessionVariant::LeanCountedFromReply, &[MUTUAL_EXCLUSION]);
+    // A renews at 4 (the server's row until 6) and hears back at 5, so it
+    // counts its session until 7; its lean acquire of K0 at 5 holds until
+    // 7; at 6 the session lapsed on the server and B takes K0 over.
+    use PgSessionAction::*;
+    let run = [AcquireStart(0, 0), AcquireWrite(0), Tick, SendRenewal(0, 1), Renew(0), Tick, Renew(0)];
+    let run = [&run[..], &[Release(0, 0), AcquireStart(0, 0), AcquireWrite(0), Tick, AcquireStart(1, 0), AcquireWrite(1)]]
+        .concat();
+    assert!(replay(PgSessionVariant::LeanCountedFromReply, &run).two_live_views());
+    assert!(!replay(PgSessionVariant::Shipped, &run).two_live_views(), "shipped: A counts until 6 and takes no lean grant");
 }

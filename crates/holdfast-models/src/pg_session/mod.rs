@@ -72,6 +72,11 @@ pub enum PgSessionVariant {
     /// snapshot with the count (one statement, no second read): the count
     /// comes from the row's latest version, the rows from before it.
     RowsFromRenewalSnapshot,
+    /// Rejected: the client counts its session's life from the renewal's
+    /// reply (its commit) rather than its send, so its own count, by which
+    /// a lean acquire grants without reading the session row, runs past the
+    /// server's expiry.
+    LeanCountedFromReply,
 }
 
 /// Name of the mutual-exclusion property.
@@ -80,6 +85,9 @@ pub const MUTUAL_EXCLUSION: &str = "no two clients hold live views of one key at
 pub const RENEWAL_TELLS_THE_TRUTH: &str = "a renewal confirms only a lease whose grant row is the holder's";
 /// Reachability: a key taken over from a lapsed session, then held.
 pub const TAKEOVER_HAPPENS: &str = "a key is taken over from a lapsed session";
+/// Reachability: an acquire took the lean path (its client's own count
+/// showed two thirds of the TTL left on its session).
+pub const LEAN_ACQUIRE_HAPPENS: &str = "an acquire grants on the client's own count of its session";
 /// Reachability: a renewal found the count moved and read the rows.
 pub const ROWS_ARE_READ: &str = "a renewal finds the removed count moved and reads the rows";
 
@@ -119,9 +127,11 @@ impl PgSessionModel {
     fn acquire_start(&self, s: &mut PgSessionState, c: u8, k: u8) {
         let row = s.grants[usize::from(k)];
         let holder_live = row.is_some_and(|r| Self::live(s.session(r.client, r.incarnation), s.clock));
-        let own = s.session(c, s.clients[usize::from(c)].incarnation);
+        let client = &s.clients[usize::from(c)];
+        let lean = client.incarnation > 0 && client.known > s.real && (client.known - s.real) * 3 >= self.ttl * 2;
+        let own = if lean { None } else { s.session(c, client.incarnation) };
         let client = &mut s.clients[usize::from(c)];
-        client.acquiring = Some(Acquiring { key: k, row, holder_live, own, real: s.real, clock: s.clock });
+        client.acquiring = Some(Acquiring { key: k, row, holder_live, own, lean, real: s.real, clock: s.clock });
         client.grants += 1;
     }
 
@@ -155,12 +165,14 @@ impl PgSessionModel {
         let current = s.clients[ci].incarnation;
         let clock = s.clock;
         let bound = match a.own {
+            _ if a.lean => Some((current, s.clients[ci].known)),
             Some(o) if o.expires > a.clock && (o.expires - a.clock) * 3 >= self.ttl * 2 => {
                 Some((current, a.real + (o.expires - a.clock)))
             }
             Some(o) if o.expires > a.clock => match Self::session_mut(s, c, current) {
                 Some(r) if r.expires > clock => {
                     r.expires = r.expires.max(clock + self.ttl);
+                    s.clients[ci].known = a.real + self.ttl;
                     Some((current, a.real + self.ttl))
                 }
                 _ => None,
@@ -171,6 +183,7 @@ impl PgSessionModel {
             let incarnation = current + 1;
             s.sessions[ci][usize::from(incarnation - 1)] = Some(SessionRow { expires: clock + self.ttl, removed: 0 });
             s.clients[ci].incarnation = incarnation;
+            s.clients[ci].known = a.real + self.ttl;
             (incarnation, a.real + self.ttl)
         });
         s.grants[ki] = Some(GrantRow { client: c, incarnation });
@@ -236,6 +249,10 @@ impl PgSessionModel {
                 };
                 if let Some(r) = Self::session_mut(s, c, inc) {
                     *r = row;
+                }
+                if s.clients[ci].incarnation == inc {
+                    let from = if self.variant == PgSessionVariant::LeanCountedFromReply { s.real } else { renewal.sent };
+                    s.clients[ci].known = s.clients[ci].known.max(from + self.ttl);
                 }
                 let seen = &mut s.clients[ci].seen_removed[usize::from(inc - 1)];
                 if row.removed == *seen {
@@ -333,6 +350,7 @@ impl Model for PgSessionModel {
         let grants = usize::from(self.grants);
         let client = Client {
             incarnation: 0,
+            known: 0,
             seen_removed: vec![0; grants],
             views: vec![None; keys],
             grants: 0,
@@ -445,6 +463,9 @@ impl Model for PgSessionModel {
             Property::always(RENEWAL_TELLS_THE_TRUTH, |_, s: &PgSessionState| !s.confirmed_a_gone_lease),
             Property::sometimes(TAKEOVER_HAPPENS, |_, s: &PgSessionState| {
                 s.took_over && s.clients.iter().any(|c| c.views.iter().flatten().any(|v| v.until > s.real))
+            }),
+            Property::sometimes(LEAN_ACQUIRE_HAPPENS, |_, s: &PgSessionState| {
+                s.clients.iter().any(|c| c.acquiring.is_some_and(|a| a.lean && !a.holder_live))
             }),
             Property::sometimes(ROWS_ARE_READ, |_, s: &PgSessionState| {
                 s.clients

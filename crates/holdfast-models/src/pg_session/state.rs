@@ -65,8 +65,13 @@ pub struct Acquiring {
     pub row: Option<GrantRow>,
     /// Whether the snapshot showed that row's session unexpired.
     pub holder_live: bool,
-    /// The client's current session row in the snapshot.
+    /// The client's current session row in the snapshot (`None` on the
+    /// lean path, which does not read it).
     pub own: Option<SessionRow>,
+    /// The lean path: the client's own count says its current session has
+    /// two thirds of the TTL left, so the statement names it and reads or
+    /// writes nothing of it.
+    pub lean: bool,
     /// Real time and server clock when the snapshot was taken.
     pub real: u8,
     /// The server clock then.
@@ -78,6 +83,11 @@ pub struct Acquiring {
 pub struct Client {
     /// The incarnation of its current session (0: none yet).
     pub incarnation: u8,
+    /// Real time until which the client knows its current session is
+    /// unexpired: counted from the send of the statement that last made or
+    /// extended it (a lower bound: the server set the expiry later than
+    /// that, on a clock that is never ahead of real time).
+    pub known: u8,
     /// Per incarnation (index = incarnation - 1): the `removed` count the
     /// client accounted for.
     pub seen_removed: Vec<u8>,
