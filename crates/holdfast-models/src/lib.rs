@@ -28,6 +28,7 @@
 //!   renewed by one statement per client and TTL (issue 33).
 //! - [`pg_session`]: the same session rows on PostgreSQL, with `READ
 //!   COMMITTED`'s statement snapshots, row locks and re-checks as steps.
+//! - [`mysql_session`]: the same session rows on MySQL/MariaDB, under InnoDB's `READ COMMITTED`.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -41,6 +42,7 @@ pub mod fallback;
 pub mod grant_log;
 pub mod handover;
 pub mod mysql_fence;
+pub mod mysql_session;
 pub mod network;
 pub mod pg_fence;
 pub mod pg_session;
