@@ -2,6 +2,8 @@
 //! that live with one (see `session`), and one statement for the leases
 //! that keep their own expiry (shares, writers, rows of earlier versions).
 
+use std::time::{Duration, Instant};
+
 use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
@@ -39,6 +41,7 @@ impl PostgresBackend {
         }
         for (id, ttl_ms, at) in by_session {
             let session = &id[..];
+            let sent = Instant::now();
             let rows = self
                 .query("renew", None, Stmt::RenewSession, &[(&session, Type::BYTEA), (&ttl_ms, Type::INT8)])
                 .await?;
@@ -48,6 +51,8 @@ impl PostgresBackend {
                 continue;
             };
             let removed: i64 = row.try_get(0).map_err(map_err)?;
+            // Extended to at least the TTL from the server's now, after the send.
+            self.book().known_until(id, sent + Duration::from_millis(ttl_ms as u64));
             if removed != self.book().seen(&id) {
                 let left = self.query("renew", None, Stmt::SessionRows, &[(&session, Type::BYTEA)]).await?;
                 let left =

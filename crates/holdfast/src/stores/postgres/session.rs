@@ -32,6 +32,7 @@
 //!   removal it counted.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::vocabulary::key::OwnerToken;
 
@@ -58,6 +59,12 @@ pub(super) struct SessionBook {
     seen: HashMap<SessionId, i64>,
     /// The session each of this client's session-bound leases lives with.
     leases: HashMap<OwnerToken, SessionId>,
+    /// Per session, until when this client knows it is unexpired: counted
+    /// from the send of the statement that last made or extended it (the
+    /// server set its expiry after that send), so never later than the
+    /// server's expiry (model `pg_session`, variant `LeanCountedFromReply`:
+    /// counted from the reply it would be).
+    known: HashMap<SessionId, Instant>,
     /// `seen` is pruned when it grows past this (then set to twice what
     /// is left): a pass over every lease, so not at every grant.
     seen_limit: usize,
@@ -69,6 +76,23 @@ impl SessionBook {
     pub(super) fn ids_for(&self, ttl_ms: i64) -> (SessionId, SessionId) {
         let fresh: SessionId = rand::random();
         (self.current.get(&ttl_ms).copied().unwrap_or(fresh), fresh)
+    }
+
+    /// The lean path for an acquire of `ttl` sent now: the current session
+    /// and until when it is known unexpired, if that leaves at least two
+    /// thirds of the TTL (the acquire then reads nothing of the session
+    /// row, and the grant is valid until then).
+    pub(super) fn lean(&self, ttl: Duration, now: Instant) -> Option<(SessionId, Instant)> {
+        let id = *self.current.get(&(ttl.as_millis() as i64))?;
+        let until = *self.known.get(&id)?;
+        (until.saturating_duration_since(now) * 3 >= ttl * 2).then_some((id, until))
+    }
+
+    /// `session` is known unexpired until `until` (a statement sent before
+    /// then made or extended it).
+    pub(super) fn known_until(&mut self, session: SessionId, until: Instant) {
+        let at = self.known.entry(session).or_insert(until);
+        *at = (*at).max(until);
     }
 
     /// After an acquire statement: the session it used is the current one
@@ -87,6 +111,7 @@ impl SessionBook {
             let live: std::collections::HashSet<SessionId> =
                 self.leases.values().chain(self.current.values()).copied().collect();
             self.seen.retain(|id, _| live.contains(id));
+            self.known.retain(|id, _| live.contains(id));
             self.seen_limit = 2 * self.seen.len() + 8;
         }
     }
@@ -128,6 +153,7 @@ impl SessionBook {
     pub(super) fn lapsed(&mut self, session: SessionId) {
         self.leases.retain(|_, id| *id != session);
         self.seen.remove(&session);
+        self.known.remove(&session);
         self.current.retain(|_, id| *id != session);
     }
 
@@ -165,5 +191,24 @@ mod tests {
         book.lapsed(fresh);
         assert_eq!(book.session_of(token(1)), None);
         assert_ne!(book.ids_for(6000).0, fresh, "a lapsed session is never used again");
+    }
+
+    #[test]
+    fn the_lean_path_needs_two_thirds_of_the_ttl_on_the_clients_own_count() {
+        let ttl = Duration::from_secs(6);
+        let sent = Instant::now();
+        let mut book = SessionBook::default();
+        assert_eq!(book.lean(ttl, sent), None, "no session yet");
+        let (_, id) = book.ids_for(6000);
+        book.used(6000, id, Some(token(1)));
+        assert_eq!(book.lean(ttl, sent), None, "a session whose time left is not known");
+        book.known_until(id, sent + ttl);
+        assert_eq!(book.lean(ttl, sent + Duration::from_secs(2)), Some((id, sent + ttl)), "4 s of 6 left");
+        assert_eq!(book.lean(ttl, sent + Duration::from_millis(2001)), None, "less than 4 s left");
+        assert_eq!(book.lean(Duration::from_secs(3), sent), None, "another TTL has its own session");
+        book.known_until(id, sent + Duration::from_secs(1));
+        assert_eq!(book.lean(ttl, sent), Some((id, sent + ttl)), "an earlier count never shortens a later one");
+        book.lapsed(id);
+        assert_eq!(book.lean(ttl, sent), None, "a lapsed session is never used again");
     }
 }

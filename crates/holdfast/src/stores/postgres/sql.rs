@@ -218,34 +218,32 @@ impl PostgresBackend {
         let register = waiting;
         // Other waiters of this key in this client: the new row starts wanted.
         let others_wait = self.inner.waiting.count(key) > usize::from(waiting);
-        let (session, new_session) = self.book().ids_for(ttl_ms);
-        let (session, new_session) = (&session[..], &new_session[..]);
-        let rows = if waiting {
-            let params: [(&(dyn ToSql + Sync), Type); 9] = [
-                (&key, Type::TEXT),
-                (&token, Type::BYTEA),
-                (&ttl_ms, Type::INT8),
-                (&req.label, Type::TEXT),
-                (&register, Type::BOOL),
-                (&others_wait, Type::BOOL),
-                (&floor, Type::INT8),
-                (&session, Type::BYTEA),
-                (&new_session, Type::BYTEA),
-            ];
-            self.query("acquire", Some(key), Stmt::Acquire, &params).await?
-        } else {
-            let params: [(&(dyn ToSql + Sync), Type); 8] = [
-                (&key, Type::TEXT),
-                (&token, Type::BYTEA),
-                (&ttl_ms, Type::INT8),
-                (&req.label, Type::TEXT),
-                (&others_wait, Type::BOOL),
-                (&floor, Type::INT8),
-                (&session, Type::BYTEA),
-                (&new_session, Type::BYTEA),
-            ];
-            self.query("acquire", Some(key), Stmt::AcquireFree, &params).await?
+        let lean = self.book().lean(req.ttl, started);
+        let (session, new_session) = match lean {
+            Some((id, _)) => (id, id),
+            None => self.book().ids_for(ttl_ms),
         };
+        let (session, new_session) = (&session[..], &new_session[..]);
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+            (&key, Type::TEXT),
+            (&token, Type::BYTEA),
+            (&ttl_ms, Type::INT8),
+            (&req.label, Type::TEXT),
+        ];
+        if waiting {
+            params.push((&register, Type::BOOL));
+        }
+        params.extend([(&others_wait as &(dyn ToSql + Sync), Type::BOOL), (&floor, Type::INT8), (&session, Type::BYTEA)]);
+        if lean.is_none() {
+            params.push((&new_session, Type::BYTEA));
+        }
+        let stmt = match (waiting, lean.is_some()) {
+            (true, false) => Stmt::Acquire,
+            (true, true) => Stmt::AcquireLean,
+            (false, false) => Stmt::AcquireFree,
+            (false, true) => Stmt::AcquireFreeLean,
+        };
+        let rows = self.query("acquire", Some(key), stmt, &params).await?;
         let row = rows.first().ok_or_else(|| Error::backend(STORE, false, "acquire returned no row"))?;
         let granted: Option<i64> = row.try_get(0).map_err(map_err)?;
         let mine: Option<i64> = row.try_get(1).map_err(map_err)?;
@@ -256,13 +254,27 @@ impl PostgresBackend {
         let used: Option<Vec<u8>> = row.try_get(6).map_err(map_err)?;
         let used = used.and_then(|id| <SessionId>::try_from(id.as_slice()).ok());
         let fence = granted.or(mine);
+        let valid = valid_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         if let Some(used) = used {
-            self.book().used(ttl_ms, used, fence.map(|_| req.token));
+            let mut book = self.book();
+            book.used(ttl_ms, used, fence.map(|_| req.token));
+            // The full statement names the session's time left whether or
+            // not it granted (a retry's is its row's session's).
+            if let (Some(valid), None) = (valid, lean) {
+                book.known_until(used, started + valid);
+            }
         }
         let left = left_ms.map(|ms| Duration::from_millis(ms.max(0) as u64));
         Ok(match fence {
             Some(fence) => {
-                let valid = Duration::from_millis(valid_ms.unwrap_or(0).max(0) as u64).min(req.ttl);
+                // A lean grant (not a retry) is valid as long as the
+                // client's count of its session.
+                let valid = match (valid, lean) {
+                    (Some(valid), _) => valid,
+                    (None, Some((_, until))) => until.saturating_duration_since(started),
+                    (None, None) => Duration::ZERO,
+                }
+                .min(req.ttl);
                 let mut grant = Grant::new(fence as u64, started, req.ttl);
                 grant.valid_for = valid;
                 Attempt::Granted(grant)

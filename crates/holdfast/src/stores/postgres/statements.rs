@@ -42,6 +42,13 @@ pub(super) struct Statements {
     /// them run; it plans and executes four CTEs instead of five, and no
     /// index scan for `w`.
     pub acquire_free: String,
+    /// `acquire` on the lean path: the client's own count shows its
+    /// session with two thirds of the TTL left, so `$8` names it and the
+    /// statement reads and writes nothing of it (no `$9`); the validity
+    /// column is a retry's only (a new grant's is the client's count).
+    pub acquire_lean: String,
+    /// `acquire_free` on the lean path (`$7` the session, no `$8`).
+    pub acquire_free_lean: String,
     /// `$1 key, $2 token, $3 channel, $4 the sessions the releasing client
     /// owns the token's row in (a row of any other counts a removal)` ->
     /// one row `(was unexpired, _, a held share)` if the token held the key,
@@ -88,6 +95,8 @@ impl Statements {
         match stmt {
             Stmt::Acquire => &self.acquire,
             Stmt::AcquireFree => &self.acquire_free,
+            Stmt::AcquireLean => &self.acquire_lean,
+            Stmt::AcquireFreeLean => &self.acquire_free_lean,
             Stmt::Release => &self.release,
             Stmt::Renew => &self.renew,
             Stmt::Status => &self.status,
@@ -124,7 +133,12 @@ impl Statements {
             // own, ext, sess, new: the client's session (`session`): the
             //    current one as the snapshot shows it while two thirds of the
             //    TTL are left; below that extended under its lock, if still
-            //    unexpired on its latest version; else a new one.
+            //    unexpired on its latest version; else a new one. On the
+            //    lean path (`acquire_lean`, `acquire_free_lean`) the client's
+            //    own count, from the send of what last made or extended the
+            //    session, shows two thirds of the TTL left: `sess` is the
+            //    session as named, and none of the three runs (model
+            //    pg_session: the count is a lower bound of the row's expiry).
             // lapse: if cur's session lapsed, the removal counted in that
             //    session row, under its lock and re-checked on its latest
             //    version: a renewal of it in flight commits first, and then
@@ -153,20 +167,16 @@ impl Statements {
             //    unwanted row sends none: NOTIFY is most of a release's cost).
             //    Runs only when cur found a holder, re-checked on the latest
             //    row version; 0 rows = the row changed since the snapshot.
-            acquire: format!(
-                "{grant}), w AS (
-                     UPDATE {t} SET wanted = true
-                     WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
-                       AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp())
-                     RETURNING 1
-                 )
-                 {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}, {SESSION_COLUMNS}",
-                grant = grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", "$9"]),
-            ),
+            acquire: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", "$9"]), SESSION_COLUMNS),
+            acquire_lean: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", ""]), LEAN_SESSION_COLUMNS),
             // `acquire` without `w`.
             acquire_free: format!(
                 "{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}, {SESSION_COLUMNS}",
                 grant = grant_ctes(&t, &f, &ss, ["$5", "$6", "$7", "$8"])
+            ),
+            acquire_free_lean: format!(
+                "{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}, {LEAN_SESSION_COLUMNS}",
+                grant = grant_ctes(&t, &f, &ss, ["$5", "$6", "$7", ""])
             ),
             // The notification (only if a waiter marked the row `wanted`) is
             // queued in the same transaction as the delete and delivered at
@@ -347,11 +357,13 @@ pub(super) enum Stmt {
     WriteRecord = 7,
     RenewSession = 8,
     SessionRows = 9,
+    AcquireLean = 10,
+    AcquireFreeLean = 11,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 10;
+    pub(super) const COUNT: usize = 12;
 }
 
 /// The columns both acquire statements return: the granted fence, the
@@ -368,6 +380,20 @@ const GRANT_COLUMNS: &str = "SELECT coalesce((SELECT fence FROM ins), (SELECT fe
 const RUN_AGAIN: &str = "EXISTS (SELECT 1 FROM cur WHERE expires_at <= clock_timestamp())
         AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM mine)";
 
+/// `acquire` (or its lean form) from its CTEs and session columns: `w`
+/// added (see `acquire` in [`Statements::new`]).
+fn acquire_sql(t: &str, grant: &str, session_columns: &str) -> String {
+    format!(
+        "{grant}), w AS (
+             UPDATE {t} SET wanted = true
+             WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
+               AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp())
+             RETURNING 1
+         )
+         {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}, {session_columns}"
+    )
+}
+
 /// The token of the released marker: a released lease row stays, so that
 /// the key's fence stays with it.
 pub(super) const RELEASED: &str = "'\\x'::bytea";
@@ -379,15 +405,17 @@ pub(super) const RELEASED: &str = "'\\x'::bytea";
 /// `params` are the parameters of: the value a new row's `wanted` starts
 /// from; the request's fence floor (0: none; the fence is at least it, and
 /// the counter with it when the counter is drawn from); the client's
-/// current session; a new session id.
+/// current session; a new session id, or `""` for the lean path, whose
+/// `sess` is the client's session as named (no `own`, `ext`, `new`).
 fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
     let [wanted, floor, sid, nid] = params;
     let ttl = "$3::int8 * interval '1 millisecond'";
     let u = until_sql("l", ss);
-    format!(
-        "WITH cur AS (
-                     SELECT token, fence, {u} AS expires_at, wanted, session FROM {t} AS l WHERE key = $1
-                 ), own AS (
+    let session_ctes = if nid.is_empty() {
+        format!("sess AS (SELECT {sid}::bytea AS id)")
+    } else {
+        format!(
+            "own AS (
                      SELECT expires_at FROM {ss} WHERE id = {sid}::bytea AND expires_at > clock_timestamp()
                  ), ext AS (
                      UPDATE {ss} SET expires_at = greatest(expires_at, clock_timestamp() + {ttl})
@@ -402,7 +430,13 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
                      INSERT INTO {ss} (id, expires_at, removed)
                      SELECT {nid}::bytea, clock_timestamp() + {ttl}, 0 WHERE (SELECT id FROM sess) = {nid}::bytea
                      RETURNING expires_at
-                 ), lapse AS (
+                 )"
+        )
+    };
+    format!(
+        "WITH cur AS (
+                     SELECT token, fence, {u} AS expires_at, wanted, session FROM {t} AS l WHERE key = $1
+                 ), {session_ctes}, lapse AS (
                      UPDATE {ss} SET removed = removed + 1
                      WHERE id = (SELECT session FROM cur WHERE expires_at <= clock_timestamp())
                        AND expires_at <= clock_timestamp()
@@ -453,4 +487,9 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
 /// session the statement chose, granted or not).
 const SESSION_COLUMNS: &str = "(extract(epoch FROM coalesce((SELECT until FROM mine), (SELECT expires_at FROM ext),
             (SELECT expires_at FROM new), (SELECT expires_at FROM own)) - clock_timestamp()) * 1000)::int8,
+        CASE WHEN EXISTS (SELECT 1 FROM mine) THEN (SELECT session FROM mine) ELSE (SELECT id FROM sess) END";
+
+/// [`SESSION_COLUMNS`] of the lean path: the validity of a retry only (a
+/// new grant's is the client's own count of its session).
+const LEAN_SESSION_COLUMNS: &str = "(extract(epoch FROM (SELECT until FROM mine) - clock_timestamp()) * 1000)::int8,
         CASE WHEN EXISTS (SELECT 1 FROM mine) THEN (SELECT session FROM mine) ELSE (SELECT id FROM sess) END";
