@@ -81,6 +81,17 @@ pub enum MySessionVariant {
     /// commit), not from its send, so the count by which the lean path
     /// grants runs past the server's expiry.
     LeanFromReceipt,
+    /// Rejected: the grant is one autocommit `UPDATE` that also takes a row
+    /// whose session a non-locking subquery (`(SELECT expires_at FROM sess
+    /// WHERE id = leases.session) <= now()`, a consistent read) shows
+    /// lapsed, counting nothing.
+    SubqueryTakeover,
+    /// Weighed: the renewal's `UPDATE` has no `expires_at > now()`, so it
+    /// extends a lapsed session too (the count is still read after it).
+    RenewWithoutRecheck,
+    /// Weighed: the acquire's extension sets `expires_at = now + ttl`
+    /// without `GREATEST`, so after a clock step back it may lower the row.
+    ExtendWithoutGreatest,
 }
 
 /// Name of the mutual-exclusion property.
@@ -116,15 +127,6 @@ impl MySessionModel {
     /// Two clients, one key, two grants each, TTL 2, time 3 to 6.
     pub fn new(variant: MySessionVariant) -> Self {
         MySessionModel { variant, clients: 2, keys: 1, grants: 2, ttl: 2, horizon: 6 }
-    }
-
-    fn session_mut(s: &mut MySessionState, c: u8, incarnation: u8) -> Option<&mut SessionRow> {
-        let i = usize::from(incarnation.checked_sub(1)?);
-        s.sessions[usize::from(c)].get_mut(i)?.as_mut()
-    }
-
-    fn live(row: Option<SessionRow>, clock: u8) -> bool {
-        row.is_some_and(|r| r.expires > clock)
     }
 
     /// An `INSERT` of a new session incarnation (send and run are one step:
@@ -192,9 +194,12 @@ impl MySessionModel {
         match a.step {
             AcquireStep::Extending { sent } => {
                 let (clock, ttl) = (s.clock, self.ttl);
-                match Self::session_mut(s, c, a.incarnation) {
+                match s.session_mut(c, a.incarnation) {
                     Some(r) if r.expires > clock => {
-                        r.expires = r.expires.max(clock + ttl);
+                        r.expires = match self.variant {
+                            MySessionVariant::ExtendWithoutGreatest => clock + ttl,
+                            _ => r.expires.max(clock + ttl),
+                        };
                         let client = &mut s.clients[ci];
                         client.known = ahead(client.known.max(sent + ttl), s.real);
                         a.until = ahead(sent + ttl, s.real);
@@ -221,8 +226,14 @@ impl MySessionModel {
                     }
                 }
                 let row = s.grants[ki];
+                let lapsed = row.is_some_and(|r| !s.live(r.client, r.incarnation));
                 if row.is_none() || row == Some(GrantRow { client: c, incarnation: a.incarnation }) {
                     Self::granted(s, c, &a);
+                } else if lapsed && self.variant == MySessionVariant::SubqueryTakeover {
+                    // The subquery read the committed session row (not a
+                    // renewal's uncommitted write, and without its lock).
+                    Self::granted(s, c, &a);
+                    s.took_over = true;
                 } else {
                     // (`lean` only marks the lean grant for reachability.)
                     a.step = AcquireStep::Reading;
@@ -235,7 +246,7 @@ impl MySessionModel {
                 // session; a row freed meanwhile ends the attempt (busy: the
                 // client tries again with a new acquire).
                 if let Some(seen) = s.grants[ki]
-                    && !Self::live(s.session(seen.client, seen.incarnation), s.clock)
+                    && !s.live(seen.client, seen.incarnation)
                 {
                     a.step = AcquireStep::Locking { seen };
                     s.clients[ci].acquiring = Some(a);
@@ -248,9 +259,9 @@ impl MySessionModel {
                 } // else: not the row seen: ROLLBACK, busy.
             }
             AcquireStep::Counting { seen } => {
-                let lapsed = !Self::live(s.session(seen.client, seen.incarnation), s.clock);
+                let lapsed = !s.live(seen.client, seen.incarnation);
                 if lapsed || self.variant == MySessionVariant::ConsistentReadTakeover {
-                    if let Some(r) = Self::session_mut(s, seen.client, seen.incarnation) {
+                    if let Some(r) = s.session_mut(seen.client, seen.incarnation) {
                         r.removed += 1;
                     }
                     Self::granted(s, c, &a);
@@ -284,10 +295,6 @@ impl MySessionModel {
         }
     }
 
-    fn rows_of(s: &MySessionState, c: u8, incarnation: u8) -> Vec<bool> {
-        s.grants.iter().map(|g| *g == Some(GrantRow { client: c, incarnation })).collect()
-    }
-
     fn renew_step(&self, s: &mut MySessionState, c: u8) {
         let ci = usize::from(c);
         let Some(mut renewal) = s.clients[ci].renewal.take() else { return };
@@ -303,7 +310,8 @@ impl MySessionModel {
                 // The UPDATE locks the session row and re-checks it on its
                 // latest version; the SELECT of `removed` reads that locked
                 // row, so nothing can come between the two.
-                let Some(row) = s.session(c, inc).filter(|r| r.expires > s.clock) else {
+                let recheck = self.variant != MySessionVariant::RenewWithoutRecheck;
+                let Some(row) = s.session(c, inc).filter(|r| r.expires > s.clock || !recheck) else {
                     // 0 rows: the session lapsed, every lease of it is lost.
                     self.settle(s, c, inc, renewal.sent, &vec![false; keys]);
                     if s.clients[ci].incarnation == inc {
@@ -319,7 +327,7 @@ impl MySessionModel {
                 s.clients[ci].renewal = Some(renewal);
             }
             RenewalStep::Written { expires, removed } => {
-                if let Some(r) = Self::session_mut(s, c, inc) {
+                if let Some(r) = s.session_mut(c, inc) {
                     r.expires = expires;
                 }
                 let client = &mut s.clients[ci];
@@ -338,7 +346,7 @@ impl MySessionModel {
             }
             RenewalStep::ReadingRows { removed } => {
                 s.clients[ci].seen_removed[usize::from(inc - 1)] = removed;
-                let present = Self::rows_of(s, c, inc);
+                let present = s.rows_of(c, inc);
                 self.settle(s, c, inc, renewal.sent, &present);
             }
         }
@@ -361,7 +369,7 @@ impl MySessionModel {
             {
                 v.revoked = true;
             }
-            if let Some(r) = Self::session_mut(s, row.client, row.incarnation) {
+            if let Some(r) = s.session_mut(row.client, row.incarnation) {
                 r.removed += 1;
             }
         }

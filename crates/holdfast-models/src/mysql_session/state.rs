@@ -177,6 +177,22 @@ impl MySessionState {
         self.sessions[usize::from(client)].get(i).copied().flatten()
     }
 
+    /// The committed row of `client`'s session `incarnation`, to write.
+    pub fn session_mut(&mut self, client: u8, incarnation: u8) -> Option<&mut SessionRow> {
+        let i = usize::from(incarnation.checked_sub(1)?);
+        self.sessions[usize::from(client)].get_mut(i)?.as_mut()
+    }
+
+    /// Whether that session is unexpired on the server clock (committed).
+    pub fn live(&self, client: u8, incarnation: u8) -> bool {
+        self.session(client, incarnation).is_some_and(|r| r.expires > self.clock)
+    }
+
+    /// Per key, whether its committed lease row lives with that session.
+    pub fn rows_of(&self, client: u8, incarnation: u8) -> Vec<bool> {
+        self.grants.iter().map(|g| *g == Some(GrantRow { client, incarnation })).collect()
+    }
+
     /// Whether an open transaction holds the lock of that session row: a
     /// renewal between its `UPDATE` and its commit.
     pub fn session_locked(&self, client: u8, incarnation: u8) -> bool {
@@ -194,9 +210,7 @@ impl MySessionState {
                 && client.acquiring.is_some_and(|a| a.key == k && matches!(a.step, AcquireStep::Counting { .. }))
         })
     }
-}
 
-impl MySessionState {
     /// A tick: real time and the server clock move on; counts that passed
     /// are all alike (0).
     pub(super) fn tick(&mut self, ttl: u8) {
