@@ -155,6 +155,24 @@ fn e_a_one_statement_grant_over_a_lapsed_session_takes_a_renewed_one() {
     assert!(!replay(MySessionVariant::Shipped, &run).two_live_views());
 }
 
+#[test]
+fn h_a_takeover_that_rechecks_but_does_not_count_is_undone_by_a_clock_step() {
+    assert_counterexamples(MySessionVariant::RecheckWithoutCount, &[MUTUAL_EXCLUSION, RENEWAL_TELLS_THE_TRUTH]);
+    // The shortest run: A holds K0 (A1 until 5) and sends a renewal at 4;
+    // at 5 B takes K0 over, re-checking that A1 lapsed but counting
+    // nothing; the server clock steps back 1, so A1 looks live again; A's
+    // renewal extends it, finds the count unmoved and confirms K0 (until 6).
+    use MySessionAction::*;
+    let run = [AcquireStart(0, 0), Acquire(0), Tick, SendRenewal(0, 1), Tick, AcquireStart(1, 0), Acquire(1)];
+    let run = [&run[..], &[Acquire(1), Acquire(1), Acquire(1), StepBack(1), Renew(0), Renew(0)]].concat();
+    let broken = replay(MySessionVariant::RecheckWithoutCount, &run);
+    assert!(broken.two_live_views() && broken.confirmed_a_gone_lease);
+    // Shipped, the takeover counted: the renewal finds 1, reads the rows
+    // and forgets K0.
+    let shipped = replay(MySessionVariant::Shipped, &[&run[..], &[Renew(0)]].concat());
+    assert!(!shipped.two_live_views() && shipped.clients[0].views[0].is_none());
+}
+
 /// Two simplifications weighed, neither needed by either property within
 /// the bounds: no counterexample over a complete exploration of each
 /// (README.md, Model 11): the renewal's `expires_at > now()` re-check, and

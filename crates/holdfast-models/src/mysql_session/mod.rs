@@ -86,6 +86,10 @@ pub enum MySessionVariant {
     /// WHERE id = leases.session) <= now()`, a consistent read) shows
     /// lapsed, counting nothing.
     SubqueryTakeover,
+    /// Rejected: the takeover re-checks the lapse on the session row's
+    /// latest version under its lock (`SELECT expires_at .. FOR UPDATE`) but
+    /// counts nothing (the session lapsed, so why count?).
+    RecheckWithoutCount,
     /// Weighed: the renewal's `UPDATE` has no `expires_at > now()`, so it
     /// extends a lapsed session too (the count is still read after it).
     RenewWithoutRecheck,
@@ -261,37 +265,15 @@ impl MySessionModel {
             AcquireStep::Counting { seen } => {
                 let lapsed = !s.live(seen.client, seen.incarnation);
                 if lapsed || self.variant == MySessionVariant::ConsistentReadTakeover {
-                    if let Some(r) = s.session_mut(seen.client, seen.incarnation) {
+                    if let Some(r) = s.session_mut(seen.client, seen.incarnation)
+                        && self.variant != MySessionVariant::RecheckWithoutCount
+                    {
                         r.removed += 1;
                     }
                     Self::granted(s, c, &a);
                     s.took_over = true;
                 } // else: 0 rows, renewed meanwhile: ROLLBACK, busy.
             }
-        }
-    }
-
-    /// Confirms the client's leases of `incarnation` that `present` keeps,
-    /// forgets the others, after a renewal sent at `sent`.
-    fn settle(&self, s: &mut MySessionState, c: u8, incarnation: u8, sent: u8, present: &[bool]) {
-        let ci = usize::from(c);
-        for (k, &kept) in present.iter().enumerate() {
-            let Some(view) = s.clients[ci].views[k] else { continue };
-            if view.incarnation != incarnation {
-                continue;
-            }
-            if !kept {
-                s.clients[ci].views[k] = None;
-                continue;
-            }
-            if s.grants[k] != Some(GrantRow { client: c, incarnation }) {
-                s.confirmed_a_gone_lease = true;
-            }
-            // A confirmed renewal makes the client a holder again whatever
-            // happened to the row (`revoked` cleared): the bug the
-            // properties catch.
-            let until = ahead(view.until.max(sent + self.ttl), s.real);
-            s.clients[ci].views[k] = Some(View { until, revoked: false, ..view });
         }
     }
 
@@ -313,7 +295,7 @@ impl MySessionModel {
                 let recheck = self.variant != MySessionVariant::RenewWithoutRecheck;
                 let Some(row) = s.session(c, inc).filter(|r| r.expires > s.clock || !recheck) else {
                     // 0 rows: the session lapsed, every lease of it is lost.
-                    self.settle(s, c, inc, renewal.sent, &vec![false; keys]);
+                    s.settle(self.ttl, c, inc, renewal.sent, &vec![false; keys]);
                     if s.clients[ci].incarnation == inc {
                         s.clients[ci].known = 0;
                     }
@@ -338,7 +320,7 @@ impl MySessionModel {
                     client.known = ahead(client.known.max(from + self.ttl), s.real);
                 }
                 if removed == client.seen_removed[usize::from(inc - 1)] {
-                    self.settle(s, c, inc, renewal.sent, &vec![true; keys]);
+                    s.settle(self.ttl, c, inc, renewal.sent, &vec![true; keys]);
                 } else {
                     renewal.step = RenewalStep::ReadingRows { removed };
                     s.clients[ci].renewal = Some(renewal);
@@ -347,7 +329,7 @@ impl MySessionModel {
             RenewalStep::ReadingRows { removed } => {
                 s.clients[ci].seen_removed[usize::from(inc - 1)] = removed;
                 let present = s.rows_of(c, inc);
-                self.settle(s, c, inc, renewal.sent, &present);
+                s.settle(self.ttl, c, inc, renewal.sent, &present);
             }
         }
     }

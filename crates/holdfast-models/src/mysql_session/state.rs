@@ -211,6 +211,30 @@ impl MySessionState {
         })
     }
 
+    /// Confirms the client's leases of `incarnation` that `present` keeps,
+    /// forgets the others, after a renewal sent at `sent`.
+    pub(super) fn settle(&mut self, ttl: u8, c: u8, incarnation: u8, sent: u8, present: &[bool]) {
+        let ci = usize::from(c);
+        for (k, &kept) in present.iter().enumerate() {
+            let Some(view) = self.clients[ci].views[k] else { continue };
+            if view.incarnation != incarnation {
+                continue;
+            }
+            if !kept {
+                self.clients[ci].views[k] = None;
+                continue;
+            }
+            if self.grants[k] != Some(GrantRow { client: c, incarnation }) {
+                self.confirmed_a_gone_lease = true;
+            }
+            // A confirmed renewal makes the client a holder again whatever
+            // happened to the row (`revoked` cleared): the bug the
+            // properties catch.
+            let until = ahead(view.until.max(sent + ttl), self.real);
+            self.clients[ci].views[k] = Some(View { until, revoked: false, ..view });
+        }
+    }
+
     /// A tick: real time and the server clock move on; counts that passed
     /// are all alike (0).
     pub(super) fn tick(&mut self, ttl: u8) {
