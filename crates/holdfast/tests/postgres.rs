@@ -273,8 +273,9 @@ async fn expired_row_is_taken_over() {
     let first = raw.try_acquire(&req).await.expect("acquire").expect("granted");
     tokio::time::sleep(Duration::from_millis(400)).await;
     // A mutex lease lives with its client's session row (see the store
-    // page): the row is held until that row's expiry, or its own without one.
-    let row = "SELECT count(*), bool_and(CASE WHEN session IS NULL THEN expires_at ELSE coalesce(
+    // page): the row is held until that row's expiry, or its own without one
+    // or once released.
+    let row = "SELECT count(*), bool_and(CASE WHEN session IS NULL OR token = '\\x' THEN expires_at ELSE coalesce(
                    (SELECT s.expires_at FROM holdfast_leases_sess s WHERE s.id = session), '-infinity') END
                    < clock_timestamp()) FROM holdfast_leases WHERE key = 'takeover/k'";
     assert_eq!(psql(&server, row), "1|t", "the expired row stays until taken over");

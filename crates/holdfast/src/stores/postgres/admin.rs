@@ -8,7 +8,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use super::error::map_err;
 use super::gate::is_gate;
-use super::session::until_sql;
+use super::session::{held_session_sql, until_sql};
 use super::statements::RELEASED;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
@@ -58,8 +58,9 @@ impl PostgresBackend {
         // (read after the lock above, so `o` is the latest version).
         let u = self.admin_until();
         let ss = &self.inner.sql.sessions_regclass;
+        let hs = held_session_sql("l");
         let count =
-            format!("UPDATE {ss} SET removed = removed + 1 WHERE id = (SELECT session FROM {t} WHERE key = $1)");
+            format!("UPDATE {ss} SET removed = removed + 1 WHERE id = (SELECT {hs} FROM {t} AS l WHERE key = $1)");
         let del_lease = format!(
             "UPDATE {t} AS l SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp()),
                  session = NULL

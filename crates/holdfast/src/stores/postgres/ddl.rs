@@ -98,7 +98,7 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
          BEGIN
              UPDATE {f} SET value = OLD.fence WHERE id = 1 AND value < OLD.fence;
              -- A held row deleted by hand: its client hears it at its next renewal.
-             IF OLD.session IS NOT NULL THEN
+             IF OLD.session IS NOT NULL AND OLD.token <> '\\x'::bytea THEN
                  UPDATE {ss} SET removed = removed + 1 WHERE id = OLD.session;
              END IF;
              RETURN OLD;

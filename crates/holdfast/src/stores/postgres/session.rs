@@ -36,15 +36,31 @@ use std::time::{Duration, Instant};
 
 use crate::vocabulary::key::OwnerToken;
 
+/// The token of the released marker: a released lease row stays, so that
+/// the key's fence stays with it. It keeps the session it was held under:
+/// the session index's column then does not change when the same session
+/// takes the key again, so the grant and the release are HOT updates (they
+/// were not, and each cost three times the server time: an index entry a
+/// statement; docs/performance.md). A released row is read by its own
+/// expiry, whatever its session.
+pub(super) const RELEASED: &str = "'\\x'::bytea";
+
+/// The session lease row `alias` is held under: none for a released row
+/// (its `session` is only left in place, see [`RELEASED`]).
+pub(super) fn held_session_sql(alias: &str) -> String {
+    format!("(CASE WHEN {alias}.token = {RELEASED} THEN NULL ELSE {alias}.session END)")
+}
+
 /// A session row's id: 16 random bytes, new for every session.
 pub(super) type SessionId = [u8; 16];
 
 /// When the lease row `alias` of lease table `t`'s namespace is held until:
 /// its session row's expiry (`-infinity` once that row is gone), or its own
-/// `expires_at` without a session. `ss` is the quoted session table.
+/// `expires_at` without a session or once released. `ss` is the quoted
+/// session table.
 pub(super) fn until_sql(alias: &str, ss: &str) -> String {
     format!(
-        "(CASE WHEN {alias}.session IS NULL THEN {alias}.expires_at
+        "(CASE WHEN {alias}.session IS NULL OR {alias}.token = {RELEASED} THEN {alias}.expires_at
                ELSE coalesce((SELECT x.expires_at FROM {ss} x WHERE x.id = {alias}.session), timestamptz '-infinity')
           END)"
     )

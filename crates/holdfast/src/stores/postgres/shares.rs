@@ -28,7 +28,7 @@ use super::config::PostgresConfig;
 use super::error::{map_err, timed_out};
 use super::gate::GATE;
 use super::pool::Conn;
-use super::session::until_sql;
+use super::session::{held_session_sql, until_sql};
 use crate::backend::admission::{self, Decision, Row};
 use crate::backend::wait::Attempt;
 use crate::backend::{AcquireRequest, Grant, HolderInfo, LeaseMode};
@@ -71,6 +71,7 @@ impl ShareSql {
         let s = format!("{schema}.\"{}_shares\"", config.table);
         let ss = format!("{schema}.\"{}_sess\"", config.table);
         let u = until_sql("g", &ss);
+        let hs = held_session_sql("l");
         ShareSql {
             // The key's lease row, locked until commit (its latest version).
             // A row that lives with a session is free only once `lapse`
@@ -80,7 +81,7 @@ impl ShareSql {
             // snapshot cannot see (made after it) keeps the row held.
             lock_gate: format!(
                 "WITH g AS (
-                     SELECT token, fence, expires_at, session FROM {t} WHERE key = $1 FOR UPDATE
+                     SELECT token, fence, expires_at, {hs} AS session FROM {t} AS l WHERE key = $1 FOR UPDATE
                  ), lapse AS (
                      UPDATE {ss} SET removed = removed + 1
                      WHERE id = (SELECT session FROM g) AND expires_at <= clock_timestamp()

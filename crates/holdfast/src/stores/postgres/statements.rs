@@ -8,7 +8,8 @@
 //! always bind parameters.
 
 use super::config::PostgresConfig;
-use super::session::until_sql;
+pub(super) use super::session::RELEASED;
+use super::session::{held_session_sql, until_sql};
 
 /// The SQL of one namespace (schema + table).
 #[derive(Debug, Clone)]
@@ -195,8 +196,7 @@ impl Statements {
                      WHERE id = (SELECT session FROM o) AND NOT (id = ANY($4::bytea[]))
                      RETURNING 1
                  ), d AS (
-                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp()),
-                         session = NULL
+                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp())
                      FROM o, (SELECT count(*) FROM c) AS counted WHERE key = $1 AND token = $2
                      RETURNING o.until > clock_timestamp() AS live, wanted
                  ), s AS (
@@ -247,7 +247,7 @@ impl Statements {
                  WHERE id = $1 AND expires_at > clock_timestamp()
                  RETURNING removed"
             ),
-            session_rows: format!("SELECT token FROM {t} WHERE session = $1"),
+            session_rows: format!("SELECT token FROM {t} WHERE session = $1 AND token <> {RELEASED}"),
             status: format!(
                 "SELECT label, fence, (extract(epoch FROM u - clock_timestamp()) * 1000)::int8
                  FROM (SELECT label, fence, token, {u} AS u FROM {t} AS l WHERE key = $1) l
@@ -273,17 +273,17 @@ impl Statements {
                          UPDATE {ss} SET removed = removed + 1
                          WHERE expires_at < clock_timestamp() - interval '60 seconds' AND id IN (
                              SELECT id FROM {ss} x WHERE expires_at < clock_timestamp() - interval '60 seconds'
-                               AND EXISTS (SELECT 1 FROM {t} WHERE session = x.id)
+                               AND EXISTS (SELECT 1 FROM {t} WHERE session = x.id AND token <> {RELEASED})
                              LIMIT 16 FOR UPDATE SKIP LOCKED)
                          RETURNING id, expires_at
                      )
                      UPDATE {t} AS l SET token = {RELEASED}, label = '', session = NULL, expires_at = gone.expires_at
-                     FROM gone WHERE l.session = gone.id"
+                     FROM gone WHERE l.session = gone.id AND l.token <> {RELEASED}"
                 ),
                 format!(
                     "DELETE FROM {ss} WHERE id IN (
                          SELECT id FROM {ss} x WHERE expires_at < clock_timestamp() - interval '60 seconds'
-                           AND NOT EXISTS (SELECT 1 FROM {t} WHERE session = x.id)
+                           AND NOT EXISTS (SELECT 1 FROM {t} WHERE session = x.id AND token <> {RELEASED})
                          LIMIT 64 FOR UPDATE SKIP LOCKED)
                        AND expires_at < clock_timestamp() - interval '60 seconds'"
                 ),
@@ -394,9 +394,6 @@ fn acquire_sql(t: &str, grant: &str, session_columns: &str) -> String {
     )
 }
 
-/// The token of the released marker: a released lease row stays, so that
-/// the key's fence stays with it.
-pub(super) const RELEASED: &str = "'\\x'::bytea";
 
 /// The CTEs `cur`, `own`, `ext`, `sess`, `new`, `lapse`, `f`, `ins`, `up`
 /// and `mine` of the acquire statements (see `acquire` in
@@ -411,6 +408,7 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
     let [wanted, floor, sid, nid] = params;
     let ttl = "$3::int8 * interval '1 millisecond'";
     let u = until_sql("l", ss);
+    let hs = held_session_sql("l");
     let session_ctes = if nid.is_empty() {
         format!("sess AS (SELECT {sid}::bytea AS id)")
     } else {
@@ -435,7 +433,7 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
     };
     format!(
         "WITH cur AS (
-                     SELECT token, fence, {u} AS expires_at, wanted, session FROM {t} AS l WHERE key = $1
+                     SELECT token, fence, {u} AS expires_at, wanted, {hs} AS session FROM {t} AS l WHERE key = $1
                  ), {session_ctes}, lapse AS (
                      UPDATE {ss} SET removed = removed + 1
                      WHERE id = (SELECT session FROM cur WHERE expires_at <= clock_timestamp())
@@ -454,7 +452,7 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
                          SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
                              label = excluded.label, acquired_at = excluded.acquired_at,
                              expires_at = excluded.expires_at, wanted = excluded.wanted, session = excluded.session
-                         WHERE l.session IS NULL AND l.expires_at <= clock_timestamp()
+                         WHERE {hs} IS NULL AND l.expires_at <= clock_timestamp()
                      RETURNING l.fence
                  ), up AS (
                      -- `x` carries what the CTEs that write decided (a join:
@@ -467,7 +465,7 @@ fn grant_ctes(t: &str, f: &str, ss: &str, params: [&str; 4]) -> String {
                      FROM (SELECT (SELECT id FROM sess) AS sid, (SELECT session FROM cur) AS seen,
                                   (SELECT id FROM lapse) AS lapsed) AS x
                      WHERE key = $1 AND EXISTS (SELECT 1 FROM cur)
-                       AND CASE WHEN l.session IS NULL THEN l.expires_at <= clock_timestamp()
+                       AND CASE WHEN {hs} IS NULL THEN l.expires_at <= clock_timestamp()
                                 ELSE l.session = x.seen
                                      AND (l.session = x.lapsed OR NOT EXISTS (SELECT 1 FROM {ss} WHERE id = l.session))
                            END
