@@ -21,7 +21,13 @@
 //! - writes are seen at **commit**; row locks are held until commit or
 //!   rollback; an autocommit statement commits at its end; a crashed
 //!   client's open transaction rolls back. Lease row before session row
-//!   everywhere, so no deadlock.
+//!   everywhere, so no deadlock;
+//! - `now()` (`UTC_TIMESTAMP(6)`) is the **statement's start**, which may
+//!   come long before the statement gets its row lock: the renewal's and
+//!   the extension's `now()` is the server clock at their send (the earliest
+//!   start: the worst case for the expiry they write) or at the step that
+//!   runs them (the latest); the takeover's count reads it at its step (the
+//!   worst case for `expires_at <= now()`).
 //!
 //! The client counts its session from the **send** of the statement that
 //! made or last extended it (a lower bound on the server's expiry in real
@@ -39,8 +45,11 @@
 //!   seen), `UPDATE sess SET removed = removed + 1 WHERE id = S' AND
 //!   expires_at <= now()` (waits for a renewal in flight, re-checks the lapse
 //!   on the latest version), and on 1 row the lease row's `UPDATE`, COMMIT;
-//! - **renewal**: a transaction `UPDATE sess SET expires_at = now + ttl
-//!   WHERE id = S AND expires_at > now()`, `SELECT removed` of that locked
+//! - **renewal**: a transaction `UPDATE sess SET expires_at =
+//!   GREATEST(expires_at, now + ttl) WHERE id = S AND expires_at > now()`
+//!   (`GREATEST`, unlike the proposal: `now()` is the statement's start, and
+//!   an acquire's extension may write the row between the renewal's start
+//!   and its write), `SELECT removed` of that locked
 //!   row, COMMIT; a moved count then reads `SELECT token FROM leases WHERE
 //!   session = S` (a consistent read after the commit) and the leases not
 //!   listed are lost;
@@ -90,6 +99,11 @@ pub enum MySessionVariant {
     /// latest version under its lock (`SELECT expires_at .. FOR UPDATE`) but
     /// counts nothing (the session lapsed, so why count?).
     RecheckWithoutCount,
+    /// Rejected (the proposal's renewal): `SET expires_at = now + ttl`
+    /// without `GREATEST`: a renewal whose statement started before an
+    /// acquire's extension and writes after it lowers the row below the
+    /// extension's count.
+    RenewWithoutGreatest,
     /// Weighed: the renewal's `UPDATE` has no `expires_at > now()`, so it
     /// extends a lapsed session too (the count is still read after it).
     RenewWithoutRecheck,
@@ -161,7 +175,7 @@ impl MySessionModel {
                 lean: true,
             }
         } else if known > s.real {
-            let step = AcquireStep::Extending { sent: s.real };
+            let step = AcquireStep::Extending { sent: s.real, now: s.clock };
             Acquiring { key: k, step, incarnation: current, until: 0, fresh: false, lean: false }
         } else {
             let incarnation = self.new_session(s, c);
@@ -191,13 +205,14 @@ impl MySessionModel {
     }
 
     /// The acquire's next statement runs (it does not wait: see `actions`).
-    fn acquire_step(&self, s: &mut MySessionState, c: u8) {
+    fn acquire_step(&self, s: &mut MySessionState, c: u8, late: bool) {
         let ci = usize::from(c);
         let Some(mut a) = s.clients[ci].acquiring.take() else { return };
         let ki = usize::from(a.key);
         match a.step {
-            AcquireStep::Extending { sent } => {
-                let (clock, ttl) = (s.clock, self.ttl);
+            AcquireStep::Extending { sent, now } => {
+                let clock = if late { s.clock } else { now };
+                let ttl = self.ttl;
                 match s.session_mut(c, a.incarnation) {
                     Some(r) if r.expires > clock => {
                         r.expires = match self.variant {
@@ -277,7 +292,7 @@ impl MySessionModel {
         }
     }
 
-    fn renew_step(&self, s: &mut MySessionState, c: u8) {
+    fn renew_step(&self, s: &mut MySessionState, c: u8, late: bool) {
         let ci = usize::from(c);
         let Some(mut renewal) = s.clients[ci].renewal.take() else { return };
         let inc = renewal.incarnation;
@@ -293,7 +308,8 @@ impl MySessionModel {
                 // latest version; the SELECT of `removed` reads that locked
                 // row, so nothing can come between the two.
                 let recheck = self.variant != MySessionVariant::RenewWithoutRecheck;
-                let Some(row) = s.session(c, inc).filter(|r| r.expires > s.clock || !recheck) else {
+                let now = if late { s.clock } else { renewal.now };
+                let Some(row) = s.session(c, inc).filter(|r| r.expires > now || !recheck) else {
                     // 0 rows: the session lapsed, every lease of it is lost.
                     s.settle(self.ttl, c, inc, renewal.sent, &vec![false; keys]);
                     if s.clients[ci].incarnation == inc {
@@ -305,7 +321,15 @@ impl MySessionModel {
                     RenewalStep::CountRead { removed } => removed,
                     _ => row.removed,
                 };
-                renewal.step = RenewalStep::Written { expires: s.clock + self.ttl, removed };
+                // GREATEST: the statement's now() may be older than a later
+                // statement's that wrote the row first (an acquire's
+                // extension), whose count must stand.
+                let expires = match self.variant {
+                    MySessionVariant::RenewWithoutGreatest => now + self.ttl,
+                    _ => row.expires.max(now + self.ttl),
+                };
+                renewal.step = RenewalStep::Written { expires, removed };
+                renewal.now = 0; // read by nothing from now on
                 s.clients[ci].renewal = Some(renewal);
             }
             RenewalStep::Written { expires, removed } => {
@@ -332,30 +356,6 @@ impl MySessionModel {
                 s.settle(self.ttl, c, inc, renewal.sent, &present);
             }
         }
-    }
-
-    fn release(s: &mut MySessionState, c: u8, k: u8) {
-        let (ci, ki) = (usize::from(c), usize::from(k));
-        let Some(view) = s.clients[ci].views[ki].take() else { return };
-        if s.grants[ki] == Some(GrantRow { client: c, incarnation: view.incarnation }) {
-            s.grants[ki] = None;
-        }
-    }
-
-    fn force_release(s: &mut MySessionState, k: u8) {
-        let ki = usize::from(k);
-        if let Some(row) = s.grants[ki].take() {
-            if let Some(v) = s.clients[usize::from(row.client)].views[ki].as_mut()
-                && v.incarnation == row.incarnation
-                && v.until > 0
-            {
-                v.revoked = true;
-            }
-            if let Some(r) = s.session_mut(row.client, row.incarnation) {
-                r.removed += 1;
-            }
-        }
-        s.forced = true;
     }
 }
 
@@ -396,7 +396,12 @@ impl Model for MySessionModel {
                 continue;
             }
             match &client.acquiring {
-                Some(a) if !Self::acquire_waits(s, c, a) => actions.push(MySessionAction::Acquire(c)),
+                Some(a) if !Self::acquire_waits(s, c, a) => {
+                    actions.push(MySessionAction::Acquire(c));
+                    if matches!(a.step, AcquireStep::Extending { now, .. } if now != s.clock) {
+                        actions.push(MySessionAction::AcquireLate(c));
+                    }
+                }
                 Some(_) => {}
                 None if client.grants < self.grants => {
                     for k in 0..self.keys {
@@ -411,6 +416,9 @@ impl Model for MySessionModel {
             // a renewal never waits.
             if client.renewal.is_some() {
                 actions.push(MySessionAction::Renew(c));
+                if client.renewal.is_some_and(|r| r.now != s.clock && matches!(r.step, RenewalStep::Sent)) {
+                    actions.push(MySessionAction::RenewLate(c));
+                }
             } else {
                 // Renewal is sent while a view of the incarnation lives
                 // (after that, `lost()` has fired and the client only releases).
@@ -451,14 +459,16 @@ impl Model for MySessionModel {
         let mut next = s.clone();
         match action {
             MySessionAction::AcquireStart(c, k) => self.acquire_start(&mut next, c, k),
-            MySessionAction::Acquire(c) => self.acquire_step(&mut next, c),
+            MySessionAction::Acquire(c) => self.acquire_step(&mut next, c, false),
+            MySessionAction::AcquireLate(c) => self.acquire_step(&mut next, c, true),
             MySessionAction::SendRenewal(c, i) => {
                 next.clients[usize::from(c)].renewal =
-                    Some(Renewal { incarnation: i, sent: s.real, step: RenewalStep::Sent });
+                    Some(Renewal { incarnation: i, sent: s.real, now: s.clock, step: RenewalStep::Sent });
             }
-            MySessionAction::Renew(c) => self.renew_step(&mut next, c),
-            MySessionAction::Release(c, k) => Self::release(&mut next, c, k),
-            MySessionAction::ForceRelease(k) => Self::force_release(&mut next, k),
+            MySessionAction::Renew(c) => self.renew_step(&mut next, c, false),
+            MySessionAction::RenewLate(c) => self.renew_step(&mut next, c, true),
+            MySessionAction::Release(c, k) => next.release(c, k),
+            MySessionAction::ForceRelease(k) => next.force_release(k),
             MySessionAction::Crash(c) => {
                 let client = &mut next.clients[usize::from(c)];
                 client.views.iter_mut().for_each(|v| *v = None);

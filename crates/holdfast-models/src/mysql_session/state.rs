@@ -32,6 +32,10 @@ pub enum AcquireStep {
     Extending {
         /// Real time of the send, from which the client counts.
         sent: u8,
+        /// The server clock then: the statement's `now()` is its start,
+        /// which may come long before it gets the row's lock (or the step
+        /// that runs it reads the clock: the two ends of its start).
+        now: u8,
     },
     /// The grant's autocommit `UPDATE` of the lease row is on its way (it
     /// locks the row, reading its latest version).
@@ -111,6 +115,10 @@ pub struct Renewal {
     pub incarnation: u8,
     /// Real time the client sent it at (it counts its leases from then).
     pub sent: u8,
+    /// The server clock then: the `UPDATE`'s `now()` if it started at once
+    /// (a start may come long before the row's lock); `RenewLate` takes the
+    /// clock of the step that runs it instead.
+    pub now: u8,
     /// How far it got.
     pub step: RenewalStep,
 }
@@ -235,6 +243,35 @@ impl MySessionState {
         }
     }
 
+    /// A client releases its own row (an `UPDATE .. WHERE token = ?`) and
+    /// forgets its view.
+    pub(super) fn release(&mut self, c: u8, k: u8) {
+        let (ci, ki) = (usize::from(c), usize::from(k));
+        let Some(view) = self.clients[ci].views[ki].take() else { return };
+        if self.grants[ki] == Some(GrantRow { client: c, incarnation: view.incarnation }) {
+            self.grants[ki] = None;
+        }
+    }
+
+    /// An operator frees a key, counting the removal in its session and
+    /// marking the holder's view revoked (a ghost: it learns at its next
+    /// renewal).
+    pub(super) fn force_release(&mut self, k: u8) {
+        let ki = usize::from(k);
+        if let Some(row) = self.grants[ki].take() {
+            if let Some(v) = self.clients[usize::from(row.client)].views[ki].as_mut()
+                && v.incarnation == row.incarnation
+                && v.until > 0
+            {
+                v.revoked = true;
+            }
+            if let Some(r) = self.session_mut(row.client, row.incarnation) {
+                r.removed += 1;
+            }
+        }
+        self.forced = true;
+    }
+
     /// A tick: real time and the server clock move on; counts that passed
     /// are all alike (0).
     pub(super) fn tick(&mut self, ttl: u8) {
@@ -250,7 +287,7 @@ impl MySessionState {
             }
             if let Some(a) = client.acquiring.as_mut() {
                 a.until = ahead(a.until, real);
-                if let AcquireStep::Extending { sent } = &mut a.step {
+                if let AcquireStep::Extending { sent, .. } = &mut a.step {
                     *sent = ahead(*sent + ttl, real).saturating_sub(ttl);
                 }
             }
@@ -350,7 +387,7 @@ impl fmt::Display for MySessionState {
             }
             if let Some(a) = &client.acquiring {
                 let step = match a.step {
-                    AcquireStep::Extending { sent } => format!("extending {name}{} (sent at {sent})", a.incarnation),
+                    AcquireStep::Extending { now, .. } => format!("extending {name}{} (now() = {now})", a.incarnation),
                     AcquireStep::Granting => format!("granting with {name}{}", a.incarnation),
                     AcquireStep::Reading => "reading the row".to_string(),
                     AcquireStep::Locking { seen } => format!("locking the row ({} seen lapsed)", row_name(seen)),
@@ -360,7 +397,7 @@ impl fmt::Display for MySessionState {
             }
             if let Some(r) = &client.renewal {
                 let step = match r.step {
-                    RenewalStep::Sent => "sent".to_string(),
+                    RenewalStep::Sent => format!("sent (now() = {})", r.now),
                     RenewalStep::CountRead { removed } => format!("read removed {removed}"),
                     RenewalStep::Written { expires, removed } => {
                         format!("wrote until {expires} (not committed), removed {removed}")
@@ -386,10 +423,16 @@ pub enum MySessionAction {
     /// The acquire's next statement runs (enabled while it would not wait
     /// for a row lock).
     Acquire(u8),
+    /// The acquire's extension runs, its `now()` read now (the statement
+    /// started late) rather than at its send.
+    AcquireLate(u8),
     /// A client sends the renewal of its session incarnation.
     SendRenewal(u8, u8),
     /// The renewal's next statement (or its commit) runs.
     Renew(u8),
+    /// The renewal's `UPDATE` runs, its `now()` read now (the statement
+    /// started late) rather than at its send.
+    RenewLate(u8),
     /// A client releases its lease of a key (waits for the row's lock).
     Release(u8, u8),
     /// An operator frees a key whatever its holder (once per run; waits for
@@ -413,6 +456,8 @@ impl fmt::Display for MySessionAction {
                 write!(f, "{} sends the renewal of session {}{i}", client_name(*c), client_name(*c))
             }
             Self::Renew(c) => write!(f, "{}'s renewal: the next statement runs", client_name(*c)),
+            Self::RenewLate(c) => write!(f, "{}'s renewal: its UPDATE runs, started late", client_name(*c)),
+            Self::AcquireLate(c) => write!(f, "{}'s acquire: its extension runs, started late", client_name(*c)),
             Self::Release(c, k) => write!(f, "{} releases K{k}", client_name(*c)),
             Self::ForceRelease(k) => write!(f, "an operator frees K{k}"),
             Self::Crash(c) => write!(f, "{} crashes", client_name(*c)),
