@@ -10,8 +10,8 @@
 use std::time::Instant;
 
 use holdfast_models::pg_session::{
-    LEAN_ACQUIRE_HAPPENS, MUTUAL_EXCLUSION, PgSessionAction, PgSessionModel, PgSessionState, PgSessionVariant, RENEWAL_TELLS_THE_TRUTH,
-    ROWS_ARE_READ, TAKEOVER_HAPPENS,
+    LEAN_ACQUIRE_HAPPENS, MUTUAL_EXCLUSION, PgSessionAction, PgSessionModel, PgSessionState, PgSessionVariant,
+    RENEWAL_TELLS_THE_TRUTH, ROWS_ARE_READ, TAKEOVER_HAPPENS,
 };
 use holdfast_models::trace::assert_shortest_counterexamples;
 use stateright::{Checker, Model};
@@ -81,8 +81,12 @@ fn d_a_session_counted_from_the_renewals_reply_outlives_the_server_row() {
     // 7; at 6 the session lapsed on the server and B takes K0 over.
     use PgSessionAction::*;
     let run = [AcquireStart(0, 0), AcquireWrite(0), Tick, SendRenewal(0, 1), Renew(0), Tick, Renew(0)];
-    let run = [&run[..], &[Release(0, 0), AcquireStart(0, 0), AcquireWrite(0), Tick, AcquireStart(1, 0), AcquireWrite(1)]]
-        .concat();
+    let run =
+        [&run[..], &[Release(0, 0), AcquireStart(0, 0), AcquireWrite(0), Tick, AcquireStart(1, 0), AcquireWrite(1)]]
+            .concat();
     assert!(replay(PgSessionVariant::LeanCountedFromReply, &run).two_live_views());
-    assert!(!replay(PgSessionVariant::Shipped, &run).two_live_views(), "shipped: A counts until 6 and takes no lean grant");
+    assert!(
+        !replay(PgSessionVariant::Shipped, &run).two_live_views(),
+        "shipped: A counts until 6 and takes no lean grant"
+    );
 }

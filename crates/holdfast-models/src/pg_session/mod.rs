@@ -251,7 +251,8 @@ impl PgSessionModel {
                     *r = row;
                 }
                 if s.clients[ci].incarnation == inc {
-                    let from = if self.variant == PgSessionVariant::LeanCountedFromReply { s.real } else { renewal.sent };
+                    let from =
+                        if self.variant == PgSessionVariant::LeanCountedFromReply { s.real } else { renewal.sent };
                     s.clients[ci].known = s.clients[ci].known.max(from + self.ttl);
                 }
                 let seen = &mut s.clients[ci].seen_removed[usize::from(inc - 1)];

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_postgres::Client as PgClient;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::PostgresBackend;
 use super::config::Prepared;
-use super::error::map_err;
+use super::error::{map_err, timed_out};
 use super::pooler;
 use crate::vocabulary::error::Result;
 
@@ -147,4 +148,68 @@ impl Pool {
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// Closes the transaction connection unless disarmed: a caller that gave
+/// up (timeout, dropped future, failed `ROLLBACK`) may have left it inside a
+/// transaction, holding row locks (the key's gate row, and the namespace's
+/// fence counter if the key had no row) that every grant of the key waits for.
+/// Marking it broken is not enough: the connection would stay open, idle in
+/// that transaction, until the next shared call replaced it, and the lock
+/// statements queued behind a wait for those row locks would time out until
+/// then. So it leaves its slot here and, with the caller's last handle,
+/// closes (after the statement in flight, if any, which is cancelled: the
+/// connection runs nothing else); the server rolls the transaction back.
+struct Spoiled<'a> {
+    conn: Option<Arc<Conn>>,
+    slot: &'a tokio::sync::Mutex<Option<Arc<Conn>>>,
+    tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+impl Drop for Spoiled<'_> {
+    fn drop(&mut self) {
+        let Some(c) = self.conn.take() else { return };
+        c.broken.store(true, Ordering::Relaxed);
+        // The caller holds the transaction turn, which every user of the
+        // slot takes first: the slot is free.
+        if let Ok(mut slot) = self.slot.try_lock() {
+            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
+                *slot = None;
+            }
+        }
+        // A statement still running (waiting for a row lock, say) would
+        // keep the connection, and its transaction, open until it ends.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (token, tls) = (c.client.cancel_token(), self.tls.clone());
+            rt.spawn(async move {
+                if let Err(e) = token.cancel_query(tls).await {
+                    tracing::debug!(error = %e, "cancelling an abandoned transaction's statement failed");
+                }
+            });
+        }
+    }
+}
+
+impl PostgresBackend {
+    /// Runs `work` in one transaction on the transaction connection, within
+    /// `op_timeout`.
+    pub(super) async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
+        let timeout = self.inner.config.op_timeout;
+        let run = async {
+            let _turn = self.inner.pool.txn_turn.lock().await;
+            let conn = self.inner.pool.txn().await?;
+            let pool = &self.inner.pool;
+            let mut spoiled = Spoiled { conn: Some(conn.clone()), slot: &pool.txn, tls: &pool.tls };
+            // BEGIN goes out with the work's first statements, in one
+            // round trip (the server runs them in order; `join` polls
+            // BEGIN first, so it is sent first): the transaction turn and
+            // the gate's row lock are held for fewer round trips.
+            let (begun, out) = futures::future::join(conn.client.batch_execute("BEGIN"), work(&conn.client)).await;
+            begun.map_err(map_err)?;
+            conn.client.batch_execute(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }).await.map_err(map_err)?;
+            spoiled.conn = None;
+            out
+        };
+        tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
+    }
 }

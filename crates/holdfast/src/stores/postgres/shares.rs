@@ -16,8 +16,6 @@
 //! after the gate's lock was taken, so a share granted meanwhile is seen.
 //! Until that shrink lands the gate is only longer than needed.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client as PgClient;
@@ -25,9 +23,8 @@ use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
 use super::config::PostgresConfig;
-use super::error::{map_err, timed_out};
+use super::error::map_err;
 use super::gate::GATE;
-use super::pool::Conn;
 use super::session::{held_session_sql, until_sql};
 use crate::backend::admission::{self, Decision, Row};
 use crate::backend::wait::Attempt;
@@ -46,6 +43,7 @@ pub(super) struct ShareSql {
     place_next: String,
     upsert: String,
     gate_to_shares: String,
+    grant_share: String,
     grant_writer: String,
     extend_writer: String,
     extend_share: String,
@@ -134,6 +132,25 @@ impl ShareSql {
                      token = $3, session = NULL
                  WHERE key = $1"
             ),
+            // A share's grant in one statement: `fence_next`, then
+            // `gate_to_shares` with that fence (one update of the gate
+            // row: its old token and expiry read before it), and the
+            // share's row held at that fence.
+            grant_share: format!(
+                "WITH g AS (
+                     UPDATE {t} SET fence = greatest(fence, (SELECT coalesce(max(fence), 0) FROM {s} WHERE key = $1)) + 1,
+                         label = '',
+                         expires_at = greatest(CASE WHEN token = $3 THEN expires_at ELSE timestamptz 'epoch' END, {UNTIL}),
+                         token = $3, session = NULL
+                     WHERE key = $1 RETURNING fence
+                 )
+                 INSERT INTO {s} (key, token, mode, weight, limit_n, held, fence, label, acquired_at, expires_at)
+                 SELECT $1, $4, $5, $6, $7, true, g.fence, $8, clock_timestamp(), {UNTIL} FROM g
+                 ON CONFLICT (key, token) DO UPDATE SET mode = excluded.mode, weight = excluded.weight,
+                     limit_n = excluded.limit_n, held = excluded.held, fence = excluded.fence,
+                     label = excluded.label, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+                 RETURNING fence"
+            ),
             grant_writer: format!(
                 "UPDATE {t} SET token = $3, fence = $4, label = $5, acquired_at = clock_timestamp(),
                      expires_at = {UNTIL}, wanted = $6, session = NULL
@@ -187,46 +204,6 @@ impl ShareSql {
     }
 }
 
-/// Closes the transaction connection unless disarmed: a caller that gave
-/// up (timeout, dropped future, failed `ROLLBACK`) may have left it inside a
-/// transaction, holding row locks (the key's gate row, and the namespace's
-/// fence counter if the key had no row) that every grant of the key waits for.
-/// Marking it broken is not enough: the connection would stay open, idle in
-/// that transaction, until the next shared call replaced it, and the lock
-/// statements queued behind a wait for those row locks would time out until
-/// then. So it leaves its slot here and, with the caller's last handle,
-/// closes (after the statement in flight, if any, which is cancelled: the
-/// connection runs nothing else); the server rolls the transaction back.
-struct Spoiled<'a> {
-    conn: Option<Arc<Conn>>,
-    slot: &'a tokio::sync::Mutex<Option<Arc<Conn>>>,
-    tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
-}
-
-impl Drop for Spoiled<'_> {
-    fn drop(&mut self) {
-        let Some(c) = self.conn.take() else { return };
-        c.broken.store(true, Ordering::Relaxed);
-        // The caller holds the transaction turn, which every user of the
-        // slot takes first: the slot is free.
-        if let Ok(mut slot) = self.slot.try_lock() {
-            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
-                *slot = None;
-            }
-        }
-        // A statement still running (waiting for a row lock, say) would
-        // keep the connection, and its transaction, open until it ends.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (token, tls) = (c.client.cancel_token(), self.tls.clone());
-            rt.spawn(async move {
-                if let Err(e) = token.cancel_query(tls).await {
-                    tracing::debug!(error = %e, "cancelling an abandoned transaction's statement failed");
-                }
-            });
-        }
-    }
-}
-
 /// What a shared acquire transaction decided.
 enum Outcome {
     Granted(u64),
@@ -235,24 +212,6 @@ enum Outcome {
 }
 
 impl PostgresBackend {
-    /// Runs `work` in one transaction on the transaction connection, within
-    /// `op_timeout`.
-    pub(super) async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
-        let timeout = self.inner.config.op_timeout;
-        let run = async {
-            let _turn = self.inner.pool.txn_turn.lock().await;
-            let conn = self.inner.pool.txn().await?;
-            let pool = &self.inner.pool;
-            let mut spoiled = Spoiled { conn: Some(conn.clone()), slot: &pool.txn, tls: &pool.tls };
-            conn.client.batch_execute("BEGIN").await.map_err(map_err)?;
-            let out = work(&conn.client).await;
-            conn.client.batch_execute(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }).await.map_err(map_err)?;
-            spoiled.conn = None;
-            out
-        };
-        tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
-    }
-
     /// One attempt of a writer or a share; a waiting attempt (`reserve`)
     /// leaves a reservation when refused.
     pub(super) async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
@@ -267,9 +226,22 @@ impl PostgresBackend {
         let outcome = self
             .transaction("acquire", async |c| {
                 let by_key = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&gate, Type::BYTEA)];
-                let g = match c.query_typed(&sql.lock_gate, &by_key[..1]).await.map_err(map_err)?.pop() {
-                    Some(g) => g,
-                    None => c.query_typed_one(&sql.make_gate, &by_key).await.map_err(map_err)?,
+                // The shares are read in the same round trip, right after
+                // the gate's lock is taken (the server runs the two in
+                // order, so the read's snapshot is taken under the lock).
+                let (g, shares) = futures::future::join(
+                    c.query_typed(&sql.lock_gate, &by_key[..1]),
+                    c.query_typed(&sql.rows, &[(&key, Type::TEXT)]),
+                )
+                .await;
+                let (g, shares) = match g.map_err(map_err)?.pop() {
+                    Some(g) => (g, shares.map_err(map_err)?),
+                    // No row: made (or found made since) and locked; the
+                    // shares read again under that lock.
+                    None => (
+                        c.query_typed_one(&sql.make_gate, &by_key).await.map_err(map_err)?,
+                        c.query_typed(&sql.rows, &[(&key, Type::TEXT)]).await.map_err(map_err)?,
+                    ),
                 };
                 let gate_token: Vec<u8> = g.try_get(0).map_err(map_err)?;
                 let gate_fence: i64 = g.try_get(1).map_err(map_err)?;
@@ -281,7 +253,7 @@ impl PostgresBackend {
                     rows.push(Row { token, mode: LeaseMode::Exclusive, held: true, order: gate_fence as u64 });
                     soonest = Some(g.try_get(3).map_err(map_err)?);
                 }
-                for r in c.query_typed(&sql.rows, &[(&key, Type::TEXT)]).await.map_err(map_err)? {
+                for r in shares {
                     let t: Vec<u8> = r.try_get(0).map_err(map_err)?;
                     let held: bool = r.try_get(4).map_err(map_err)?;
                     if held {
@@ -337,34 +309,38 @@ impl PostgresBackend {
                         }
                         Outcome::Granted(fence)
                     }
+                    Decision::Grant if !req.mode.is_exclusive() => {
+                        let row = [
+                            base[0].clone(),
+                            base[1].clone(),
+                            (&gate, Type::BYTEA),
+                            (&tok, Type::BYTEA),
+                            (&mode, Type::INT2),
+                            (&weight, Type::INT8),
+                            (&limit, Type::INT8),
+                            (&req.label, Type::TEXT),
+                        ];
+                        let g = c.query_typed_one(&sql.grant_share, &row).await.map_err(map_err)?;
+                        Outcome::Granted(g.try_get::<_, i64>(0).map_err(map_err)? as u64)
+                    }
                     Decision::Grant => {
                         let fence = next(&sql.fence_next).await?;
-                        if req.mode.is_exclusive() {
-                            c.query_typed(
-                                &sql.grant_writer,
-                                &[
-                                    base[0].clone(),
-                                    base[1].clone(),
-                                    (&tok, Type::BYTEA),
-                                    (&fence, Type::INT8),
-                                    (&req.label, Type::TEXT),
-                                    (&others_wait, Type::BOOL),
-                                ],
-                            )
+                        c.query_typed(
+                            &sql.grant_writer,
+                            &[
+                                base[0].clone(),
+                                base[1].clone(),
+                                (&tok, Type::BYTEA),
+                                (&fence, Type::INT8),
+                                (&req.label, Type::TEXT),
+                                (&others_wait, Type::BOOL),
+                            ],
+                        )
+                        .await
+                        .map_err(map_err)?;
+                        c.query_typed(&sql.drop_reservation, &[(&key, Type::TEXT), (&tok, Type::BYTEA)])
                             .await
                             .map_err(map_err)?;
-                            c.query_typed(&sql.drop_reservation, &[(&key, Type::TEXT), (&tok, Type::BYTEA)])
-                                .await
-                                .map_err(map_err)?;
-                        } else {
-                            upsert(true, fence).await?;
-                            c.query_typed(
-                                &sql.gate_to_shares,
-                                &[base[0].clone(), base[1].clone(), (&gate, Type::BYTEA), (&fence, Type::INT8)],
-                            )
-                            .await
-                            .map_err(map_err)?;
-                        }
                         Outcome::Granted(fence as u64)
                     }
                     Decision::Refuse { reserve: true, keep_order } if reserve => {
@@ -417,9 +393,15 @@ impl PostgresBackend {
         let sql = &self.inner.shares;
         let gate = GATE.to_vec();
         self.transaction("release", async |c| {
-            c.query_typed(&sql.lock_row, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
-            let rows =
-                c.query_typed(&sql.shrink, &[(&key, Type::TEXT), (&gate, Type::BYTEA)]).await.map_err(map_err)?;
+            // One round trip: the server runs the shrink after the lock is
+            // taken, so its read of the shares is taken under the lock.
+            let (locked, rows) = futures::future::join(
+                c.query_typed(&sql.lock_row, &[(&key, Type::TEXT)]),
+                c.query_typed(&sql.shrink, &[(&key, Type::TEXT), (&gate, Type::BYTEA)]),
+            )
+            .await;
+            locked.map_err(map_err)?;
+            let rows = rows.map_err(map_err)?;
             if rows.iter().any(|r| r.try_get::<_, bool>(0).unwrap_or(true)) {
                 c.query_typed(&sql.notify, &[(&self.inner.channel, Type::TEXT), (&key, Type::TEXT)])
                     .await

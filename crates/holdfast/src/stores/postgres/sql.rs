@@ -224,16 +224,16 @@ impl PostgresBackend {
             None => self.book().ids_for(ttl_ms),
         };
         let (session, new_session) = (&session[..], &new_session[..]);
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&key, Type::TEXT),
-            (&token, Type::BYTEA),
-            (&ttl_ms, Type::INT8),
-            (&req.label, Type::TEXT),
-        ];
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+            vec![(&key, Type::TEXT), (&token, Type::BYTEA), (&ttl_ms, Type::INT8), (&req.label, Type::TEXT)];
         if waiting {
             params.push((&register, Type::BOOL));
         }
-        params.extend([(&others_wait as &(dyn ToSql + Sync), Type::BOOL), (&floor, Type::INT8), (&session, Type::BYTEA)]);
+        params.extend([
+            (&others_wait as &(dyn ToSql + Sync), Type::BOOL),
+            (&floor, Type::INT8),
+            (&session, Type::BYTEA),
+        ]);
         if lean.is_none() {
             params.push((&new_session, Type::BYTEA));
         }

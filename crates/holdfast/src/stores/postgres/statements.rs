@@ -394,7 +394,6 @@ fn acquire_sql(t: &str, grant: &str, session_columns: &str) -> String {
     )
 }
 
-
 /// The CTEs `cur`, `own`, `ext`, `sess`, `new`, `lapse`, `f`, `ins`, `up`
 /// and `mine` of the acquire statements (see `acquire` in
 /// [`Statements::new`]), up to and without the closing parenthesis of
