@@ -117,7 +117,7 @@ pub struct Renewal {
     pub sent: u8,
     /// The server clock then: the `UPDATE`'s `now()` if it started at once
     /// (a start may come long before the row's lock); `RenewLate` takes the
-    /// clock of the step that runs it instead.
+    /// clock of the step that runs it instead (0 once it ran).
     pub now: u8,
     /// How far it got.
     pub step: RenewalStep,
@@ -132,7 +132,8 @@ pub struct Client {
     /// (counted from a send: a lower bound; 0 once it passed).
     pub known: u8,
     /// Per incarnation (index = incarnation - 1): the `removed` count the
-    /// client accounted for.
+    /// client accounted for (0 between steps: the state merging keeps the
+    /// counts relative to it).
     pub seen_removed: Vec<u8>,
     /// Its view of each key (a lapsed view keeps `until` 0).
     pub views: Vec<Option<View>>,
