@@ -3,14 +3,12 @@
 //! weighed.
 //!
 //! The layout is model 9's ([`sql_session`](crate::sql_session)) and model
-//! 10's ([`pg_session`](crate::pg_session)): a lease row names the session
-//! incarnation it lives with and is held while that session row is
-//! unexpired on the server clock; renewal extends the session row alone; a
-//! lapsed session is never extended again by design (a clock step may make
-//! it look live); whoever removes another client's row counts it in the
-//! row's session (`removed`), and a renewal that finds the count moved reads
-//! which rows of the session are left. What InnoDB's `READ COMMITTED` does to
-//! a statement, each a step here where it matters:
+//! 10's ([`pg_session`](crate::pg_session)): a lease row is held while its
+//! session row is unexpired on the server clock; renewal extends that row
+//! alone; a lapsed session is never extended again by design (a clock step
+//! may make it look live); removals of another client's row are counted in
+//! its session. What InnoDB's `READ COMMITTED` does to a statement, each a
+//! step here where it matters:
 //!
 //! - a plain `SELECT` is a **consistent read** of a snapshot taken when the
 //!   statement starts: nothing uncommitted, nothing committed later;
@@ -47,12 +45,9 @@
 //!   on the latest version), and on 1 row the lease row's `UPDATE`, COMMIT;
 //! - **renewal**: a transaction `UPDATE sess SET expires_at =
 //!   GREATEST(expires_at, now + ttl) WHERE id = S AND expires_at > now()`
-//!   (`GREATEST`, unlike the proposal: `now()` is the statement's start, and
-//!   an acquire's extension may write the row between the renewal's start
-//!   and its write), `SELECT removed` of that locked
-//!   row, COMMIT; a moved count then reads `SELECT token FROM leases WHERE
-//!   session = S` (a consistent read after the commit) and the leases not
-//!   listed are lost;
+//!   (`GREATEST`: an extension may write between its start and its write),
+//!   `SELECT removed` of that locked row, COMMIT; a moved count then reads
+//!   `SELECT token FROM leases WHERE session = S` after the commit;
 //! - **release** of its own row; **forced release** (lock the lease row,
 //!   count in its session, waiting for a renewal in flight, release).
 //!
