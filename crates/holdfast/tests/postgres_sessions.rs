@@ -245,3 +245,49 @@ async fn a_sessions_grants_and_releases_of_a_key_are_hot_updates() {
     assert!(upd >= updates, "only {upd} of {updates} updates were counted in 20 s");
     assert!(hot * 10 >= upd * 9, "{hot} of {upd} updates of the lease row were HOT");
 }
+
+/// The client counts its session from the send of the statement that made
+/// or extended it, never from the reply (model 10, `LeanCountedFromReply`):
+/// with every reply 300 ms late, no grant (the first, which makes the
+/// session, or a lean one on the client's own count, before and after a
+/// renewal) is valid past the session row's expiry on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_grant_outlives_its_session_when_replies_are_late() {
+    let server = PostgresServer::start();
+    let proxy =
+        holdfast_testkit::faults::FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], server.port())));
+    let url = format!("postgres://postgres@{}/postgres?sslmode=disable", proxy.addr());
+    let a = holdfast::stores::connect(&url).await.expect("store behind the proxy");
+    let ttl = Duration::from_secs(3);
+    a.status(&LockKey::new("late/warm").expect("key")).await.expect("namespace made");
+    proxy.delay_replies(Duration::from_millis(300));
+    let check = |what: &str, started: Instant, valid_for: Duration| {
+        let before = Instant::now();
+        let left = psql(
+            &server,
+            "SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::int8 FROM holdfast_leases_sess",
+        );
+        let left = Duration::from_millis(left.parse().expect("one session"));
+        // The row's expiry, on this process's clock, is no later than this.
+        let expiry = Instant::now() + left;
+        assert!(before > started, "{what}");
+        assert!(
+            started + valid_for <= expiry + Duration::from_millis(20),
+            "{what}: valid {:?} past the session row's expiry",
+            (started + valid_for) - expiry
+        );
+    };
+    let mut held = Vec::new();
+    for (n, renew_first) in [(0, false), (1, false), (2, true)] {
+        if renew_first {
+            let renewals: Vec<RenewRequest> = held.iter().map(renewal).collect();
+            assert!(a.renew(&renewals).await.expect("renew").iter().all(|h| *h), "a lease was lost");
+        }
+        let req = request(&format!("late/{n}"), ttl);
+        let started = Instant::now();
+        let grant = a.try_acquire(&req).await.expect("acquire").expect("free");
+        assert!(grant.valid_for >= ttl / 2, "grant {n} valid for only {:?}", grant.valid_for);
+        check(&format!("grant {n}"), started, grant.valid_for);
+        held.push(req);
+    }
+}
