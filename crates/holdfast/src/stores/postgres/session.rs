@@ -66,6 +66,16 @@ pub(super) fn until_sql(alias: &str, ss: &str) -> String {
     )
 }
 
+/// The session an acquire names (see [`SessionBook::choose`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SessionChoice {
+    /// The current session, known unexpired until `until`.
+    Lean { id: SessionId, until: Instant },
+    /// The current session, read and extended or replaced by the statement
+    /// (`fresh`: the id of a new one).
+    Full { current: SessionId, fresh: SessionId },
+}
+
 /// What a client remembers of its sessions.
 #[derive(Debug, Default)]
 pub(super) struct SessionBook {
@@ -87,21 +97,23 @@ pub(super) struct SessionBook {
 }
 
 impl SessionBook {
-    /// The ids an acquire of `ttl_ms` sends: the current session, and a new
-    /// id to make a session under if that one lapsed (or is none yet).
-    pub(super) fn ids_for(&self, ttl_ms: i64) -> (SessionId, SessionId) {
-        let fresh: SessionId = rand::random();
-        (self.current.get(&ttl_ms).copied().unwrap_or(fresh), fresh)
-    }
-
-    /// The lean path for an acquire of `ttl` sent now: the current session
-    /// and until when it is known unexpired, if that leaves at least two
-    /// thirds of the TTL (the acquire then reads nothing of the session
-    /// row, and the grant is valid until then).
-    pub(super) fn lean(&self, ttl: Duration, now: Instant) -> Option<(SessionId, Instant)> {
-        let id = *self.current.get(&(ttl.as_millis() as i64))?;
-        let until = *self.known.get(&id)?;
-        (until.saturating_duration_since(now) * 3 >= ttl * 2).then_some((id, until))
+    /// The session an acquire of `ttl` sent at `now` names: on the lean
+    /// path the current session, known unexpired until a time that leaves
+    /// two thirds of the TTL (the acquire reads nothing of the session row,
+    /// and the grant is valid until then); else the current session and a
+    /// new id to make one under if it lapsed (or is none yet).
+    pub(super) fn choose(&self, ttl: Duration, now: Instant) -> SessionChoice {
+        let current = self.current.get(&(ttl.as_millis() as i64)).copied();
+        let known = current.and_then(|id| Some((id, *self.known.get(&id)?)));
+        match known {
+            Some((id, until)) if until.saturating_duration_since(now) * 3 >= ttl * 2 => {
+                SessionChoice::Lean { id, until }
+            }
+            _ => {
+                let fresh: SessionId = rand::random();
+                SessionChoice::Full { current: current.unwrap_or(fresh), fresh }
+            }
+        }
     }
 
     /// `session` is known unexpired until `until` (a statement sent before
@@ -187,14 +199,21 @@ mod tests {
         OwnerToken::from_bytes([n; 16])
     }
 
+    fn full(book: &SessionBook, ttl_ms: u64) -> (SessionId, SessionId) {
+        match book.choose(Duration::from_millis(ttl_ms), Instant::now()) {
+            SessionChoice::Full { current, fresh } => (current, fresh),
+            lean => panic!("lean without a known expiry: {lean:?}"),
+        }
+    }
+
     #[test]
     fn the_book_follows_grants_removals_and_lapses() {
         let mut book = SessionBook::default();
-        let (first, fresh) = book.ids_for(6000);
+        let (first, fresh) = full(&book, 6000);
         assert_eq!(first, fresh, "no session yet: the acquire makes one");
         book.used(6000, fresh, Some(token(1)));
         book.used(6000, fresh, Some(token(2)));
-        let (current, other) = book.ids_for(6000);
+        let (current, other) = full(&book, 6000);
         assert_eq!(current, fresh);
         assert_ne!(other, fresh);
         assert_eq!(book.session_of(token(1)), Some(fresh));
@@ -206,25 +225,29 @@ mod tests {
         assert_eq!(book.seen(&fresh), 1);
         book.lapsed(fresh);
         assert_eq!(book.session_of(token(1)), None);
-        assert_ne!(book.ids_for(6000).0, fresh, "a lapsed session is never used again");
+        assert_ne!(full(&book, 6000).0, fresh, "a lapsed session is never used again");
     }
 
     #[test]
     fn the_lean_path_needs_two_thirds_of_the_ttl_on_the_clients_own_count() {
         let ttl = Duration::from_secs(6);
         let sent = Instant::now();
+        let lean = |book: &SessionBook, ttl: Duration, now: Instant| match book.choose(ttl, now) {
+            SessionChoice::Lean { id, until } => Some((id, until)),
+            SessionChoice::Full { .. } => None,
+        };
         let mut book = SessionBook::default();
-        assert_eq!(book.lean(ttl, sent), None, "no session yet");
-        let (_, id) = book.ids_for(6000);
+        assert_eq!(lean(&book, ttl, sent), None, "no session yet");
+        let (_, id) = full(&book, 6000);
         book.used(6000, id, Some(token(1)));
-        assert_eq!(book.lean(ttl, sent), None, "a session whose time left is not known");
+        assert_eq!(lean(&book, ttl, sent), None, "a session whose time left is not known");
         book.known_until(id, sent + ttl);
-        assert_eq!(book.lean(ttl, sent + Duration::from_secs(2)), Some((id, sent + ttl)), "4 s of 6 left");
-        assert_eq!(book.lean(ttl, sent + Duration::from_millis(2001)), None, "less than 4 s left");
-        assert_eq!(book.lean(Duration::from_secs(3), sent), None, "another TTL has its own session");
+        assert_eq!(lean(&book, ttl, sent + Duration::from_secs(2)), Some((id, sent + ttl)), "4 s of 6 left");
+        assert_eq!(lean(&book, ttl, sent + Duration::from_millis(2001)), None, "less than 4 s left");
+        assert_eq!(lean(&book, Duration::from_secs(3), sent), None, "another TTL has its own session");
         book.known_until(id, sent + Duration::from_secs(1));
-        assert_eq!(book.lean(ttl, sent), Some((id, sent + ttl)), "an earlier count never shortens a later one");
+        assert_eq!(lean(&book, ttl, sent), Some((id, sent + ttl)), "an earlier count never shortens a later one");
         book.lapsed(id);
-        assert_eq!(book.lean(ttl, sent), None, "a lapsed session is never used again");
+        assert_eq!(lean(&book, ttl, sent), None, "a lapsed session is never used again");
     }
 }

@@ -20,7 +20,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::ddl::{KEEP_TRIGGER, REFUSE_TRIGGER};
 use super::error::{map_err, timed_out};
 use super::pool::statement_lost;
-use super::session::{SessionBook, SessionId};
+use super::session::{SessionBook, SessionChoice, SessionId};
 #[cfg(doc)]
 use super::statements::Statements;
 use super::statements::Stmt;
@@ -218,12 +218,13 @@ impl PostgresBackend {
         let register = waiting;
         // Other waiters of this key in this client: the new row starts wanted.
         let others_wait = self.inner.waiting.count(key) > usize::from(waiting);
-        let lean = self.book().lean(req.ttl, started);
-        let (session, new_session) = match lean {
-            Some((id, _)) => (id, id),
-            None => self.book().ids_for(ttl_ms),
+        let choice = self.book().choose(req.ttl, started);
+        let (lean, session, new_session) = match choice {
+            SessionChoice::Lean { id, until } => (Some(until), id, None),
+            SessionChoice::Full { current, fresh } => (None, current, Some(fresh)),
         };
-        let (session, new_session) = (&session[..], &new_session[..]);
+        let session = &session[..];
+        let new_session = new_session.as_ref().map(|id| &id[..]);
         let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
             vec![(&key, Type::TEXT), (&token, Type::BYTEA), (&ttl_ms, Type::INT8), (&req.label, Type::TEXT)];
         if waiting {
@@ -234,8 +235,8 @@ impl PostgresBackend {
             (&floor, Type::INT8),
             (&session, Type::BYTEA),
         ]);
-        if lean.is_none() {
-            params.push((&new_session, Type::BYTEA));
+        if let Some(new_session) = &new_session {
+            params.push((new_session, Type::BYTEA));
         }
         let stmt = match (waiting, lean.is_some()) {
             (true, false) => Stmt::Acquire,
@@ -271,7 +272,7 @@ impl PostgresBackend {
                 // client's count of its session.
                 let valid = match (valid, lean) {
                     (Some(valid), _) => valid,
-                    (None, Some((_, until))) => until.saturating_duration_since(started),
+                    (None, Some(until)) => until.saturating_duration_since(started),
                     (None, None) => Duration::ZERO,
                 }
                 .min(req.ttl);
