@@ -24,13 +24,14 @@ fn req(key: &str) -> AcquireRequest {
 fn grant_transactions_run_read_committed() {
     let server = MysqlServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    // A long call bound: under load, the test may take seconds to see the wait.
-    let backend = rt.block_on(MysqlBackend::open_url(&server.url_with("timeout_ms=60000"))).expect("open");
+    // A long call bound (the grant's row lock wait too): under load, the
+    // test may take many seconds to see the wait.
+    let backend = rt.block_on(MysqlBackend::open_url(&server.url_with("timeout_ms=180000"))).expect("open");
     let blocker = std::thread::scope(|scope| {
         let blocker = scope.spawn(|| {
             server.sql(&format!(
                 "BEGIN; SELECT value FROM {DATABASE}.holdfast_fence WHERE id = 0 FOR UPDATE; \
-                 DO SLEEP(60); COMMIT;"
+                 DO SLEEP(180); COMMIT;"
             ))
         });
         // The blocker holds the row (it sleeps), then a grant waits for it.
@@ -45,14 +46,27 @@ fn grant_transactions_run_read_committed() {
             std::thread::sleep(Duration::from_millis(20));
             sleeper = server.sql(holding);
         }
+        let blocker_seen = started.elapsed();
         let grant = scope.spawn(|| rt.block_on(backend.try_acquire(&req("iso/a"))));
+        // Each bound counts from its own start (the CI machine runs every
+        // suite at once: a shared clock once ran out while the grant was
+        // still on its way to the row).
+        let grant_started = Instant::now();
         let mut waiting = String::new();
         while waiting.is_empty() {
             assert!(!grant.is_finished(), "the grant did not wait for the counter row: {:?}", grant.join());
-            assert!(started.elapsed() < Duration::from_secs(50), "the grant never waited for the counter row");
+            assert!(
+                grant_started.elapsed() < Duration::from_secs(120),
+                "the grant never waited for the counter row (blocker seen after {blocker_seen:?}; \
+                 transactions: {:?})",
+                server.sql("SELECT trx_state, trx_isolation_level, trx_query FROM information_schema.INNODB_TRX; SELECT id, command, state, info FROM information_schema.PROCESSLIST")
+            );
             waiting = server
                 .sql("SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
-            std::thread::sleep(Duration::from_millis(20));
+            // InnoDB refreshes the cache behind `INNODB_TRX` only when it has
+            // not been read for 100 ms (each read restarts that wait): polled
+            // faster, it showed the view from before the grant forever.
+            std::thread::sleep(Duration::from_millis(250));
         }
         assert_eq!(waiting.trim(), "READ COMMITTED", "the grant's transaction level");
         // The sleep interrupted, the blocker commits and the grant goes on.
