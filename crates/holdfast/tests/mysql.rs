@@ -243,8 +243,8 @@ fn expired_row_is_taken_over_atomically() {
         // marker of the release just now.
         server.sql(&format!(
             "INSERT INTO {DATABASE}.holdfast_leases VALUES \
-             ('old', REPEAT('x', 16), 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE), \
-             ('recent', REPEAT('y', 16), 2, 'gone', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)"
+             ('old', REPEAT('x', 16), 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE, NULL), \
+             ('recent', REPEAT('y', 16), 2, 'gone', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, NULL)"
         ));
         assert_eq!(backend.sweep_expired().await.expect("sweep"), 1);
         let left = server.sql(&format!("SELECT lock_key FROM {DATABASE}.holdfast_leases ORDER BY lock_key"));

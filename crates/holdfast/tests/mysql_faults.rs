@@ -43,7 +43,7 @@ fn sweeps_never_wait_on_a_live_lease() {
         };
         acquire("live", OwnerToken::random()).await;
         server.sql(&format!(
-            "INSERT INTO {DATABASE}.holdfast_leases VALUES ('gone', REPEAT('x', 16), 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE)"
+            "INSERT INTO {DATABASE}.holdfast_leases VALUES ('gone', REPEAT('x', 16), 1, 'gone', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE, NULL)"
         ));
 
         let mut renewing = mysql_async::Conn::from_url(server.url()).await.expect("side connection");

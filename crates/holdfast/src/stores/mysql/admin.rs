@@ -7,6 +7,7 @@ use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
+use super::session_rows::{self, SessionSql, held_session_sql, until_sql};
 use super::shares::is_gate;
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
@@ -20,9 +21,10 @@ impl MysqlBackend {
     /// from the prefix on: O(rows from there), one status read per key.
     pub(super) async fn list_held(&self, prefix: &str) -> Result<Vec<LockStatus>> {
         let l = self.config.leases_table();
+        let u = until_sql("l", &SessionSql::table(&self.config.sessions_table()));
         let sql = format!(
-            "SELECT lock_key FROM `{l}` WHERE lock_key >= ? AND SUBSTRING(lock_key, 1, ?) = ?
-               AND live_until > UTC_TIMESTAMP(6) ORDER BY lock_key"
+            "SELECT lock_key FROM `{l}` AS l WHERE lock_key >= ? AND SUBSTRING(lock_key, 1, ?) = ?
+               AND {u} > UTC_TIMESTAMP(6) ORDER BY lock_key"
         );
         let p = prefix.as_bytes();
         let keys: Vec<Vec<u8>> = self
@@ -46,8 +48,9 @@ impl MysqlBackend {
     pub(super) async fn force(&self, key: &LockKey) -> Result<ForceReleased> {
         let (l, f, s) = (self.config.leases_table(), self.config.fence_table(), self.config.shares_table());
         let lock_counter = format!("SELECT value FROM `{f}` WHERE id = 0 FOR UPDATE");
+        let (u, hs) = (until_sql("l", &SessionSql::table(&self.config.sessions_table())), held_session_sql("l"));
         let read_lease =
-            format!("SELECT token, fence, live_until > UTC_TIMESTAMP(6) FROM `{l}` WHERE lock_key = ? FOR UPDATE");
+            format!("SELECT token, fence, {u} > UTC_TIMESTAMP(6), {hs} FROM `{l}` AS l WHERE lock_key = ? FOR UPDATE");
         let del_lease = format!("DELETE FROM `{l}` WHERE lock_key = ?");
         let read_shares = format!(
             "SELECT fence, live_until > UTC_TIMESTAMP(6) FROM `{s}` WHERE lock_key = ? AND held = 1 FOR UPDATE"
@@ -63,9 +66,15 @@ impl MysqlBackend {
                     tx.exec_drop(lock_counter.as_str(), ()).await?;
                     let mut out = ForceReleased::free();
                     let mut highest = 0;
-                    let lease: Option<(Vec<u8>, u64, u8)> = tx.exec_first(read_lease.as_str(), (k,)).await?;
-                    if let Some((token, fence, live)) = lease {
+                    type Lease = (Vec<u8>, u64, u8, Option<Vec<u8>>);
+                    let lease: Option<Lease> = tx.exec_first(read_lease.as_str(), (k,)).await?;
+                    if let Some((token, fence, live, session)) = lease {
                         highest = fence;
+                        // Its holder's renewal hears of it (the lease row
+                        // is locked: its session row second).
+                        if let Some(session) = session {
+                            session_rows::count_removal(&mut tx, &self.sql.sessions, &session).await?;
+                        }
                         tx.exec_drop(del_lease.as_str(), (k,)).await?;
                         if live == 1 && !is_gate(&token) {
                             out.add(fence, true);

@@ -212,6 +212,11 @@ impl MysqlConfig {
         format!("{}_shares", self.namespace)
     }
 
+    /// The table of the session rows that session-bound leases live with.
+    pub(super) fn sessions_table(&self) -> String {
+        format!("{}_sessions", self.namespace)
+    }
+
     /// The table of records kept with keys.
     pub(super) fn records_table(&self) -> String {
         format!("{}_records", self.namespace)

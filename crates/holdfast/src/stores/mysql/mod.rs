@@ -5,6 +5,7 @@ mod admin;
 mod config;
 mod error;
 mod session;
+mod session_rows;
 mod shares;
 mod shrink;
 mod sql;
@@ -144,9 +145,20 @@ impl MysqlBackend {
             &config.fence_table(),
             &config.shares_table(),
             &config.records_table(),
+            &config.sessions_table(),
         );
-        let share_sql = shares::ShareSql::new(&config.leases_table(), &config.fence_table(), &config.shares_table());
-        let schema: Vec<&str> = statements.schema.iter().chain([&share_sql.schema]).map(String::as_str).collect();
+        let share_sql = shares::ShareSql::new(
+            &config.leases_table(),
+            &config.fence_table(),
+            &config.shares_table(),
+            &config.sessions_table(),
+        );
+        let schema: Vec<&str> = statements
+            .schema
+            .iter()
+            .chain([&share_sql.schema, &statements.sessions.schema])
+            .map(String::as_str)
+            .collect();
         let mut init = session::base_init(&config);
         let once = session::driver_opts(&config, 1, init.clone()).into();
         let tables = [config.leases_table(), config.shares_table()];

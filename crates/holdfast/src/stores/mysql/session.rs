@@ -148,8 +148,8 @@ async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_as
     Ok(())
 }
 
-/// Connects once with `opts`, moves `tables` (the lease and shares tables)
-/// from an older layout if they have one, runs `schema` (idempotent `CREATE
+/// Connects once with `opts`, moves `tables` (the lease table, then the
+/// shares table) from an older layout if they have one, runs `schema` (idempotent `CREATE
 /// TABLE IF NOT EXISTS` statements) and reads the server's commit
 /// durability and binary log format; the connection is closed after.
 pub(super) async fn open_once(
@@ -163,6 +163,7 @@ pub(super) async fn open_once(
     for stmt in schema {
         conn.query_drop(*stmt).await?;
     }
+    super::session_rows::add_session_column(&mut conn, &tables[0], wait.as_secs()).await?;
     let row: Option<(Option<i64>, Option<i64>, Option<String>)> =
         conn.query_first("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@binlog_format").await?;
     let _ = conn.disconnect().await;

@@ -24,6 +24,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
+use super::session_rows::{self, Lapse, SessionSql, held_session_sql, until_sql};
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
 use crate::vocabulary::key::OwnerToken;
@@ -74,15 +75,20 @@ pub(super) struct ShareSql {
     lock_gate: String,
     held_weight: String,
     lease_to_gate: String,
+    sessions: SessionSql,
 }
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
 impl ShareSql {
-    /// Statements over `<leases>`, `<fence>` and `<shares>`, all validated names.
-    pub(super) fn new(leases: &str, fence: &str, shares: &str) -> Self {
+    /// Statements over `<leases>`, `<fence>`, `<shares>` and `<sessions>`,
+    /// all validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str, sessions: &str) -> Self {
         let (l, f, s) = (format!("`{leases}`"), format!("`{fence}`"), format!("`{shares}`"));
         let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, live_until)");
+        // Until when the lease row aliased `l` is held: its session's
+        // expiry for a row of a session (see `session_rows`).
+        let u = until_sql("l", &SessionSql::table(sessions));
         ShareSql {
             schema: format!(
                 "CREATE TABLE IF NOT EXISTS {s} (
@@ -103,8 +109,14 @@ impl ShareSql {
             // fence is above every fence the key had: rows keep their fence
             // after release (model `mysql_fence`, `SharesFromCounter`).
             fence_next: format!("UPDATE {f} SET value = LAST_INSERT_ID(GREATEST(value + 1, ?)) WHERE id = 0"),
-            // The key's row, live or not (its fence is the key's).
-            gate: format!("SELECT token, fence, {left}, live_until > {NOW} FROM {l} WHERE lock_key = ? FOR UPDATE"),
+            // The key's row, live or not (its fence is the key's), and the
+            // session it is held under, if any (a lapse seen here is
+            // counted before the row is taken: `acquire`).
+            gate: format!(
+                "SELECT token, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, {u}), {u} > {NOW}, {hs} FROM {l} AS l
+                 WHERE lock_key = ? FOR UPDATE",
+                hs = held_session_sql("l")
+            ),
             rows: format!(
                 "SELECT token, mode, weight, limit_n, held, fence, {left} FROM {s}
                  WHERE lock_key = ? AND live_until > {NOW} FOR UPDATE"
@@ -126,13 +138,13 @@ impl ShareSql {
                  ON DUPLICATE KEY UPDATE
                      live_until = IF(token = VALUES(token) AND live_until > {NOW},
                                      GREATEST(live_until, VALUES(live_until)), VALUES(live_until)),
-                     token = VALUES(token), fence = GREATEST(fence, VALUES(fence)), label = ''"
+                     token = VALUES(token), fence = GREATEST(fence, VALUES(fence)), label = '', session = NULL"
             ),
             grant_writer: format!(
                 "INSERT INTO {l} (lock_key, token, fence, label, live_until)
                  VALUES (?, ?, ?, ?, {NOW} + INTERVAL ? MICROSECOND)
                  ON DUPLICATE KEY UPDATE token = VALUES(token), fence = VALUES(fence), label = VALUES(label),
-                     live_until = VALUES(live_until)"
+                     live_until = VALUES(live_until), session = NULL"
             ),
             extend_writer: format!(
                 "UPDATE {l} SET live_until = {NOW} + INTERVAL ? MICROSECOND WHERE lock_key = ? AND token = ?"
@@ -158,12 +170,12 @@ impl ShareSql {
                 "UPDATE {s} SET limit_n = ? WHERE lock_key = ? AND mode = {m} AND live_until > {NOW}",
                 m = admission::MODE_SHARED
             ),
-            relabel_lease: format!("UPDATE {l} SET label = ? WHERE lock_key = ? AND token = ? AND live_until > {NOW}"),
+            relabel_lease: format!("UPDATE {l} AS l SET label = ? WHERE lock_key = ? AND token = ? AND {u} > {NOW}"),
             relabel_share: format!(
                 "UPDATE {s} SET label = ? WHERE lock_key = ? AND token = ? AND held = 1 AND live_until > {NOW}"
             ),
             owns: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > {NOW})
+                "SELECT EXISTS (SELECT 1 FROM {l} AS l WHERE lock_key = ? AND token = ? AND {u} > {NOW})
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
                                 AND live_until > {NOW})"
             ),
@@ -176,12 +188,17 @@ impl ShareSql {
                 "UPDATE {l} SET live_until = GREATEST(live_until, {NOW} + INTERVAL ? MICROSECOND)
                  WHERE lock_key = ? AND token = ?"
             ),
-            lease_to_gate: format!("UPDATE {l} SET token = ?, label = '' WHERE lock_key = ? AND token = ?"),
+            // The gate keeps the lease's expiry, read before the session is
+            // let go (assignments run in order).
+            lease_to_gate: format!(
+                "UPDATE {l} AS l SET live_until = {u}, session = NULL, token = ?, label = '' WHERE lock_key = ? AND token = ?"
+            ),
             held_weight: format!(
                 "SELECT CAST(COALESCE(SUM(weight), 0) AS SIGNED) FROM {s}
                  WHERE lock_key = ? AND held = 1 AND mode = {m} AND live_until > {NOW}",
                 m = admission::MODE_SHARED
             ),
+            sessions: SessionSql::new(sessions),
         }
     }
 }
@@ -231,7 +248,17 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
     tx.exec_drop(q.lock_counter.as_str(), ()).await?;
     let mut rows = Vec::new();
     let mut soonest: Option<i64> = None;
-    let gate: Option<(Vec<u8>, u64, Option<i64>, u8)> = tx.exec_first(q.gate.as_str(), (k,)).await?;
+    type Gate = (Vec<u8>, u64, Option<i64>, u8, Option<Vec<u8>>);
+    let mut gate: Option<Gate> = tx.exec_first(q.gate.as_str(), (k,)).await?;
+    // A row of a session that lapsed is taken only once its removal is
+    // counted on the session's latest version; one that a renewal extended
+    // meanwhile is held. (A refusal rolls the count back.)
+    if let Some((_, _, left, live @ 0, Some(session))) = gate.as_mut() {
+        if let Lapse::Held(us) = session_rows::count_lapsed(&mut tx, &q.sessions, session).await? {
+            (*left, *live) = (Some(us), 1);
+        }
+    }
+    let gate = gate.map(|(t, fence, left, live, _)| (t, fence, left, live));
     // Every fence drawn for the key is above its row's.
     let floor = gate.as_ref().map_or(0, |(_, fence, _, _)| fence.saturating_add(1));
     let mut gate_holder = None;

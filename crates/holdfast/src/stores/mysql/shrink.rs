@@ -12,6 +12,7 @@ use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
 
 use super::MysqlBackend;
+use super::session_rows::{SessionSql, until_sql};
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Shrink};
 use crate::vocabulary::error::Result;
@@ -27,13 +28,15 @@ impl MysqlBackend {
     pub(super) async fn shrink_lease(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {
         let (l, f, s) = (self.config.leases_table(), self.config.fence_table(), self.config.shares_table());
         let now = "UTC_TIMESTAMP(6)";
+        // Until when the lease row is held (its session's expiry for a row
+        // of a session): the share keeps it as its own expiry.
+        let u = until_sql("l", &SessionSql::table(&self.config.sessions_table()));
         let lock_counter = format!("SELECT value FROM `{f}` WHERE id = 0 FOR UPDATE");
-        let own_lease =
-            format!("SELECT 1 FROM `{l}` WHERE lock_key = ? AND token = ? AND live_until > {now} FOR UPDATE");
+        let own_lease = format!("SELECT 1 FROM `{l}` AS l WHERE lock_key = ? AND token = ? AND {u} > {now} FOR UPDATE");
         // The lease row's grant, copied into a held share: its fence, label and expiry.
         let lease_to_share = format!(
             "INSERT INTO `{s}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
-             SELECT lock_key, token, ?, ?, ?, 1, fence, label, live_until FROM `{l}` WHERE lock_key = ? AND token = ?
+             SELECT lock_key, token, ?, ?, ?, 1, fence, label, {u} FROM `{l}` AS l WHERE lock_key = ? AND token = ?
              ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
                  held = 1, fence = VALUES(fence), label = VALUES(label), live_until = VALUES(live_until)"
         );

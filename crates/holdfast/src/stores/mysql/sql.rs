@@ -12,6 +12,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
+use super::session_rows::{self, RELEASED_SQL, SessionSql, held_session_sql};
 use crate::vocabulary::key::OwnerToken;
 
 /// Most leases per renewal statement (two placeholders each), far under the
@@ -23,11 +24,6 @@ pub(super) const SWEEP_ROWS: usize = 32;
 
 /// Rows one sweep reads, in key order from where the last one stopped.
 pub(super) const SWEEP_WINDOW: usize = 256;
-
-/// The token of a released row, the released marker (its fence is the
-/// key's): drawn by no client (a random 128-bit token is all ones with
-/// probability 2^-128), and not the shares' gate (all zeros).
-const RELEASED_SQL: &str = "X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'";
 
 /// The statement texts of one namespace.
 #[derive(Debug)]
@@ -41,6 +37,7 @@ pub(super) struct Statements {
     pub(super) sweep_find: String,
     pub(super) lock_counter: String,
     pub(super) sweep_fence: String,
+    pub(super) sweep_count: String,
     pub(super) sweep_delete: String,
     pub(super) raise_counter: String,
     renew_one: String,
@@ -52,13 +49,23 @@ pub(super) struct Statements {
     read_record: String,
     write_record: String,
     leases: String,
+    pub(super) probe: String,
+    pub(super) lock_probed: String,
+    pub(super) take_lapsed: String,
+    pub(super) sessions: SessionSql,
 }
 
 impl Statements {
-    /// Statements over `<leases>`, `<fence>`, `<shares>` and `<records>`,
-    /// all already validated names.
-    pub(super) fn new(leases: &str, fence: &str, shares: &str, records: &str) -> Self {
+    /// Statements over `<leases>`, `<fence>`, `<shares>`, `<records>` and
+    /// `<sessions>`, all already validated names.
+    pub(super) fn new(leases: &str, fence: &str, shares: &str, records: &str, sessions: &str) -> Self {
         let l = format!("`{leases}`");
+        let x = SessionSql::table(sessions);
+        // Until when the row aliased `l` is held (its session's expiry for a
+        // session-bound row), and the held session; `{l}` qualifies the
+        // columns where a statement cannot alias its table.
+        let (u, hs) = (session_rows::until_sql("l", &x), held_session_sql("l"));
+        let u_table = session_rows::until_sql(&l, &x);
         let f = format!("`{fence}`");
         let s = format!("`{shares}`");
         let r = format!("`{records}`");
@@ -74,7 +81,9 @@ impl Statements {
                         fence      BIGINT UNSIGNED NOT NULL,
                         label      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
                         live_until DATETIME(6) NOT NULL,
-                        PRIMARY KEY (lock_key)
+                        session    BINARY(16) NULL,
+                        PRIMARY KEY (lock_key),
+                        KEY lease_session (session)
                     ) ENGINE=InnoDB"
                 ),
                 format!(
@@ -111,11 +120,16 @@ impl Statements {
             // expiry. LAST_INSERT_ID(expr) runs only on a grant: the fence
             // comes back as the insert id, and no insert id means not
             // granted (then rows matched 1: busy; 0: no row, see `insert`).
+            // A held row of a session keeps `live_until` far ahead, so this
+            // statement never takes one: its session's lapse is checked
+            // under that row's lock (`take_lapsed`). A row it grants leaves
+            // its session, if it had one (released).
             take_over: format!(
                 "UPDATE {l} SET
                    fence = IF(live_until <= UTC_TIMESTAMP(6), LAST_INSERT_ID(GREATEST(fence + 1, ?)),
                               IF(token = ?, LAST_INSERT_ID(GREATEST(fence, ?)), fence)),
                    label = IF({free}, ?, label),
+                   session = IF({free}, NULL, session),
                    token = IF({free}, ?, token),
                    live_until = IF({free}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, live_until)
                  WHERE lock_key = ?",
@@ -133,17 +147,21 @@ impl Statements {
             // Busy only for another token: a retry after a lost reply goes on
             // to the grant, which hands the grant back.
             peek: format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), live_until) FROM {l}
-                 WHERE lock_key = ? AND live_until > UTC_TIMESTAMP(6) AND token <> ?"
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {u}) FROM {l} AS l
+                 WHERE lock_key = ? AND {u} > UTC_TIMESTAMP(6) AND token <> ?"
             ),
             // The row stays as the released marker: its fence is the key's,
             // and the next grant takes it + 1 (model `mysql_fence`). The
             // label stays too (nothing shows a released row's): a row whose
             // size does not change is updated in place, and the next grant,
             // usually by the same client, writes a label of the same size.
+            // A row of a session (never one of this client's: it makes
+            // none) is another client's lease, released by its token: the
+            // removal is counted in the session, in the same statement.
             release: format!(
-                "UPDATE {l} SET token = {RELEASED_SQL}, live_until = UTC_TIMESTAMP(6)
-                 WHERE lock_key = ? AND token = ?"
+                "UPDATE {l} AS l LEFT JOIN {x} AS x ON x.id = l.session
+                 SET x.removed = x.removed + 1, l.token = {RELEASED_SQL}, l.live_until = UTC_TIMESTAMP(6)
+                 WHERE l.lock_key = ? AND l.token = ?"
             ),
             // The next window of the primary key, read plainly (no locks):
             // the transaction then locks only the rows it deletes, by primary
@@ -151,7 +169,7 @@ impl Statements {
             // and keeping an index of it cost 10-15% of the uncontended cycle
             // (docs/performance.md), for a sweep that reads 256 rows a second.
             sweep_find: format!(
-                "SELECT lock_key, live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FROM {l}
+                "SELECT lock_key, {u} < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FROM {l} AS l
                  WHERE lock_key > ? ORDER BY lock_key LIMIT {SWEEP_WINDOW}"
             ),
             lock_counter: format!("SELECT value FROM {f} WHERE id = 0 FOR UPDATE"),
@@ -159,24 +177,34 @@ impl Statements {
             // over since the read has a live row, which stays. Always
             // `SWEEP_ROWS` placeholders, so that one prepared statement serves.
             sweep_fence: format!(
-                "SELECT CAST(COALESCE(MAX(fence), 0) AS UNSIGNED) FROM {l} WHERE lock_key IN ({list})
-                   AND live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FOR UPDATE",
+                "SELECT CAST(COALESCE(MAX(fence), 0) AS UNSIGNED) FROM {l} AS l WHERE lock_key IN ({list})
+                   AND {u} < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND FOR UPDATE",
+                list = vec!["?"; SWEEP_ROWS].join(", ")
+            ),
+            // The held rows of lapsed sessions among them are counted (their
+            // sessions lapsed a minute ago: the count only matters to a
+            // holder whose server clock stepped back, but it costs nothing).
+            sweep_count: format!(
+                "UPDATE {x} AS x JOIN {l} AS l ON x.id = {hs} SET x.removed = x.removed + 1
+                 WHERE l.lock_key IN ({list}) AND x.expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
                 list = vec!["?"; SWEEP_ROWS].join(", ")
             ),
             sweep_delete: format!(
-                "DELETE FROM {l} WHERE lock_key IN ({}) AND live_until < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
+                "DELETE FROM {l} WHERE lock_key IN ({}) AND {u_table} < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND",
                 vec!["?"; SWEEP_ROWS].join(", ")
             ),
             // An unchanged value is not written.
             raise_counter: format!("UPDATE {f} SET value = GREATEST(value, ?) WHERE id = 0"),
+            // Rows of their own expiry only (a session's rows are renewed
+            // by their session).
             renew_one: format!(
                 "UPDATE {l} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6)"
+                 WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6) AND session IS NULL"
             ),
             // An exclusive holder's row, not the gate of shares.
             holder: format!(
-                "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), live_until) FROM {l}
-                 WHERE lock_key = ? AND live_until > UTC_TIMESTAMP(6) AND {not_gate}",
+                "SELECT label, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {u}) FROM {l} AS l
+                 WHERE lock_key = ? AND {u} > UTC_TIMESTAMP(6) AND {not_gate}",
                 not_gate = super::shares::NOT_GATE
             ),
             // Locks the key's row: every grant of the key writes it (a key
@@ -190,14 +218,14 @@ impl Statements {
             // An unexpired exclusive lease (no client's token is the gate's)
             // or a held share.
             holds: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6))
+                "SELECT EXISTS (SELECT 1 FROM {l} AS l WHERE lock_key = ? AND token = ? AND {u} > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1
                                 AND live_until > UTC_TIMESTAMP(6))"
             ),
             // An unexpired exclusive lease (no client's token is the gate's)
             // or a held writer.
             holds_exclusive: format!(
-                "SELECT EXISTS (SELECT 1 FROM {l} WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6))
+                "SELECT EXISTS (SELECT 1 FROM {l} AS l WHERE lock_key = ? AND token = ? AND {u} > UTC_TIMESTAMP(6))
                      OR EXISTS (SELECT 1 FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND mode <> {shared}
                                 AND live_until > UTC_TIMESTAMP(6))",
                 shared = crate::backend::admission::MODE_SHARED
@@ -206,6 +234,21 @@ impl Statements {
             write_record: format!(
                 "INSERT INTO {r} (lock_key, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)"
             ),
+            // The takeover of a row a grant found held: first a consistent
+            // read (token, held session, lapsed on this snapshot, time left).
+            probe: format!(
+                "SELECT token, {hs}, {u} <= UTC_TIMESTAMP(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {u})
+                 FROM {l} AS l WHERE lock_key = ?"
+            ),
+            // Then, in a transaction: the row's lock (the lease row before
+            // its session row, as everywhere), the count, the grant.
+            lock_probed: format!("SELECT token, session FROM {l} WHERE lock_key = ? FOR UPDATE"),
+            take_lapsed: format!(
+                "UPDATE {l} SET fence = LAST_INSERT_ID(GREATEST(fence + 1, ?)), label = ?, token = ?, session = NULL,
+                   live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                 WHERE lock_key = ?"
+            ),
+            sessions: SessionSql::new(sessions),
             leases: l,
         }
     }
@@ -213,7 +256,7 @@ impl Statements {
     fn renew_many(&self, n: usize) -> String {
         format!(
             "UPDATE {} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-             WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)",
+             WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6) AND session IS NULL",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -221,18 +264,19 @@ impl Statements {
 
     fn held_many(&self, n: usize) -> String {
         format!(
-            "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)",
+            "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)
+               AND session IS NULL",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
     }
 }
 
-fn micros(d: Duration) -> i64 {
+pub(super) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-fn left(us: Option<i64>) -> Duration {
+pub(super) fn left(us: Option<i64>) -> Duration {
     Duration::from_micros(us.unwrap_or(0).max(0) as u64)
 }
 
@@ -288,6 +332,7 @@ pub(super) async fn acquire(
         t.into(),
         t.into(),
         t.into(),
+        t.into(),
         micros(ttl).into(),
         k.into(),
     ];
@@ -295,10 +340,11 @@ pub(super) async fn acquire(
     if let Some(fence) = conn.last_insert_id() {
         return Ok(Acquired::Granted { fence });
     }
-    // A row, not granted: another holder's. No row at all (or an info
-    // string this code cannot read): the insert decides.
+    // A row, not granted: another holder's, maybe of a lapsed session. No
+    // row at all (or an info string this code cannot read): the insert
+    // decides.
     if rows_matched(conn).is_some_and(|n| n > 0) {
-        return Ok(Acquired::Busy { expires_in: None });
+        return session_rows::take_lapsed(conn, s, (k, t), ttl, &label, floor).await;
     }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     tx.exec_drop(s.fence_next.as_str(), (floor,)).await?;
@@ -318,7 +364,7 @@ pub(super) async fn acquire(
 
 /// A grant with the fence the server reported; never a grant without one
 /// (cannot happen on a server that reports `LAST_INSERT_ID(expr)`).
-fn granted(fence: Option<u64>) -> mysql_async::Result<Acquired> {
+pub(super) fn granted(fence: Option<u64>) -> mysql_async::Result<Acquired> {
     match fence {
         Some(fence) => Ok(Acquired::Granted { fence }),
         None => Err(mysql_async::Error::Other("the server did not report the new fence value".into())),
@@ -385,7 +431,8 @@ pub(super) async fn write_record(
 }
 
 /// Makes the row of `token` the released marker (the row and its fence
-/// stay); true if it owned one (not taken over).
+/// stay); true if it owned one (not taken over). A row of a session is
+/// counted in it (two rows changed).
 pub(super) async fn release(
     conn: &mut Conn,
     s: &Statements,
@@ -393,7 +440,7 @@ pub(super) async fn release(
     token: OwnerToken,
 ) -> mysql_async::Result<bool> {
     conn.exec_drop(s.release.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
-    Ok(conn.affected_rows() == 1)
+    Ok(conn.affected_rows() >= 1)
 }
 
 /// Extends every listed lease its token still holds: one `UPDATE` per TTL

@@ -114,6 +114,7 @@ async fn sweep_rows(conn: &mut Conn, s: &Statements, from: &[u8]) -> mysql_async
     tx.exec_drop(s.lock_counter.as_str(), ()).await?;
     let highest: Option<u64> = tx.exec_first(s.sweep_fence.as_str(), keys()).await?;
     tx.exec_drop(s.raise_counter.as_str(), (highest.unwrap_or(0),)).await?;
+    tx.exec_drop(s.sweep_count.as_str(), keys()).await?;
     tx.exec_drop(s.sweep_delete.as_str(), keys()).await?;
     let deleted = tx.affected_rows();
     tx.commit().await?;

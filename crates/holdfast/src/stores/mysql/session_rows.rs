@@ -1,0 +1,220 @@
+//! Lease rows bound to a client's session row: how every statement of this
+//! store reads and removes them (model `mysql_session` in holdfast-models,
+//! "Model 11", under InnoDB's `READ COMMITTED`).
+//!
+//! A session-bound lease row names a row of `<namespace>_sessions` in its
+//! `session` column and keeps `live_until` far ahead: it is held while that
+//! session row is unexpired on the server clock ([`until_sql`]), and a
+//! client of an earlier version, which reads `live_until` alone, sees it
+//! held and never takes it. Rows of this version's grants, shares' gates
+//! and writers have no session and keep their own expiry.
+//!
+//! This version reads and removes such rows; it writes none (the client
+//! that renews one session row per period instead of one row per lease
+//! comes next, and can only ship once every client reads them). The rules,
+//! each a counterexample in the model when left out:
+//!
+//! - A row whose session lapsed is removed only after an `UPDATE` of that
+//!   session row counts the removal and re-checks the lapse on its latest
+//!   version, under its lock ([`count_lapsed`]): a renewal in flight commits
+//!   first and the check then finds it renewed. The lapse seen by a
+//!   consistent read alone would take a session a renewal had just
+//!   extended (`ConsistentReadTakeover`), and so would a one-statement
+//!   grant whose non-locking subquery saw it lapsed (`SubqueryTakeover`).
+//! - Whoever removes another client's held row counts it in the row's
+//!   session (`removed`): a takeover, a forced release, a release by token,
+//!   the sweep. The holder's renewal reads the count and learns which of its
+//!   leases are gone.
+//! - Lease row before session row, in every transaction: no deadlock
+//!   between a removal and a renewal.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Transaction, TxOpts};
+
+use super::sql::{Acquired, Statements, granted, left, micros};
+
+/// The token of a released row, the released marker (its fence is the
+/// key's): drawn by no client (a random 128-bit token is all ones with
+/// probability 2^-128), and not the shares' gate (all zeros). A released
+/// row is read by its own expiry, whatever its `session`.
+pub(super) const RELEASED_SQL: &str = "X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'";
+
+/// The shares' gate token as SQL (see `shares`): a gate is read by its own
+/// expiry.
+const GATE_SQL: &str = "X'00000000000000000000000000000000'";
+
+/// The session lease row `row` (a table name or alias) is held under: none
+/// for a released row or a gate.
+pub(super) fn held_session_sql(row: &str) -> String {
+    format!("(CASE WHEN {row}.token IN ({RELEASED_SQL}, {GATE_SQL}) THEN NULL ELSE {row}.session END)")
+}
+
+/// Until when lease row `row` is held: its session row's expiry (the
+/// distant past once that row is gone), or its own `live_until` when it
+/// has no held session. `sessions` is the quoted session table.
+pub(super) fn until_sql(row: &str, sessions: &str) -> String {
+    format!(
+        "(CASE WHEN {hs} IS NULL THEN {row}.live_until
+               ELSE COALESCE((SELECT x.expires_at FROM {sessions} x WHERE x.id = {row}.session),
+                             TIMESTAMP '1000-01-01 00:00:00')
+          END)",
+        hs = held_session_sql(row)
+    )
+}
+
+/// The statements over the session table.
+#[derive(Debug)]
+pub(super) struct SessionSql {
+    pub(super) schema: String,
+    count_lapsed: String,
+    count_any: String,
+    left: String,
+}
+
+impl SessionSql {
+    /// Statements over `<sessions>`, a validated name.
+    pub(super) fn new(sessions: &str) -> Self {
+        let x = format!("`{sessions}`");
+        SessionSql {
+            schema: format!(
+                "CREATE TABLE IF NOT EXISTS {x} (
+                    id         BINARY(16) NOT NULL PRIMARY KEY,
+                    expires_at DATETIME(6) NOT NULL,
+                    removed    BIGINT NOT NULL DEFAULT 0
+                ) ENGINE=InnoDB"
+            ),
+            // Reads the latest version under the row's lock (waits for a
+            // renewal in flight), unlike the statement's consistent reads.
+            count_lapsed: format!(
+                "UPDATE {x} SET removed = removed + 1 WHERE id = ? AND expires_at <= UTC_TIMESTAMP(6)"
+            ),
+            count_any: format!("UPDATE {x} SET removed = removed + 1 WHERE id = ?"),
+            left: format!("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {x} WHERE id = ?"),
+        }
+    }
+
+    /// The quoted table name, for statements of other modules.
+    pub(super) fn table(sessions: &str) -> String {
+        format!("`{sessions}`")
+    }
+}
+
+/// What [`count_lapsed`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Lapse {
+    /// The session lapsed (its removal is counted) or its row is gone: the
+    /// lease row may be removed in this transaction.
+    Free,
+    /// The session is unexpired (a renewal committed since the caller's
+    /// read): microseconds left.
+    Held(i64),
+}
+
+/// Inside the transaction that holds lease row's lock: counts the removal
+/// of a row of `session` if that session lapsed, on its latest version.
+pub(super) async fn count_lapsed(
+    tx: &mut Transaction<'_>,
+    q: &SessionSql,
+    session: &[u8],
+) -> mysql_async::Result<Lapse> {
+    tx.exec_drop(q.count_lapsed.as_str(), (session,)).await?;
+    if tx.affected_rows() == 1 {
+        return Ok(Lapse::Free);
+    }
+    let left: Option<Option<i64>> = tx.exec_first(q.left.as_str(), (session,)).await?;
+    Ok(match left {
+        Some(us) => Lapse::Held(us.unwrap_or(0)),
+        None => Lapse::Free,
+    })
+}
+
+/// Inside the transaction that holds the lease row's lock: counts the
+/// removal of a held row of `session`, lapsed or not (a forced release, a
+/// release by token).
+pub(super) async fn count_removal(tx: &mut Transaction<'_>, q: &SessionSql, session: &[u8]) -> mysql_async::Result<()> {
+    tx.exec_drop(q.count_any.as_str(), (session,)).await
+}
+
+/// The grant of a row held under a session that lapsed (see
+/// `session_rows`): a consistent read finds the lapse, then one transaction
+/// locks the row (still the one read, else busy), counts the removal in
+/// the session on its latest version (a renewal committed meanwhile: busy)
+/// and grants. Any other held row: busy, with the time left read.
+pub(super) async fn take_lapsed(
+    conn: &mut Conn,
+    s: &Statements,
+    (k, t): (&[u8], &[u8]),
+    ttl: Duration,
+    label: &str,
+    floor: u64,
+) -> mysql_async::Result<Acquired> {
+    type Probe = (Vec<u8>, Option<Vec<u8>>, Option<u8>, Option<i64>);
+    let probe: Option<Probe> = conn.exec_first(s.probe.as_str(), (k,)).await?;
+    let (token, session) = match probe {
+        Some((token, Some(session), Some(1), _)) => (token, session),
+        Some((_, _, _, us)) => return Ok(Acquired::Busy { expires_in: us.map(|us| left(Some(us))) }),
+        // Gone since the grant's statement: the next attempt decides.
+        None => return Ok(Acquired::Busy { expires_in: None }),
+    };
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let locked: Option<(Vec<u8>, Option<Vec<u8>>)> = tx.exec_first(s.lock_probed.as_str(), (k,)).await?;
+    if locked != Some((token, Some(session.clone()))) {
+        tx.rollback().await?;
+        return Ok(Acquired::Busy { expires_in: None });
+    }
+    if let Lapse::Held(us) = count_lapsed(&mut tx, &s.sessions, &session).await? {
+        tx.rollback().await?;
+        return Ok(Acquired::Busy { expires_in: Some(left(Some(us))) });
+    }
+    tx.exec_drop(s.take_lapsed.as_str(), (floor, label, t, micros(ttl), k)).await?;
+    let outcome = granted(tx.last_insert_id());
+    match outcome {
+        Ok(_) => tx.commit().await?,
+        Err(_) => tx.rollback().await?,
+    }
+    outcome
+}
+
+/// Adds the `session` column and its index to a lease table of the layout
+/// before session rows (waiting at most `wait_s` seconds for the metadata
+/// lock that running clients' transactions hold). A column another client
+/// added first is fine. Appending a nullable column changes no row.
+pub(super) async fn add_session_column(conn: &mut Conn, table: &str, wait_s: u64) -> mysql_async::Result<()> {
+    let has_column = "SELECT COUNT(*) FROM information_schema.COLUMNS
+                      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'session'";
+    let present = |n: Option<i64>| n.unwrap_or(0) > 0;
+    if present(conn.exec_first(has_column, (table,)).await?) {
+        return Ok(());
+    }
+    conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait_s.clamp(1, 600))).await?;
+    let alter = format!("ALTER TABLE `{table}` ADD COLUMN session BINARY(16) NULL, ADD INDEX lease_session (session)");
+    match conn.query_drop(&alter).await {
+        Ok(()) => {
+            tracing::info!(table, "added the session column of session-bound leases");
+            Ok(())
+        }
+        Err(_) if present(conn.exec_first(has_column, (table,)).await?) => Ok(()),
+        Err(e) => Err(mysql_async::Error::Other(
+            format!(
+                "table {table} has no session column, and adding it failed ({e}); run `{alter}` once as a user \
+                 with ALTER on it (see the store docs, Migration)"
+            )
+            .into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_and_released_tokens_are_the_other_modules() {
+        let hex = |b: u8| format!("X'{}'", format!("{b:02X}").repeat(16));
+        assert_eq!(RELEASED_SQL, hex(0xFF));
+        assert_eq!(GATE_SQL, hex(0));
+        assert_eq!(super::super::shares::NOT_GATE, format!("token <> {GATE_SQL}"));
+    }
+}
