@@ -344,11 +344,15 @@ impl Backend for MysqlBackend {
             .retry_contention(|| {
                 self.timed(async {
                     let mut conn = self.conn().await?;
-                    if sql::release(&mut conn, &self.sql, key.as_str(), token).await? {
+                    if sql::release(&mut conn, &self.sql, key.as_str(), token, false).await? {
                         return Ok(true);
                     }
-                    // Not a grant of the lease row: maybe a share or a reservation.
-                    Ok(shares::release(&mut conn, &self.shares, key.as_str(), token).await?.unwrap_or(false))
+                    // Not a grant of the lease row: maybe a share or a
+                    // reservation, else a row of a session.
+                    if let Some(released) = shares::release(&mut conn, &self.shares, key.as_str(), token).await? {
+                        return Ok(released);
+                    }
+                    sql::release(&mut conn, &self.sql, key.as_str(), token, true).await
                 })
             })
             .await?;
