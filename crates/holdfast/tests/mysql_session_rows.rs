@@ -370,3 +370,23 @@ fn a_takeover_waits_for_a_renewal_in_flight_and_finds_the_session_extended() {
     assert_eq!(removed(&server, SESSION), "0", "a removal was counted that did not happen");
     assert_eq!(lease_row(&server, "race/a"), before, "the holder's row changed");
 }
+
+/// A waiting acquire of a row whose session lapses while it waits gets the
+/// key soon after the lapse (its first attempt is the grant statement
+/// alone; a later one reads the row, finds the session lapsed and takes
+/// the row over), and the removal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_takes_over_a_row_whose_session_lapses_meanwhile() {
+    let server = MysqlServer::start();
+    let backend = open(&server).await;
+    session(&server, SESSION, 1);
+    bound_row(&server, "bound/wait", HOLDER, SESSION, FENCE);
+    let started = std::time::Instant::now();
+    let asked = req("bound/wait", TAKER);
+    let grant = tokio::time::timeout(Duration::from_secs(20), backend.acquire(&asked)).await;
+    let grant = grant.expect("the waiting acquire still waits after 20 s").expect("the waiting acquire failed");
+    let waited = started.elapsed();
+    assert!(grant.fence > FENCE, "fence {} after the row's {FENCE}", grant.fence);
+    assert!(waited < Duration::from_secs(10), "the takeover came {waited:?} after the wait began (session: 1 s)");
+    assert_eq!(removed(&server, SESSION), "1", "the takeover was not counted");
+}

@@ -90,6 +90,21 @@ async fn timed<T>(config: &MysqlConfig, f: impl Future<Output = mysql_async::Res
     }
 }
 
+/// Which attempt of an acquire [`MysqlBackend::attempt`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// `try_acquire`: the grant statement; a row it finds held is read to
+    /// see whether its session lapsed (then it is taken over).
+    Try,
+    /// A waiting acquire's first attempt: the grant statement alone (a
+    /// contended key would cost every acquire that read; a lapsed
+    /// session's row is found by the next attempt).
+    FirstWait,
+    /// A waiting acquire's later attempts: a read that locks nothing first,
+    /// then, if that found the key free, as `Try`.
+    Wait,
+}
+
 /// The MySQL/MariaDB store.
 #[derive(Clone)]
 pub struct MysqlBackend {
@@ -218,7 +233,7 @@ impl MysqlBackend {
         self.pool.get_conn().await
     }
 
-    async fn attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+    async fn attempt(&self, req: &AcquireRequest, turn: Turn) -> Result<Attempt> {
         let started = Instant::now();
         let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)?;
         // The grant of a key with a row is one autocommit statement: once
@@ -236,12 +251,13 @@ impl MysqlBackend {
                     let mut conn = this.conn().await?;
                     // A waiter first looks without locking anything, so waiting
                     // costs one primary-key read, not a write.
-                    if peek_first {
+                    if turn == Turn::Wait {
                         if let Some(left) = sql::peek_busy(&mut conn, &this.sql, key, req.token).await? {
                             return Ok(sql::Acquired::Busy { expires_in: Some(left) });
                         }
                     }
-                    sql::acquire(&mut conn, &this.sql, key, req.token, req.ttl, &req.label, floor).await
+                    let probe = turn != Turn::FirstWait;
+                    sql::acquire(&mut conn, &this.sql, key, (req.token, req.ttl, &req.label), floor, probe).await
                 })
                 .await;
             if gone.load(Ordering::Acquire) && matches!(outcome, Ok(sql::Acquired::Granted { .. })) {
@@ -283,9 +299,9 @@ impl MysqlBackend {
     /// other error, retryable or not (a server that went away), is the
     /// caller's: counted as busy it would turn a dead store into an endless
     /// wait, or a timeout that reads as "busy".
-    async fn waiting_attempt(&self, req: &AcquireRequest, peek_first: bool) -> Result<Attempt> {
+    async fn waiting_attempt(&self, req: &AcquireRequest, turn: Turn) -> Result<Attempt> {
         let attempt = match req.mode {
-            LeaseMode::Exclusive => self.attempt(req, peek_first).await,
+            LeaseMode::Exclusive => self.attempt(req, turn).await,
             _ => self.attempt_shared(req, true).await,
         };
         match attempt {
@@ -318,7 +334,7 @@ impl Backend for MysqlBackend {
         // couple of times before reporting it.
         let attempt = || async {
             match req.mode {
-                LeaseMode::Exclusive => self.attempt(req, false).await,
+                LeaseMode::Exclusive => self.attempt(req, Turn::Try).await,
                 _ => self.attempt_shared(req, false).await,
             }
         };
@@ -332,8 +348,8 @@ impl Backend for MysqlBackend {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
         wait::until_granted(&wakeup, req, self.config.poll, || {
-            let peek = !std::mem::take(&mut first);
-            self.waiting_attempt(req, peek)
+            let turn = if std::mem::take(&mut first) { Turn::FirstWait } else { Turn::Wait };
+            self.waiting_attempt(req, turn)
         })
         .await
     }

@@ -319,14 +319,15 @@ fn rows_matched(conn: &Conn) -> Option<u64> {
 /// short transaction that draws the fence from the namespace's counter and
 /// inserts the row (rolled back, the counter unchanged, if the row appeared
 /// meanwhile: the key was granted to somebody, so busy).
+/// `probe`: a row found held is read to see whether its session lapsed,
+/// and then taken over (see `session_rows::take_lapsed`); else busy.
 pub(super) async fn acquire(
     conn: &mut Conn,
     s: &Statements,
     key: &str,
-    token: OwnerToken,
-    ttl: Duration,
-    label: &str,
+    (token, ttl, label): (OwnerToken, Duration, &str),
     floor: u64,
+    probe: bool,
 ) -> mysql_async::Result<Acquired> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
     let label: String = label.chars().take(255).collect();
@@ -352,6 +353,9 @@ pub(super) async fn acquire(
     // row at all (or an info string this code cannot read): the insert
     // decides.
     if rows_matched(conn).is_some_and(|n| n > 0) {
+        if !probe {
+            return Ok(Acquired::Busy { expires_in: None });
+        }
         return session_rows::take_lapsed(conn, s, (k, t), ttl, &label, floor).await;
     }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
