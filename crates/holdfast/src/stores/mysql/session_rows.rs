@@ -3,11 +3,12 @@
 //! "Model 11", under InnoDB's `READ COMMITTED`).
 //!
 //! A session-bound lease row names a row of `<namespace>_sessions` in its
-//! `session` column and keeps `live_until` far ahead: it is held while that
-//! session row is unexpired on the server clock ([`until_sql`]), and a
-//! client of an earlier version, which reads `live_until` alone, sees it
-//! held and never takes it. Rows of this version's grants, shares' gates
-//! and writers have no session and keep their own expiry.
+//! `session` column and keeps `live_until` far ahead ([`FAR_SQL`]): it is
+//! held while that session row is unexpired on the server clock
+//! ([`until_sql`]), and a client of an earlier version, which reads
+//! `live_until` alone, sees it held and never takes it. Every other row
+//! (this version's grants, released rows, shares' gates, writers) has a
+//! real expiry and is read by it, whatever its `session` column says.
 //!
 //! This version reads and removes such rows; it writes none (the client
 //! that renews one session row per period instead of one row per lease
@@ -41,14 +42,18 @@ use super::sql::{Acquired, Statements, granted, left, micros};
 /// row is read by its own expiry, whatever its `session`.
 pub(super) const RELEASED_SQL: &str = "X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'";
 
-/// The shares' gate token as SQL (see `shares`): a gate is read by its own
-/// expiry.
-const GATE_SQL: &str = "X'00000000000000000000000000000000'";
+/// The `live_until` of a lease row held under its session: far ahead, so
+/// that a client older than session rows sees it held. Every other row
+/// (released, a gate, a writer, a grant of its own expiry) has a real
+/// expiry, so a grant of such a row needs no write to its `session`
+/// column, which a released row keeps (the next grant by the same session
+/// then changes no index entry).
+pub(super) const FAR_SQL: &str = "TIMESTAMP '9999-12-31 00:00:00'";
 
 /// The session lease row `row` (a table name or alias) is held under: none
-/// for a released row or a gate.
+/// unless its `live_until` is [`FAR_SQL`].
 pub(super) fn held_session_sql(row: &str) -> String {
-    format!("(CASE WHEN {row}.token IN ({RELEASED_SQL}, {GATE_SQL}) THEN NULL ELSE {row}.session END)")
+    format!("(CASE WHEN {row}.live_until = {FAR_SQL} THEN {row}.session END)")
 }
 
 /// Until when lease row `row` is held: its session row's expiry (the
@@ -211,10 +216,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gate_and_released_tokens_are_the_other_modules() {
+    fn the_released_token_is_all_ones_and_not_the_gate() {
         let hex = |b: u8| format!("X'{}'", format!("{b:02X}").repeat(16));
         assert_eq!(RELEASED_SQL, hex(0xFF));
-        assert_eq!(GATE_SQL, hex(0));
-        assert_eq!(super::super::shares::NOT_GATE, format!("token <> {GATE_SQL}"));
+        assert_eq!(super::super::shares::NOT_GATE, format!("token <> {}", hex(0)));
     }
 }

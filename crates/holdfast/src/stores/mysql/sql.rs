@@ -12,7 +12,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
-use super::session_rows::{self, RELEASED_SQL, SessionSql, held_session_sql};
+use super::session_rows::{self, FAR_SQL, RELEASED_SQL, SessionSql, held_session_sql};
 use crate::vocabulary::key::OwnerToken;
 
 /// Most leases per renewal statement (two placeholders each), far under the
@@ -123,14 +123,14 @@ impl Statements {
             // granted (then rows matched 1: busy; 0: no row, see `insert`).
             // A held row of a session keeps `live_until` far ahead, so this
             // statement never takes one: its session's lapse is checked
-            // under that row's lock (`take_lapsed`). A row it grants leaves
-            // its session, if it had one (released).
+            // under that row's lock (`take_lapsed`). A row it grants keeps
+            // its `session` (a released row's): with a real expiry, it is no
+            // longer held under it (`session_rows::FAR_SQL`).
             take_over: format!(
                 "UPDATE {l} SET
                    fence = IF(live_until <= UTC_TIMESTAMP(6), LAST_INSERT_ID(GREATEST(fence + 1, ?)),
                               IF(token = ?, LAST_INSERT_ID(GREATEST(fence, ?)), fence)),
                    label = IF({free}, ?, label),
-                   session = IF({free}, NULL, session),
                    token = IF({free}, ?, token),
                    live_until = IF({free}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, live_until)
                  WHERE lock_key = ?",
@@ -159,7 +159,7 @@ impl Statements {
             // Rows of their own expiry: the session column stays as it is.
             release: format!(
                 "UPDATE {l} SET token = {RELEASED_SQL}, live_until = UTC_TIMESTAMP(6)
-                 WHERE lock_key = ? AND token = ? AND session IS NULL"
+                 WHERE lock_key = ? AND token = ? AND live_until <> {FAR_SQL}"
             ),
             // A row of a session (never one of this client's: it makes
             // none) is another client's lease, released by its token: the
@@ -169,7 +169,7 @@ impl Statements {
             release_counted: format!(
                 "UPDATE {l} AS l JOIN {x} AS x ON x.id = l.session
                  SET x.removed = x.removed + 1, l.token = {RELEASED_SQL}, l.live_until = UTC_TIMESTAMP(6)
-                 WHERE l.lock_key = ? AND l.token = ?"
+                 WHERE l.lock_key = ? AND l.token = ? AND l.live_until = {FAR_SQL}"
             ),
             // The next window of the primary key, read plainly (no locks):
             // the transaction then locks only the rows it deletes, by primary
@@ -207,7 +207,7 @@ impl Statements {
             // by their session).
             renew_one: format!(
                 "UPDATE {l} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-                 WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6) AND session IS NULL"
+                 WHERE lock_key = ? AND token = ? AND live_until > UTC_TIMESTAMP(6) AND live_until <> {FAR_SQL}"
             ),
             // An exclusive holder's row, not the gate of shares.
             holder: format!(
@@ -264,7 +264,7 @@ impl Statements {
     fn renew_many(&self, n: usize) -> String {
         format!(
             "UPDATE {} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-             WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6) AND session IS NULL",
+             WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6) AND live_until <> {FAR_SQL}",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -273,7 +273,7 @@ impl Statements {
     fn held_many(&self, n: usize) -> String {
         format!(
             "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)
-               AND session IS NULL",
+               AND live_until <> {FAR_SQL}",
             self.leases,
             vec!["(?, ?)"; n].join(", ")
         )
@@ -338,7 +338,6 @@ pub(super) async fn acquire(
         floor.into(),
         t.into(),
         label.as_str().into(),
-        t.into(),
         t.into(),
         t.into(),
         t.into(),
