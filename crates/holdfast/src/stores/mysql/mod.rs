@@ -4,6 +4,7 @@
 mod admin;
 mod config;
 mod error;
+mod renew;
 mod session;
 mod session_rows;
 mod shares;
@@ -390,7 +391,7 @@ impl Backend for MysqlBackend {
         self.retry_contention(|| {
             self.timed(async {
                 let mut conn = self.renew_pool.get_conn().await?;
-                let mut held = sql::renew(&mut conn, &self.sql, &batch).await?;
+                let mut held = renew::renew(&mut conn, &self.sql, &batch).await?;
                 // Leases not in the lease table: shares (or lost grants).
                 let rest: Vec<usize> = (0..held.len()).filter(|&i| !held[i]).collect();
                 if !rest.is_empty() {

@@ -41,7 +41,7 @@ pub(super) struct Statements {
     pub(super) sweep_count: String,
     pub(super) sweep_delete: String,
     pub(super) raise_counter: String,
-    renew_one: String,
+    pub(super) renew_one: String,
     holder: String,
     lock_row: String,
     raise_fence: String,
@@ -261,7 +261,7 @@ impl Statements {
         }
     }
 
-    fn renew_many(&self, n: usize) -> String {
+    pub(super) fn renew_many(&self, n: usize) -> String {
         format!(
             "UPDATE {} SET live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
              WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6) AND live_until <> {FAR_SQL}",
@@ -270,7 +270,7 @@ impl Statements {
         )
     }
 
-    fn held_many(&self, n: usize) -> String {
+    pub(super) fn held_many(&self, n: usize) -> String {
         format!(
             "SELECT lock_key, token FROM {} WHERE (lock_key, token) IN ({}) AND live_until > UTC_TIMESTAMP(6)
                AND live_until <> {FAR_SQL}",
@@ -455,53 +455,6 @@ pub(super) async fn release(
     let statement = if counted { &s.release_counted } else { &s.release };
     conn.exec_drop(statement.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(conn.affected_rows() >= 1)
-}
-
-/// Extends every listed lease its token still holds: one `UPDATE` per TTL
-/// value and chunk (usually exactly one), plus one `SELECT` only when some
-/// lease was not extended, to tell which.
-pub(super) async fn renew(
-    conn: &mut Conn,
-    s: &Statements,
-    leases: &[(String, OwnerToken, Duration)],
-) -> mysql_async::Result<Vec<bool>> {
-    let mut held = vec![false; leases.len()];
-    if let [(key, token, ttl)] = leases {
-        conn.exec_drop(s.renew_one.as_str(), (micros(*ttl), key.as_bytes(), &token.to_bytes()[..])).await?;
-        held[0] = conn.affected_rows() == 1;
-        return Ok(held);
-    }
-    let mut by_ttl: Vec<(Duration, Vec<usize>)> = Vec::new();
-    for (i, (_, _, ttl)) in leases.iter().enumerate() {
-        match by_ttl.iter_mut().find(|(t, _)| t == ttl) {
-            Some((_, idx)) => idx.push(i),
-            None => by_ttl.push((*ttl, vec![i])),
-        }
-    }
-    for (ttl, idx) in by_ttl {
-        for chunk in idx.chunks(RENEW_CHUNK) {
-            let mut params = vec![Value::Int(micros(ttl))];
-            for &i in chunk {
-                params.push(Value::Bytes(leases[i].0.as_bytes().to_vec()));
-                params.push(Value::Bytes(leases[i].1.to_bytes().to_vec()));
-            }
-            conn.exec_drop(s.renew_many(chunk.len()), Params::Positional(params.clone())).await?;
-            if conn.affected_rows() as usize == chunk.len() {
-                chunk.iter().for_each(|&i| held[i] = true);
-                continue;
-            }
-            // Rows extended just now are unexpired; rows not extended had
-            // expired (or were gone) and nobody else ever writes our token,
-            // so they cannot have become ours since.
-            params.remove(0);
-            let rows: Vec<(Vec<u8>, Vec<u8>)> = conn.exec(s.held_many(chunk.len()), Params::Positional(params)).await?;
-            for &i in chunk {
-                let (key, token) = (leases[i].0.as_bytes(), leases[i].1.to_bytes());
-                held[i] = rows.iter().any(|(k, t)| k == key && t[..] == token[..]);
-            }
-        }
-    }
-    Ok(held)
 }
 
 /// The unexpired holder of `key`: (label, fence, time left).
