@@ -132,8 +132,11 @@ async fn held_and_hot_run_in_process_on_sqlite() {
     let mut opts = options(&dir);
     opts.workloads.clear();
     let mut held = holdfast_bench::HeldOptions::new(150);
-    held.lease_ttl = Duration::from_millis(600);
-    held.duration = Duration::from_millis(700);
+    // Renewal every 500 ms, lost only after a stall of a second: with a
+    // 600 ms TTL the suite's own parallel tests on 2 cores once stalled the
+    // one session row's renewal past its lapse, and every lease was lost.
+    held.lease_ttl = Duration::from_millis(1_500);
+    held.duration = Duration::from_millis(1_200);
     held.churn = true;
     opts.held = Some(held);
     let mut hot = holdfast_bench::HotOptions::new(12);
