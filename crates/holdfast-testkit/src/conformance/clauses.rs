@@ -216,11 +216,19 @@ pub async fn c5_lost_before_regrant(store: &Store) {
         })
     };
     let waiter = b.mutex(&key).acquire_timeout(Duration::from_secs(10) + store.expiry_slack).await.expect("regrant");
+    // The holder's view at the moment the key is granted again: lost. (A
+    // task that awaits lost() and then reads the clock measures when it
+    // was scheduled, which a loaded machine delays past the regrant: once
+    // by 91 µs, with the lease lost long before.)
+    assert!(g.is_lost(), "the holder still saw its lease held when the key was granted again");
     let granted_at = Instant::now();
     let lost_at =
         tokio::time::timeout(Duration::from_secs(5), lost_at).await.expect("lost() never fired").expect("task");
-    assert!(lost_at <= granted_at, "lost() fired {:?} after the key was granted again", lost_at - granted_at);
-    assert!(g.is_lost());
+    assert!(
+        lost_at <= granted_at + Duration::from_millis(100),
+        "lost() fired {:?} after the regrant",
+        lost_at - granted_at
+    );
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
     waiter.release().await.expect("release");
 }
