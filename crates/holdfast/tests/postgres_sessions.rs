@@ -120,10 +120,13 @@ async fn a_release_by_another_client_is_heard_by_the_holder() {
 async fn a_lease_of_a_lapsed_session_stays_lost_beside_a_new_session() {
     let server = PostgresServer::start();
     let (a, b) = (store(&server).await, store(&server).await);
-    let old = request("lapsed/old", Duration::from_millis(300));
+    // A TTL the new session outlives until its renewal even on a loaded
+    // machine (300 ms once lapsed before it: [false, false]).
+    let ttl = Duration::from_millis(1_000);
+    let old = request("lapsed/old", ttl);
     a.try_acquire(&old).await.expect("acquire").expect("free");
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let new = request("lapsed/new", Duration::from_millis(300));
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    let new = request("lapsed/new", ttl);
     a.try_acquire(&new).await.expect("acquire").expect("free");
     assert_eq!(a.renew(&[renewal(&old), renewal(&new)]).await.expect("renew"), vec![false, true]);
     assert_eq!(psql(&server, "SELECT count(*) FROM holdfast_leases_sess"), "2", "a new session, not the old extended");
