@@ -11,6 +11,7 @@ mod shares;
 mod shrink;
 mod sql;
 mod sweep;
+mod takeover;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -258,7 +259,11 @@ impl MysqlBackend {
                         }
                     }
                     let probe = turn != Turn::FirstWait;
-                    sql::acquire(&mut conn, &this.sql, key, (req.token, req.ttl, &req.label), floor, probe).await
+                    let asked = (req.token, req.ttl, req.label.as_str());
+                    match sql::acquire(&mut conn, &this.sql, key, asked, floor, probe).await? {
+                        sql::Acquired::RowHeld => takeover::take_lapsed(&mut conn, &this.sql, key, asked, floor).await,
+                        outcome => Ok(outcome),
+                    }
                 })
                 .await;
             if gone.load(Ordering::Acquire) && matches!(outcome, Ok(sql::Acquired::Granted { .. })) {
@@ -273,6 +278,7 @@ impl MysqlBackend {
         Ok(match outcome? {
             sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
             sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
+            sql::Acquired::RowHeld => Attempt::Busy { expires_in: None },
         })
     }
 

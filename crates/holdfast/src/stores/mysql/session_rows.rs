@@ -29,12 +29,8 @@
 //! - Lease row before session row, in every transaction: no deadlock
 //!   between a removal and a renewal.
 
-use std::time::Duration;
-
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Transaction, TxOpts};
-
-use super::sql::{Acquired, Statements, granted, left, micros};
+use mysql_async::{Conn, Transaction};
 
 /// The token of a released row, the released marker (its fence is the
 /// key's): drawn by no client (a random 128-bit token is all ones with
@@ -140,46 +136,6 @@ pub(super) async fn count_lapsed(
 /// release by token).
 pub(super) async fn count_removal(tx: &mut Transaction<'_>, q: &SessionSql, session: &[u8]) -> mysql_async::Result<()> {
     tx.exec_drop(q.count_any.as_str(), (session,)).await
-}
-
-/// The grant of a row held under a session that lapsed (see
-/// `session_rows`): a consistent read finds the lapse, then one transaction
-/// locks the row (still the one read, else busy), counts the removal in
-/// the session on its latest version (a renewal committed meanwhile: busy)
-/// and grants. Any other held row: busy, with the time left read.
-pub(super) async fn take_lapsed(
-    conn: &mut Conn,
-    s: &Statements,
-    (k, t): (&[u8], &[u8]),
-    ttl: Duration,
-    label: &str,
-    floor: u64,
-) -> mysql_async::Result<Acquired> {
-    type Probe = (Vec<u8>, Option<Vec<u8>>, Option<u8>, Option<i64>);
-    let probe: Option<Probe> = conn.exec_first(s.probe.as_str(), (k,)).await?;
-    let (token, session) = match probe {
-        Some((token, Some(session), Some(1), _)) => (token, session),
-        Some((_, _, _, us)) => return Ok(Acquired::Busy { expires_in: us.map(|us| left(Some(us))) }),
-        // Gone since the grant's statement: the next attempt decides.
-        None => return Ok(Acquired::Busy { expires_in: None }),
-    };
-    let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    let locked: Option<(Vec<u8>, Option<Vec<u8>>)> = tx.exec_first(s.lock_probed.as_str(), (k,)).await?;
-    if locked != Some((token, Some(session.clone()))) {
-        tx.rollback().await?;
-        return Ok(Acquired::Busy { expires_in: None });
-    }
-    if let Lapse::Held(us) = count_lapsed(&mut tx, &s.sessions, &session).await? {
-        tx.rollback().await?;
-        return Ok(Acquired::Busy { expires_in: Some(left(Some(us))) });
-    }
-    tx.exec_drop(s.take_lapsed.as_str(), (floor, label, t, micros(ttl), k)).await?;
-    let outcome = granted(tx.last_insert_id());
-    match outcome {
-        Ok(_) => tx.commit().await?,
-        Err(_) => tx.rollback().await?,
-    }
-    outcome
 }
 
 /// Adds the `session` column and its index to a lease table of the layout

@@ -290,8 +290,15 @@ pub(super) fn left(us: Option<i64>) -> Duration {
 
 /// The outcome of one acquire attempt.
 pub(super) enum Acquired {
-    Granted { fence: u64 },
-    Busy { expires_in: Option<Duration> },
+    Granted {
+        fence: u64,
+    },
+    Busy {
+        expires_in: Option<Duration>,
+    },
+    /// The key's row is held, maybe under a session that lapsed: the
+    /// caller asked to look (`takeover::take_lapsed`).
+    RowHeld,
 }
 
 /// Time left on an unexpired holder of `key` other than `token`, without
@@ -319,8 +326,8 @@ fn rows_matched(conn: &Conn) -> Option<u64> {
 /// short transaction that draws the fence from the namespace's counter and
 /// inserts the row (rolled back, the counter unchanged, if the row appeared
 /// meanwhile: the key was granted to somebody, so busy).
-/// `probe`: a row found held is read to see whether its session lapsed,
-/// and then taken over (see `session_rows::take_lapsed`); else busy.
+/// `probe`: a row found held is reported as such, for the caller to see
+/// whether its session lapsed (`takeover::take_lapsed`); else busy.
 pub(super) async fn acquire(
     conn: &mut Conn,
     s: &Statements,
@@ -352,10 +359,7 @@ pub(super) async fn acquire(
     // row at all (or an info string this code cannot read): the insert
     // decides.
     if rows_matched(conn).is_some_and(|n| n > 0) {
-        if !probe {
-            return Ok(Acquired::Busy { expires_in: None });
-        }
-        return session_rows::take_lapsed(conn, s, (k, t), ttl, &label, floor).await;
+        return Ok(if probe { Acquired::RowHeld } else { Acquired::Busy { expires_in: None } });
     }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     tx.exec_drop(s.fence_next.as_str(), (floor,)).await?;
