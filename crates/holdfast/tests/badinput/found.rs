@@ -51,7 +51,13 @@ async fn etcd_timeout_below_250_ms_keeps_its_session() {
     // Three session TTLs: only a renewing keep-alive task keeps it.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!g.is_lost(), "the session was lost: its keep-alive task died");
-    g.release().await.expect("release");
+    // The release has the same 200 ms bound, which a loaded machine can
+    // overrun (once, in a full run on 2 cores): then a retryable timeout.
+    match g.release().await {
+        Ok(_) => {}
+        Err(e) if e.is_retryable() => {}
+        Err(e) => panic!("release: {e:?}"),
+    }
 }
 
 /// Labels (and election values, which are labels) were stored unchecked:
