@@ -90,6 +90,8 @@ pub(crate) mod located;
 #[cfg(test)]
 pub(crate) mod prop_modes;
 mod request;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod session_book;
 mod status;
 pub mod wait;
 

@@ -57,7 +57,7 @@ struct Inner {
     prepared: std::sync::atomic::AtomicBool,
     /// This client's sessions and the session each of its mutex leases
     /// lives with (see `session`).
-    sessions: std::sync::Mutex<session::SessionBook>,
+    sessions: std::sync::Mutex<crate::backend::session_book::SessionBook>,
     /// Last sweep of long-expired rows, in ms since `epoch`.
     last_sweep_ms: AtomicU64,
     epoch: Instant,

@@ -8,9 +8,9 @@ use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
 use super::error::map_err;
-use super::session::SessionId;
 use super::statements::Stmt;
 use crate::backend::RenewRequest;
+use crate::backend::session_book::SessionId;
 use crate::vocabulary::error::Result;
 
 impl PostgresBackend {

@@ -20,11 +20,11 @@ use tokio_postgres::types::{ToSql, Type};
 use super::ddl::{KEEP_TRIGGER, REFUSE_TRIGGER};
 use super::error::{map_err, timed_out};
 use super::pool::statement_lost;
-use super::session::{SessionBook, SessionChoice, SessionId};
 #[cfg(doc)]
 use super::statements::Statements;
 use super::statements::Stmt;
 use super::{PostgresBackend, STORE};
+use crate::backend::session_book::{SessionBook, SessionChoice, SessionId};
 use crate::backend::wait::Attempt;
 use crate::backend::{AcquireRequest, Grant};
 use crate::vocabulary::capability::FenceDurability;
