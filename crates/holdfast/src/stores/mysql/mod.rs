@@ -27,6 +27,7 @@ use mysql_async::{Conn, Pool};
 pub(crate) use config::OPTIONS;
 pub use config::{MysqlConfig, SslMode};
 
+use crate::backend::session_book::SessionBook;
 use crate::backend::wait::{self, Attempt, LocalWakeups};
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
@@ -123,6 +124,8 @@ pub struct MysqlBackend {
     /// per client, at most one per `SWEEP_EVERY`.
     sweep_turn: Arc<tokio::sync::Mutex<sweep::SweepWalk>>,
     fence_durability: FenceDurability,
+    /// This client's session rows (see `session_rows`).
+    sessions: Arc<Mutex<SessionBook>>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -199,6 +202,7 @@ impl MysqlBackend {
             wakeups,
             sweep_turn: Arc::default(),
             fence_durability: facts.fence_durability,
+            sessions: Arc::default(),
         })
     }
 
@@ -235,6 +239,12 @@ impl MysqlBackend {
         self.pool.get_conn().await
     }
 
+    /// This client's session book (a poisoned lock is taken as it is: the
+    /// book is only ever left consistent).
+    fn book(&self) -> std::sync::MutexGuard<'_, SessionBook> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn attempt(&self, req: &AcquireRequest, turn: Turn) -> Result<Attempt> {
         let started = Instant::now();
         let floor = req.fence_floor_within(sql::MAX_FENCE_FLOOR, STORE)?;
@@ -255,18 +265,27 @@ impl MysqlBackend {
                     // costs one primary-key read, not a write.
                     if turn == Turn::Wait {
                         if let Some(left) = sql::peek_busy(&mut conn, &this.sql, key, req.token).await? {
-                            return Ok(sql::Acquired::Busy { expires_in: Some(left) });
+                            return Ok((sql::Acquired::Busy { expires_in: Some(left) }, started));
                         }
                     }
+                    let (session, until) =
+                        session_rows::choose(&mut conn, &this.sql.sessions, &this.sessions, req.ttl).await?;
                     let probe = turn != Turn::FirstWait;
-                    let asked = (req.token, req.ttl, req.label.as_str());
-                    match sql::acquire(&mut conn, &this.sql, key, asked, floor, probe).await? {
-                        sql::Acquired::RowHeld => takeover::take_lapsed(&mut conn, &this.sql, key, asked, floor).await,
-                        outcome => Ok(outcome),
-                    }
+                    let asked = (req.token, &session[..], req.label.as_str());
+                    let outcome = match sql::acquire(&mut conn, &this.sql, key, asked, floor, probe).await? {
+                        sql::Acquired::RowHeld => {
+                            takeover::take_lapsed(&mut conn, &this.sql, key, asked, floor).await?
+                        }
+                        outcome => outcome,
+                    };
+                    // Known before the caller hears of it, so that a release
+                    // of the token (also the one below) finds its session.
+                    let granted = matches!(outcome, sql::Acquired::Granted { .. });
+                    this.book().used(req.ttl.as_millis() as i64, session, granted.then_some(req.token));
+                    Ok((outcome, until))
                 })
                 .await;
-            if gone.load(Ordering::Acquire) && matches!(outcome, Ok(sql::Acquired::Granted { .. })) {
+            if gone.load(Ordering::Acquire) && matches!(outcome, Ok((sql::Acquired::Granted { .. }, _))) {
                 if let Err(e) = this.release(&req.key, req.token).await {
                     tracing::debug!(error = %e, "could not release a grant whose caller was gone; it will expire");
                 }
@@ -275,8 +294,14 @@ impl MysqlBackend {
         });
         let outcome = task.await.map_err(|e| Error::backend(STORE, false, format!("the grant's task failed: {e}")))?;
         abandoned.disarm();
-        Ok(match outcome? {
-            sql::Acquired::Granted { fence } => Attempt::Granted(Grant::new(fence, started, req.ttl)),
+        let (outcome, until) = outcome?;
+        Ok(match outcome {
+            sql::Acquired::Granted { fence } => {
+                // Valid as long as this client's count of its session.
+                let mut grant = Grant::new(fence, started, req.ttl);
+                grant.valid_for = until.saturating_duration_since(started).min(req.ttl);
+                Attempt::Granted(grant)
+            }
             sql::Acquired::Busy { expires_in } => Attempt::Busy { expires_in },
             sql::Acquired::RowHeld => Attempt::Busy { expires_in: None },
         })
@@ -362,12 +387,13 @@ impl Backend for MysqlBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        let own = self.book().session_of(token);
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
                 self.timed(async {
                     let mut conn = self.conn().await?;
-                    if sql::release(&mut conn, &self.sql, key.as_str(), token, false).await? {
+                    if sql::release(&mut conn, &self.sql, key.as_str(), token, own.as_ref().map(|id| &id[..])).await? {
                         return Ok(true);
                     }
                     // Not a grant of the lease row: maybe a share or a
@@ -375,10 +401,11 @@ impl Backend for MysqlBackend {
                     if let Some(released) = shares::release(&mut conn, &self.shares, key.as_str(), token).await? {
                         return Ok(released);
                     }
-                    sql::release(&mut conn, &self.sql, key.as_str(), token, true).await
+                    sql::release_counted(&mut conn, &self.sql, key.as_str(), token).await
                 })
             })
             .await?;
+        self.book().released(token);
         self.wakeups.wake_one(key.as_str());
         self.maybe_sweep();
         Ok(released)
@@ -392,24 +419,7 @@ impl Backend for MysqlBackend {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let batch: Vec<_> = leases.iter().map(|l| (l.key.as_str().to_owned(), l.token, l.ttl)).collect();
-        // Extending to "TTL from now" again is harmless, so retry deadlocks.
-        self.retry_contention(|| {
-            self.timed(async {
-                let mut conn = self.renew_pool.get_conn().await?;
-                let mut held = renew::renew(&mut conn, &self.sql, &batch).await?;
-                // Leases not in the lease table: shares (or lost grants).
-                let rest: Vec<usize> = (0..held.len()).filter(|&i| !held[i]).collect();
-                if !rest.is_empty() {
-                    let asked: Vec<_> = rest.iter().map(|&i| (batch[i].0.as_str(), batch[i].1, batch[i].2)).collect();
-                    for (i, extended) in rest.into_iter().zip(shares::renew(&mut conn, &self.shares, &asked).await?) {
-                        held[i] = extended;
-                    }
-                }
-                Ok(held)
-            })
-        })
-        .await
+        self.renew_leases(leases).await // renew.rs
     }
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {

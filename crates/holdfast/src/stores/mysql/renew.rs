@@ -1,22 +1,115 @@
-//! Renewal on MySQL/MariaDB: leases of their own expiry, one `UPDATE` per
-//! TTL and chunk of [`RENEW_CHUNK`] leases. (Leases held under a session
-//! row are renewed by their session: see `session_rows`.)
+//! Renewal on MySQL/MariaDB: one statement per session row for the mutex
+//! leases held under one (see `session_rows`), whatever their number; one
+//! `UPDATE` per TTL and chunk of [`RENEW_CHUNK`] leases for leases of
+//! their own expiry; then the shares.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Value};
 
-use super::sql::{RENEW_CHUNK, Statements, micros};
+use super::sql::{RENEW_CHUNK, Statements, micros, rows_matched};
+use super::{MysqlBackend, shares};
+use crate::backend::RenewRequest;
+use crate::backend::session_book::SessionId;
+use crate::vocabulary::error::Result;
 use crate::vocabulary::key::OwnerToken;
+
+impl MysqlBackend {
+    /// [`Backend::renew`](crate::backend::Backend::renew): each session
+    /// among the leases extended to the TTL from now if it is unexpired
+    /// (one row, and if its `removed` count moved, a read of which of its
+    /// rows are left); the other leases by their own rows, then as shares.
+    pub(super) async fn renew_leases(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
+        let mut held = vec![false; leases.len()];
+        let mut by_session: Vec<(SessionId, Duration, Vec<usize>)> = Vec::new();
+        let mut own_expiry = Vec::new();
+        {
+            let book = self.book();
+            for (i, lease) in leases.iter().enumerate() {
+                match book.session_of(lease.token) {
+                    Some(id) => match by_session.iter_mut().find(|(s, _, _)| *s == id) {
+                        Some((_, ttl, at)) => {
+                            *ttl = (*ttl).max(lease.ttl);
+                            at.push(i);
+                        }
+                        None => by_session.push((id, lease.ttl, vec![i])),
+                    },
+                    None => own_expiry.push(i),
+                }
+            }
+        }
+        for (id, ttl, at) in by_session {
+            // Extending to "TTL from now" again is harmless, so retry deadlocks.
+            let sent = Instant::now();
+            let (matched, removed) = self
+                .retry_contention(|| {
+                    self.timed(async {
+                        let mut conn = self.renew_pool.get_conn().await?;
+                        conn.exec_drop(self.sql.sessions.renew.as_str(), (micros(ttl), &id[..])).await?;
+                        Ok((rows_matched(&conn), conn.last_insert_id().unwrap_or(0) as i64))
+                    })
+                })
+                .await?;
+            if matched != Some(1) {
+                // Lapsed (never extended again): every lease of it is lost.
+                self.book().lapsed(id);
+                continue;
+            }
+            self.book().known_until(id, sent + ttl);
+            if removed != self.book().seen(&id) {
+                // A statement after the renewal's: it sees every removal
+                // the count counted.
+                let left: Vec<Vec<u8>> = self
+                    .timed(async {
+                        let mut conn = self.renew_pool.get_conn().await?;
+                        conn.exec(self.sql.sessions.rows_of.as_str(), (&id[..],)).await
+                    })
+                    .await?;
+                self.book().settle(id, removed, &left);
+            }
+            let book = self.book();
+            for i in at {
+                held[i] = book.session_of(leases[i].token) == Some(id);
+            }
+        }
+        if own_expiry.is_empty() {
+            return Ok(held);
+        }
+        let batch: Vec<_> =
+            own_expiry.iter().map(|&i| (leases[i].key.as_str(), leases[i].token, leases[i].ttl)).collect();
+        let own = self
+            .retry_contention(|| {
+                self.timed(async {
+                    let mut conn = self.renew_pool.get_conn().await?;
+                    let mut got = renew(&mut conn, &self.sql, &batch).await?;
+                    // Leases not in the lease table: shares (or lost grants).
+                    let rest: Vec<usize> = (0..got.len()).filter(|&i| !got[i]).collect();
+                    if !rest.is_empty() {
+                        let asked: Vec<_> = rest.iter().map(|&i| batch[i]).collect();
+                        for (i, extended) in rest.into_iter().zip(shares::renew(&mut conn, &self.shares, &asked).await?)
+                        {
+                            got[i] = extended;
+                        }
+                    }
+                    Ok(got)
+                })
+            })
+            .await?;
+        for (i, h) in own_expiry.into_iter().zip(own) {
+            held[i] = h;
+        }
+        Ok(held)
+    }
+}
 
 /// Extends every listed lease its token still holds: one `UPDATE` per TTL
 /// value and chunk (usually exactly one), plus one `SELECT` only when some
 /// lease was not extended, to tell which.
-pub(super) async fn renew(
+async fn renew(
     conn: &mut Conn,
     s: &Statements,
-    leases: &[(String, OwnerToken, Duration)],
+    leases: &[(&str, OwnerToken, Duration)],
 ) -> mysql_async::Result<Vec<bool>> {
     let mut held = vec![false; leases.len()];
     if let [(key, token, ttl)] = leases {

@@ -10,10 +10,13 @@
 //! (this version's grants, released rows, shares' gates, writers) has a
 //! real expiry and is read by it, whatever its `session` column says.
 //!
-//! This version reads and removes such rows; it writes none (the client
-//! that renews one session row per period instead of one row per lease
-//! comes next, and can only ship once every client reads them). The rules,
-//! each a counterexample in the model when left out:
+//! Every mutex grant of this version is such a row, under the client's
+//! session for the lease's TTL (see [`choose`]), and renewal extends one
+//! session row per client and TTL instead of one row per lease (see
+//! `renew`). The version before (2026-11-30, "the readers") reads and
+//! removes such rows but writes none; versions before it must be stopped
+//! first (docs.md, Migration). The rules, each a counterexample in the
+//! model when left out:
 //!
 //! - A row whose session lapsed is removed only after an `UPDATE` of that
 //!   session row counts the removal and re-checks the lapse on its latest
@@ -26,11 +29,24 @@
 //!   session (`removed`): a takeover, a forced release, a release by token,
 //!   the sweep. The holder's renewal reads the count and learns which of its
 //!   leases are gone.
+//! - A lapsed session is never extended again (every extension and renewal
+//!   requires `expires_at > now()`): the client's next grant makes a new
+//!   session under a new id. The client counts a session from the send of
+//!   the statement that made or extended it (`LeanFromReceipt`), and
+//!   extensions and renewals never lower it (`GREATEST`:
+//!   `RenewWithoutGreatest`).
+//! - A renewal reads the count on the session row it locked, in the same
+//!   statement (`CountBeforeRenew`), and which rows are left in a statement
+//!   after it.
 //! - Lease row before session row, in every transaction: no deadlock
 //!   between a removal and a renewal.
 
+use std::time::{Duration, Instant};
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction};
+
+use crate::backend::session_book::{SessionBook, SessionChoice, SessionId};
 
 /// The token of a released row, the released marker (its fence is the
 /// key's): drawn by no client (a random 128-bit token is all ones with
@@ -72,12 +88,18 @@ pub(super) struct SessionSql {
     count_lapsed: String,
     count_any: String,
     left: String,
+    extend: String,
+    create: String,
+    pub(super) renew: String,
+    pub(super) rows_of: String,
+    pub(super) sweep: String,
 }
 
 impl SessionSql {
-    /// Statements over `<sessions>`, a validated name.
-    pub(super) fn new(sessions: &str) -> Self {
+    /// Statements over `<sessions>` and `<leases>`, validated names.
+    pub(super) fn new(sessions: &str, leases: &str) -> Self {
         let x = format!("`{sessions}`");
+        let ahead = "GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)";
         SessionSql {
             schema: format!(
                 "CREATE TABLE IF NOT EXISTS {x} (
@@ -93,6 +115,30 @@ impl SessionSql {
             ),
             count_any: format!("UPDATE {x} SET removed = removed + 1 WHERE id = ?"),
             left: format!("SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {x} WHERE id = ?"),
+            // An acquire's extension of its session (autocommit): never a
+            // lapsed one, never lowered (a renewal that started earlier may
+            // write after it).
+            extend: format!("UPDATE {x} SET expires_at = {ahead} WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)"),
+            create: format!(
+                "INSERT INTO {x} (id, expires_at, removed) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 0)"
+            ),
+            // The renewal of one session (autocommit): extended as the
+            // acquire extends it, and its `removed` count read on the version
+            // this statement locked (model 11's renewal transaction, its
+            // UPDATE and SELECT, in one round trip): the count comes back as
+            // the OK packet's insert id.
+            renew: format!(
+                "UPDATE {x} SET removed = LAST_INSERT_ID(removed), expires_at = {ahead}
+                 WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            // After a renewal that found the count moved, in a statement of
+            // its own (a snapshot after the renewal's commit): the rows of
+            // the session still held under it.
+            rows_of: format!("SELECT token FROM `{leases}` WHERE session = ? AND live_until = {FAR_SQL}"),
+            // Sessions lapsed a minute ago (never extended again): their rows
+            // are free whether or not the session row is there. The table
+            // holds a row per client and TTL, so no index on the expiry.
+            sweep: format!("DELETE FROM {x} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND LIMIT 32"),
         }
     }
 
@@ -100,6 +146,41 @@ impl SessionSql {
     pub(super) fn table(sessions: &str) -> String {
         format!("`{sessions}`")
     }
+}
+
+/// The session an acquire of `ttl` grants under, and until when this
+/// client knows it unexpired: the current one as it is with two thirds of
+/// the TTL left by the client's count (no statement), else extended
+/// (`UPDATE`, autocommit), else (lapsed, or none yet) a new one
+/// (`INSERT`). Each counted from its statement's send.
+pub(super) async fn choose(
+    conn: &mut Conn,
+    q: &SessionSql,
+    book: &std::sync::Mutex<SessionBook>,
+    ttl: Duration,
+) -> mysql_async::Result<(SessionId, Instant)> {
+    let lock = || book.lock().unwrap_or_else(|p| p.into_inner());
+    let sent = Instant::now();
+    let (current, fresh) = match lock().choose(ttl, sent) {
+        SessionChoice::Lean { id, until } => return Ok((id, until)),
+        SessionChoice::Full { current, fresh } => (current, fresh),
+    };
+    let us = super::sql::micros(ttl);
+    if current != fresh {
+        conn.exec_drop(q.extend.as_str(), (us, &current[..])).await?;
+        if super::sql::rows_matched(conn).is_some_and(|n| n == 1) {
+            lock().known_until(current, sent + ttl);
+            return Ok((current, sent + ttl));
+        }
+        // Lapsed (or swept): its leases are lost, and it is never used again.
+        lock().lapsed(current);
+    }
+    let sent = Instant::now();
+    conn.exec_drop(q.create.as_str(), (&fresh[..], us)).await?;
+    let mut book = lock();
+    book.used(ttl.as_millis() as i64, fresh, None);
+    book.known_until(fresh, sent + ttl);
+    Ok((fresh, sent + ttl))
 }
 
 /// What [`count_lapsed`] found.

@@ -198,7 +198,7 @@ impl ShareSql {
                  WHERE lock_key = ? AND held = 1 AND mode = {m} AND live_until > {NOW}",
                 m = admission::MODE_SHARED
             ),
-            sessions: SessionSql::new(sessions),
+            sessions: SessionSql::new(sessions, leases),
         }
     }
 }

@@ -122,17 +122,20 @@ impl Statements {
             // comes back as the insert id, and no insert id means not
             // granted (then rows matched 1: busy; 0: no row, see `insert`).
             // A held row of a session keeps `live_until` far ahead, so this
-            // statement never takes one: its session's lapse is checked
-            // under that row's lock (`take_lapsed`). A row it grants keeps
-            // its `session` (a released row's): with a real expiry, it is no
-            // longer held under it (`session_rows::FAR_SQL`).
+            // statement never takes another client's: its session's lapse is
+            // checked under that row's lock (`take_lapsed`). A row it grants
+            // is held under the acquire's session (`?`, written after the
+            // token, so that `free` still holds): `live_until` far ahead.
+            // When the same session took the key last, its released row
+            // already names it, and no index entry changes.
             take_over: format!(
                 "UPDATE {l} SET
                    fence = IF(live_until <= UTC_TIMESTAMP(6), LAST_INSERT_ID(GREATEST(fence + 1, ?)),
                               IF(token = ?, LAST_INSERT_ID(GREATEST(fence, ?)), fence)),
                    label = IF({free}, ?, label),
                    token = IF({free}, ?, token),
-                   live_until = IF({free}, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, live_until)
+                   session = IF({free}, ?, session),
+                   live_until = IF({free}, {FAR_SQL}, live_until)
                  WHERE lock_key = ?",
                 free = "(live_until <= UTC_TIMESTAMP(6) OR token = ?)"
             ),
@@ -141,8 +144,8 @@ impl Statements {
             // take it). A row that appeared since is left as it is (affected
             // rows 0: somebody was granted the key meanwhile).
             insert: format!(
-                "INSERT INTO {l} (lock_key, token, fence, label, live_until)
-                 VALUES (?, ?, LAST_INSERT_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+                "INSERT INTO {l} (lock_key, token, fence, label, live_until, session)
+                 VALUES (?, ?, LAST_INSERT_ID(), ?, {FAR_SQL}, ?)
                  ON DUPLICATE KEY UPDATE lock_key = lock_key"
             ),
             // Busy only for another token: a retry after a lost reply goes on
@@ -156,16 +159,18 @@ impl Statements {
             // label stays too (nothing shows a released row's): a row whose
             // size does not change is updated in place, and the next grant,
             // usually by the same client, writes a label of the same size.
-            // Rows of their own expiry: the session column stays as it is.
+            // A row of its own expiry, or held under the releasing client's
+            // own session (`?`; NULL: none): no count, the holder is the one
+            // releasing. The session column stays as it is.
             release: format!(
                 "UPDATE {l} SET token = {RELEASED_SQL}, live_until = UTC_TIMESTAMP(6)
-                 WHERE lock_key = ? AND token = ? AND live_until <> {FAR_SQL}"
+                 WHERE lock_key = ? AND token = ? AND (live_until <> {FAR_SQL} OR session = ?)"
             ),
-            // A row of a session (never one of this client's: it makes
-            // none) is another client's lease, released by its token: the
-            // removal is counted in the session, in the same statement. (A
-            // statement of its own: joined into every release, it cost a
-            // quarter of the uncontended cycle, docs/performance.md.)
+            // A row of another session (another client's lease released by
+            // its token, or this client's after an acquire whose answer it
+            // never read): the removal is counted in the session, in the same
+            // statement. (A statement of its own: joined into every release,
+            // it cost a quarter of the uncontended cycle, docs/performance.md.)
             release_counted: format!(
                 "UPDATE {l} AS l JOIN {x} AS x ON x.id = l.session
                  SET x.removed = x.removed + 1, l.token = {RELEASED_SQL}, l.live_until = UTC_TIMESTAMP(6)
@@ -252,11 +257,11 @@ impl Statements {
             // its session row, as everywhere), the count, the grant.
             lock_probed: format!("SELECT token, session FROM {l} WHERE lock_key = ? FOR UPDATE"),
             take_lapsed: format!(
-                "UPDATE {l} SET fence = LAST_INSERT_ID(GREATEST(fence + 1, ?)), label = ?, token = ?, session = NULL,
-                   live_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+                "UPDATE {l} SET fence = LAST_INSERT_ID(GREATEST(fence + 1, ?)), label = ?, token = ?, session = ?,
+                   live_until = {FAR_SQL}
                  WHERE lock_key = ?"
             ),
-            sessions: SessionSql::new(sessions),
+            sessions: SessionSql::new(sessions, leases),
             leases: l,
         }
     }
@@ -315,7 +320,7 @@ pub(super) async fn peek_busy(
 
 /// Rows matched by the last `UPDATE`, from its OK packet's info
 /// ("Rows matched: 1  Changed: 0  Warnings: 0"); `None` if it has none.
-fn rows_matched(conn: &Conn) -> Option<u64> {
+pub(super) fn rows_matched(conn: &Conn) -> Option<u64> {
     let info = conn.info();
     let rest = info.split("Rows matched:").nth(1)?;
     rest.split_whitespace().next()?.parse().ok()
@@ -326,13 +331,15 @@ fn rows_matched(conn: &Conn) -> Option<u64> {
 /// short transaction that draws the fence from the namespace's counter and
 /// inserts the row (rolled back, the counter unchanged, if the row appeared
 /// meanwhile: the key was granted to somebody, so busy).
+/// The row is held under `session` (the client's, see
+/// `session_rows::choose`).
 /// `probe`: a row found held is reported as such, for the caller to see
 /// whether its session lapsed (`takeover::take_lapsed`); else busy.
 pub(super) async fn acquire(
     conn: &mut Conn,
     s: &Statements,
     key: &str,
-    (token, ttl, label): (OwnerToken, Duration, &str),
+    (token, session, label): (OwnerToken, &[u8], &str),
     floor: u64,
     probe: bool,
 ) -> mysql_async::Result<Acquired> {
@@ -348,7 +355,8 @@ pub(super) async fn acquire(
         t.into(),
         t.into(),
         t.into(),
-        micros(ttl).into(),
+        session.into(),
+        t.into(),
         k.into(),
     ];
     conn.exec_drop(s.take_over.as_str(), Params::Positional(params)).await?;
@@ -364,7 +372,7 @@ pub(super) async fn acquire(
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     tx.exec_drop(s.fence_next.as_str(), (floor,)).await?;
     let fence = tx.last_insert_id();
-    tx.exec_drop(s.insert.as_str(), (k, t, label, micros(ttl))).await?;
+    tx.exec_drop(s.insert.as_str(), (k, t, label, session)).await?;
     if tx.affected_rows() == 1 {
         let outcome = granted(fence);
         match outcome {
@@ -446,18 +454,31 @@ pub(super) async fn write_record(
 }
 
 /// Makes the row of `token` the released marker (the row and its fence
-/// stay); true if it owned one (not taken over). `counted`: a row of a
-/// session, whose removal is counted in it (two rows changed); a row whose
-/// session row is gone is left to the takeover and the sweep.
+/// stay); true if it owned one (not taken over): a row of its own expiry
+/// or of `own` (the releasing client's session for the token, if it knows
+/// one), uncounted.
 pub(super) async fn release(
     conn: &mut Conn,
     s: &Statements,
     key: &str,
     token: OwnerToken,
-    counted: bool,
+    own: Option<&[u8]>,
 ) -> mysql_async::Result<bool> {
-    let statement = if counted { &s.release_counted } else { &s.release };
-    conn.exec_drop(statement.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
+    conn.exec_drop(s.release.as_str(), (key.as_bytes(), &token.to_bytes()[..], own)).await?;
+    Ok(conn.affected_rows() >= 1)
+}
+
+/// As [`release`], for a row held under a session the releasing client
+/// does not know as the token's: the removal is counted in that session
+/// (two rows changed); a row whose session row is gone is left to the
+/// takeover and the sweep.
+pub(super) async fn release_counted(
+    conn: &mut Conn,
+    s: &Statements,
+    key: &str,
+    token: OwnerToken,
+) -> mysql_async::Result<bool> {
+    conn.exec_drop(s.release_counted.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(conn.affected_rows() >= 1)
 }
 

@@ -1,5 +1,5 @@
 //! The sweep: rows released or expired more than a minute ago deleted, a
-//! few at a time, by each client as it releases, with the namespace's fence
+//! few at a time (and session rows lapsed a minute ago), by each client as it releases, with the namespace's fence
 //! counter raised to what it deletes (model `mysql_fence`). Each client
 //! walks the lease table's primary key from where its last step stopped;
 //! there is no index on the expiry, which every grant, release and renewal
@@ -50,7 +50,10 @@ impl MysqlBackend {
         let (deleted, next) = self
             .timed(async {
                 let mut conn = self.conn().await?;
-                sweep_rows(&mut conn, &self.sql, &walk.from).await
+                let swept = sweep_rows(&mut conn, &self.sql, &walk.from).await?;
+                // Session rows lapsed a minute ago (see `session_rows`).
+                conn.query_drop(self.sql.sessions.sweep.as_str()).await?;
+                Ok(swept)
             })
             .await?;
         walk.from = next;
