@@ -9,10 +9,15 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::backend::RenewRequest;
 use crate::vocabulary::key::OwnerToken;
 
 /// A session row's id: 16 random bytes, new for every session.
 pub(crate) type SessionId = [u8; 16];
+
+/// The leases of a renewal that live with one session: the session, the
+/// longest TTL asked for among them, their indices in the renewal.
+pub(crate) type SessionLeases = (SessionId, Duration, Vec<usize>);
 
 /// The session an acquire names (see [`SessionBook::choose`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +103,29 @@ impl SessionBook {
         self.leases.get(&token).copied()
     }
 
+    /// `leases` of a renewal grouped by the session each lives with (with
+    /// the longest TTL asked for among them and their indices), and the
+    /// indices of the others (leases of their own expiry: shares, writers,
+    /// rows of earlier versions, or lost).
+    pub(crate) fn group(&self, leases: &[RenewRequest]) -> (Vec<SessionLeases>, Vec<usize>) {
+        let mut by_session: Vec<SessionLeases> = Vec::new();
+        let mut own_expiry = Vec::new();
+        for (i, lease) in leases.iter().enumerate() {
+            match self.session_of(lease.token) {
+                // A client has a session per TTL: a handful, so a scan.
+                Some(id) => match by_session.iter_mut().find(|(s, _, _)| *s == id) {
+                    Some((_, ttl, at)) => {
+                        *ttl = (*ttl).max(lease.ttl);
+                        at.push(i);
+                    }
+                    None => by_session.push((id, lease.ttl, vec![i])),
+                },
+                None => own_expiry.push(i),
+            }
+        }
+        (by_session, own_expiry)
+    }
+
     /// The sessions a release of `token` by this client may find its row
     /// in: its lease's, or for a token the book does not know (an acquire
     /// whose caller gave up before its answer was read) the current ones;
@@ -174,6 +202,25 @@ mod tests {
         book.lapsed(fresh);
         assert_eq!(book.session_of(token(1)), None);
         assert_ne!(full(&book, 6000).0, fresh, "a lapsed session is never used again");
+    }
+
+    #[test]
+    fn a_renewal_is_grouped_by_session_with_the_longest_ttl() {
+        let mut book = SessionBook::default();
+        let (_, a) = full(&book, 6000);
+        book.used(6000, a, Some(token(1)));
+        book.used(6000, a, Some(token(2)));
+        let (_, b) = full(&book, 3000);
+        book.used(3000, b, Some(token(3)));
+        let key = crate::vocabulary::key::LockKey::new("k").expect("key");
+        let lease = |n: u8, ms: u64| RenewRequest { key: key.clone(), token: token(n), ttl: Duration::from_millis(ms) };
+        let leases = [lease(1, 6000), lease(4, 6000), lease(3, 3000), lease(2, 7000)];
+        let (by_session, own_expiry) = book.group(&leases);
+        assert_eq!(
+            by_session,
+            vec![(a, Duration::from_millis(7000), vec![0, 3]), (b, Duration::from_millis(3000), vec![2])]
+        );
+        assert_eq!(own_expiry, vec![1], "a token the book does not know keeps its own expiry");
     }
 
     #[test]

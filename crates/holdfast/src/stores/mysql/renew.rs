@@ -11,7 +11,6 @@ use mysql_async::{Conn, Params, Value};
 use super::sql::{RENEW_CHUNK, Statements, micros, rows_matched};
 use super::{MysqlBackend, shares};
 use crate::backend::RenewRequest;
-use crate::backend::session_book::SessionId;
 use crate::vocabulary::error::Result;
 use crate::vocabulary::key::OwnerToken;
 
@@ -22,23 +21,7 @@ impl MysqlBackend {
     /// rows are left); the other leases by their own rows, then as shares.
     pub(super) async fn renew_leases(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let mut held = vec![false; leases.len()];
-        let mut by_session: Vec<(SessionId, Duration, Vec<usize>)> = Vec::new();
-        let mut own_expiry = Vec::new();
-        {
-            let book = self.book();
-            for (i, lease) in leases.iter().enumerate() {
-                match book.session_of(lease.token) {
-                    Some(id) => match by_session.iter_mut().find(|(s, _, _)| *s == id) {
-                        Some((_, ttl, at)) => {
-                            *ttl = (*ttl).max(lease.ttl);
-                            at.push(i);
-                        }
-                        None => by_session.push((id, lease.ttl, vec![i])),
-                    },
-                    None => own_expiry.push(i),
-                }
-            }
-        }
+        let (by_session, own_expiry) = self.book().group(leases);
         for (id, ttl, at) in by_session {
             // Extending to "TTL from now" again is harmless, so retry deadlocks.
             let sent = Instant::now();

@@ -56,10 +56,10 @@ pub(super) const RELEASED_SQL: &str = "X'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'";
 
 /// The `live_until` of a lease row held under its session: far ahead, so
 /// that a client older than session rows sees it held. Every other row
-/// (released, a gate, a writer, a grant of its own expiry) has a real
-/// expiry, so a grant of such a row needs no write to its `session`
-/// column, which a released row keeps (the next grant by the same session
-/// then changes no index entry).
+/// (released, a gate, a writer, a grant by the readers' version) has a
+/// real expiry and is read by it, whatever its `session` column says: a
+/// released row keeps its session, so that the next grant by the same
+/// session changes no index entry.
 pub(super) const FAR_SQL: &str = "TIMESTAMP '9999-12-31 00:00:00'";
 
 /// The session lease row `row` (a table name or alias) is held under: none

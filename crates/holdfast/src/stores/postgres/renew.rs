@@ -10,7 +10,6 @@ use super::PostgresBackend;
 use super::error::map_err;
 use super::statements::Stmt;
 use crate::backend::RenewRequest;
-use crate::backend::session_book::SessionId;
 use crate::vocabulary::error::Result;
 
 impl PostgresBackend {
@@ -22,24 +21,9 @@ impl PostgresBackend {
     /// leases by the per-row statement.
     pub(super) async fn renew_leases(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
         let mut held = vec![false; leases.len()];
-        let mut by_session: Vec<(SessionId, i64, Vec<usize>)> = Vec::new();
-        let mut own_expiry = Vec::new();
-        {
-            let book = self.book();
-            for (i, lease) in leases.iter().enumerate() {
-                match book.session_of(lease.token) {
-                    Some(id) => match by_session.iter_mut().find(|(s, _, _)| *s == id) {
-                        Some((_, ttl, at)) => {
-                            *ttl = (*ttl).max(lease.ttl.as_millis() as i64);
-                            at.push(i);
-                        }
-                        None => by_session.push((id, lease.ttl.as_millis() as i64, vec![i])),
-                    },
-                    None => own_expiry.push(i),
-                }
-            }
-        }
-        for (id, ttl_ms, at) in by_session {
+        let (by_session, own_expiry) = self.book().group(leases);
+        for (id, ttl, at) in by_session {
+            let ttl_ms = ttl.as_millis() as i64;
             let session = &id[..];
             let sent = Instant::now();
             let rows = self
