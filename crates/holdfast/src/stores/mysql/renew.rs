@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Value};
 
-use super::sql::{RENEW_CHUNK, Statements, micros, rows_matched};
+use super::session::{micros, rows_matched};
+use super::sql::{RENEW_CHUNK, Statements};
 use super::{MysqlBackend, shares};
 use crate::backend::RenewRequest;
 use crate::vocabulary::error::Result;

@@ -1,6 +1,6 @@
 //! What every connection of the store is: the driver's options (TLS, pool,
-//! the statements each new session runs) and what the store reads from the
-//! server once, at open.
+//! the statements each new session runs), values as the driver sends and
+//! reads them, and what the store reads from the server once, at open.
 //!
 //! # Isolation
 //!
@@ -26,6 +26,24 @@ use mysql_async::{Conn, Opts, OptsBuilder, PoolConstraints, PoolOpts, SslOpts};
 
 use super::config::{MysqlConfig, SslMode};
 use crate::vocabulary::capability::FenceDurability;
+
+/// A duration as the microseconds of an `INTERVAL ? MICROSECOND` parameter.
+pub(super) fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Microseconds the server reported left (none or negative: zero).
+pub(super) fn left(us: Option<i64>) -> Duration {
+    Duration::from_micros(us.unwrap_or(0).max(0) as u64)
+}
+
+/// Rows matched by the last `UPDATE`, from its OK packet's info
+/// ("Rows matched: 1  Changed: 0  Warnings: 0"); `None` if it has none.
+pub(super) fn rows_matched(conn: &Conn) -> Option<u64> {
+    let info = conn.info();
+    let rest = info.split("Rows matched:").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
 
 /// The statement that sets a session's isolation level.
 pub(super) const READ_COMMITTED: &str = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
@@ -148,6 +166,35 @@ async fn migrate(conn: &mut Conn, tables: &[String], wait: Duration) -> mysql_as
     Ok(())
 }
 
+/// Adds the `session` column and its index (see `session_rows`) to a
+/// lease table of the layout before session rows (waiting at most `wait_s` seconds for the metadata
+/// lock that running clients' transactions hold). A column another client
+/// added first is fine. Appending a nullable column changes no row.
+pub(super) async fn add_session_column(conn: &mut Conn, table: &str, wait_s: u64) -> mysql_async::Result<()> {
+    let has_column = "SELECT COUNT(*) FROM information_schema.COLUMNS
+                      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'session'";
+    let present = |n: Option<i64>| n.unwrap_or(0) > 0;
+    if present(conn.exec_first(has_column, (table,)).await?) {
+        return Ok(());
+    }
+    conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait_s.clamp(1, 600))).await?;
+    let alter = format!("ALTER TABLE `{table}` ADD COLUMN session BINARY(16) NULL, ADD INDEX lease_session (session)");
+    match conn.query_drop(&alter).await {
+        Ok(()) => {
+            tracing::info!(table, "added the session column of session-bound leases");
+            Ok(())
+        }
+        Err(_) if present(conn.exec_first(has_column, (table,)).await?) => Ok(()),
+        Err(e) => Err(mysql_async::Error::Other(
+            format!(
+                "table {table} has no session column, and adding it failed ({e}); run `{alter}` once as a user \
+                 with ALTER on it (see the store docs, Migration)"
+            )
+            .into(),
+        )),
+    }
+}
+
 /// Connects once with `opts`, moves `tables` (the lease table, then the
 /// shares table) from an older layout if they have one, runs `schema` (idempotent `CREATE
 /// TABLE IF NOT EXISTS` statements) and reads the server's commit
@@ -163,7 +210,7 @@ pub(super) async fn open_once(
     for stmt in schema {
         conn.query_drop(*stmt).await?;
     }
-    super::session_rows::add_session_column(&mut conn, &tables[0], wait.as_secs()).await?;
+    add_session_column(&mut conn, &tables[0], wait.as_secs()).await?;
     let row: Option<(Option<i64>, Option<i64>, Option<String>)> =
         conn.query_first("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@binlog_format").await?;
     let _ = conn.disconnect().await;

@@ -165,10 +165,10 @@ pub(super) async fn choose(
         SessionChoice::Lean { id, until } => return Ok((id, until)),
         SessionChoice::Full { current, fresh } => (current, fresh),
     };
-    let us = super::sql::micros(ttl);
+    let us = super::session::micros(ttl);
     if current != fresh {
         conn.exec_drop(q.extend.as_str(), (us, &current[..])).await?;
-        if super::sql::rows_matched(conn).is_some_and(|n| n == 1) {
+        if super::session::rows_matched(conn).is_some_and(|n| n == 1) {
             lock().known_until(current, sent + ttl);
             return Ok((current, sent + ttl));
         }
@@ -217,35 +217,6 @@ pub(super) async fn count_lapsed(
 /// release by token).
 pub(super) async fn count_removal(tx: &mut Transaction<'_>, q: &SessionSql, session: &[u8]) -> mysql_async::Result<()> {
     tx.exec_drop(q.count_any.as_str(), (session,)).await
-}
-
-/// Adds the `session` column and its index to a lease table of the layout
-/// before session rows (waiting at most `wait_s` seconds for the metadata
-/// lock that running clients' transactions hold). A column another client
-/// added first is fine. Appending a nullable column changes no row.
-pub(super) async fn add_session_column(conn: &mut Conn, table: &str, wait_s: u64) -> mysql_async::Result<()> {
-    let has_column = "SELECT COUNT(*) FROM information_schema.COLUMNS
-                      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'session'";
-    let present = |n: Option<i64>| n.unwrap_or(0) > 0;
-    if present(conn.exec_first(has_column, (table,)).await?) {
-        return Ok(());
-    }
-    conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", wait_s.clamp(1, 600))).await?;
-    let alter = format!("ALTER TABLE `{table}` ADD COLUMN session BINARY(16) NULL, ADD INDEX lease_session (session)");
-    match conn.query_drop(&alter).await {
-        Ok(()) => {
-            tracing::info!(table, "added the session column of session-bound leases");
-            Ok(())
-        }
-        Err(_) if present(conn.exec_first(has_column, (table,)).await?) => Ok(()),
-        Err(e) => Err(mysql_async::Error::Other(
-            format!(
-                "table {table} has no session column, and adding it failed ({e}); run `{alter}` once as a user \
-                 with ALTER on it (see the store docs, Migration)"
-            )
-            .into(),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
+use super::session::micros;
 use super::session_rows::{self, Lapse, SessionSql, held_session_sql, until_sql};
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
@@ -215,10 +216,6 @@ impl ShareSql {
     ) -> mysql_async::Result<()> {
         tx.exec_drop(self.lease_to_gate.as_str(), (&GATE[..], key, &token[..])).await
     }
-}
-
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// What a shared acquire decided.

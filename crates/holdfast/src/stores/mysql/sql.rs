@@ -12,6 +12,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value};
 
+use super::session::{left, rows_matched};
 use super::session_rows::{self, FAR_SQL, RELEASED_SQL, SessionSql, held_session_sql};
 use crate::vocabulary::key::OwnerToken;
 
@@ -285,14 +286,6 @@ impl Statements {
     }
 }
 
-pub(super) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-pub(super) fn left(us: Option<i64>) -> Duration {
-    Duration::from_micros(us.unwrap_or(0).max(0) as u64)
-}
-
 /// The outcome of one acquire attempt.
 pub(super) enum Acquired {
     Granted {
@@ -316,14 +309,6 @@ pub(super) async fn peek_busy(
 ) -> mysql_async::Result<Option<Duration>> {
     let us: Option<Option<i64>> = conn.exec_first(s.peek.as_str(), (key.as_bytes(), &token.to_bytes()[..])).await?;
     Ok(us.map(left))
-}
-
-/// Rows matched by the last `UPDATE`, from its OK packet's info
-/// ("Rows matched: 1  Changed: 0  Warnings: 0"); `None` if it has none.
-pub(super) fn rows_matched(conn: &Conn) -> Option<u64> {
-    let info = conn.info();
-    let rest = info.split("Rows matched:").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
 }
 
 /// Grants `key` if free: takes over its row in place (one statement, the

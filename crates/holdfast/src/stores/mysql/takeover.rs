@@ -4,8 +4,9 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
 
+use super::session::left;
 use super::session_rows::{self, Lapse};
-use super::sql::{Acquired, Statements, granted, left};
+use super::sql::{Acquired, Statements, granted};
 use crate::vocabulary::key::OwnerToken;
 
 /// The grant of a row held under a session that lapsed (see
