@@ -46,11 +46,7 @@ async fn renewal_writes_the_session_row_not_the_lease_rows() {
     let server = MysqlServer::start();
     let client = holdfast::Client::connect(&server.url()).await.expect("client");
     let ttl = Duration::from_millis(900);
-    let mut guards = Vec::new();
-    for i in 0..200 {
-        let lock = client.mutex_with_options(format!("many/{i}"), holdfast::LockOptions::with_ttl(ttl));
-        guards.push(lock.acquire().await.expect("acquire"));
-    }
+    let guards = crate::held_leases::hold_mutexes(&client, "many", 200, ttl).await;
     let rows = "SELECT MD5(GROUP_CONCAT(HEX(token), live_until, HEX(session) ORDER BY lock_key)) \
                 FROM DB.holdfast_leases WHERE lock_key LIKE 'many/%'";
     let before = sql(&server, rows);

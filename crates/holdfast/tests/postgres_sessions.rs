@@ -32,11 +32,7 @@ async fn renewal_writes_the_session_row_not_the_lease_rows() {
     let server = PostgresServer::start();
     let client = holdfast::Client::connect(&server.url()).await.expect("client");
     let ttl = Duration::from_millis(900);
-    let mut guards = Vec::new();
-    for i in 0..300 {
-        let lock = client.mutex_with_options(format!("many/{i}"), holdfast::LockOptions::with_ttl(ttl));
-        guards.push(lock.acquire().await.expect("acquire"));
-    }
+    let guards = crate::held_leases::hold_mutexes(&client, "many", 300, ttl).await;
     let rows = "SELECT string_agg(xmin::text, ',' ORDER BY key) FROM holdfast_leases WHERE key LIKE 'many/%'";
     let before = psql(&server, rows);
     let session_before = psql(&server, "SELECT expires_at FROM holdfast_leases_sess");

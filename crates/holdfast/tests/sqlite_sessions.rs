@@ -61,10 +61,7 @@ async fn renewal_writes_the_session_row_not_the_lease_rows() {
     let file = File::new();
     let client = Client::connect(&file.url()).await.expect("connect");
     let ttl = Duration::from_millis(600);
-    let mut guards = Vec::new();
-    for i in 0..2_000 {
-        guards.push(client.mutex(format!("held/{i}")).ttl(ttl).acquire().await.expect("acquire"));
-    }
+    let guards = crate::held_leases::hold_mutexes(&client, "held", 2_000, ttl).await;
     let raw = file.raw();
     let rows = |raw: &Connection| -> Vec<(String, i64)> {
         let mut stmt = raw.prepare("SELECT key, until_ms FROM holdfast_grants ORDER BY key").expect("prepare");

@@ -19,6 +19,8 @@ mod election_observers;
 mod etcd;
 #[path = "fallback.rs"]
 mod fallback;
+#[path = "held_leases.rs"]
+mod held_leases;
 #[path = "layered.rs"]
 mod layered;
 #[path = "leader_selector.rs"]
