@@ -92,6 +92,33 @@ async fn an_own_release_counts_nothing_and_keeps_the_session_in_the_row() {
     assert_eq!(sql(&server, row), "1\t0", "the second grant's session and the count");
 }
 
+/// A grant whose answer the client never read (its reply lost, its caller
+/// gone) is a row of the client's session under a token its book does not
+/// know: the release of that token is counted, and the client's own next
+/// renewal settles the count without losing its other leases. (The row is
+/// written by hand as the grant statement writes it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_a_grant_never_read_is_counted_and_settled_by_the_same_client() {
+    let server = MysqlServer::start();
+    let a = open(&server.url()).await;
+    let ttl = Duration::from_secs(30);
+    let kept = request("unread/kept", ttl);
+    a.try_acquire(&kept).await.expect("acquire").expect("free");
+    let unread = request("unread/lost-reply", ttl);
+    sql(
+        &server,
+        &format!(
+            "INSERT INTO DB.holdfast_leases (lock_key, token, fence, label, live_until, session) \
+             SELECT 'unread/lost-reply', X'{}', 7, '', '9999-12-31 00:00:00', id FROM DB.holdfast_sessions",
+            unread.token.to_bytes().iter().map(|b| format!("{b:02X}")).collect::<String>()
+        ),
+    );
+    assert!(a.release(&unread.key, unread.token).await.expect("release"), "the unread grant was not released");
+    assert_eq!(sql(&server, "SELECT removed FROM DB.holdfast_sessions"), "1", "the release was not counted");
+    assert_eq!(a.renew(&[renewal(&kept)]).await.expect("renew"), vec![true], "the settled count lost a lease");
+    assert_eq!(a.renew(&[renewal(&kept)]).await.expect("renew"), vec![true]);
+}
+
 /// A forced release of one of a client's leases is counted in its session:
 /// the holder's next renewal reports exactly that lease lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
