@@ -9,9 +9,16 @@ use std::time::Duration;
 use holdfast_testkit::conformance::{ProxyTarget, Store};
 use holdfast_testkit::servers::{closed_port, redis::RedisServer};
 
-/// A 2 s mode lease: every clause's leases fit in one, and a switch (none
-/// should happen here) would cost 2 s.
-const OPTIONS: &str = "?mode_ttl_ms=2000";
+/// A 2 s mode lease: every clause's leases fit in one, and a switch would
+/// cost 2 s. None should happen here: the fault clauses fail the first
+/// store on purpose, one fault after another, with no call between some of
+/// them that could succeed (a lost reply at one moment, a connection found
+/// out of step two seconds later), and with the default `switch_after_ms`
+/// of 2 s the chain took that for a store down and moved its grants to the
+/// arbiter, past the fault proxy (seen in CI: F1's waiting acquire was
+/// granted by SQLite). The chain's switches are the member clauses' below
+/// and `tests/fallback.rs`'s.
+const OPTIONS: &str = "?mode_ttl_ms=2000&switch_after_ms=30000";
 
 fn start() -> Store {
     let server = RedisServer::start();
