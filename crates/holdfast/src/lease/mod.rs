@@ -11,6 +11,7 @@ pub(crate) mod lock_options;
 pub(crate) mod release;
 mod renewer;
 pub(crate) mod state;
+mod ticks;
 
 pub(crate) use renewer::Renewer;
 pub(crate) use state::drift_margin;

@@ -380,9 +380,9 @@ fn renewer_ignores_failed_renewal() {
     catch(&Mutation {
         name: "renewer ignores a failed renewal",
         file: "crates/holdfast/src/lease/renewer.rs",
-        original: "            let retry = Instant::now();
+        original: "            let retry = entries.epoch.tick(Instant::now());
             for (id, lease) in &due {",
-        mutated: "            let retry = Instant::now();
+        mutated: "            let retry = entries.epoch.tick(Instant::now());
             for (id, lease) in &due {
                 // MUTANT: the failed renewal counts as renewed.
                 lease.extended(sent);",
