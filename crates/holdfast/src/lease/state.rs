@@ -1,7 +1,7 @@
 //! One lease as the client sees it: its local deadline, `lost()` and
 //! `expiring()`, and the horizon after which releasing it no longer matters.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Grant;
 use crate::vocabulary::key::{LockKey, OwnerToken};
-use crate::vocabulary::metrics::{Accounted, KeyMetrics, LostCause};
+use crate::vocabulary::metrics::{KeyMetrics, LostCause};
 
 /// The margin by which the client's view of a lease ends before the store's:
 /// 1% of the TTL for clock-rate drift between client and store, plus 1 ms.
@@ -27,20 +27,34 @@ pub(crate) struct LeaseState {
     /// How long the store keeps the grant after a request that vouched for
     /// it (the TTL, or less where a session bounds it).
     valid_for: Duration,
-    valid_until: Mutex<Instant>,
+    /// The local deadline and whether the lease was lost, under one lock
+    /// (one lock a lease, not four fields of their own: a client may hold
+    /// 100,000 leases).
+    life: Mutex<Life>,
     /// A deadline no renewal moves the lease past: one TTL after the grant
     /// for a lease not renewed on a session-bound store, whose renewals
     /// then only keep the session's word for that TTL (see
     /// [`end_after_one_ttl`](Self::end_after_one_ttl)).
     ends_by: Option<Instant>,
-    lost: LostSignal,
     session_lost: Option<CancellationToken>,
     /// The client's metric handles for this key's prefix.
     pub(crate) metrics: Arc<KeyMetrics>,
+}
+
+/// What changes in a lease's life.
+#[derive(Debug)]
+struct Life {
+    valid_until: Instant,
+    /// Lost (or ended after a failed release): `lost()` has fired or will.
+    lost: bool,
     /// Whether the lease's end was counted (lost once, or released).
-    accounted: Accounted,
+    accounted: bool,
     /// Why the lease was lost: the first cause seen.
-    cause: OnceLock<LostCause>,
+    cause: Option<LostCause>,
+    /// The token `lost()` and `expiring()` wait on, made at the first such
+    /// call (cancelled when lost): a client holding 100,000 leases that
+    /// nobody watches keeps no `CancellationToken` (about 110 bytes) each.
+    waiters: Option<CancellationToken>,
 }
 
 impl LeaseState {
@@ -52,14 +66,52 @@ impl LeaseState {
             fence: grant.fence,
             ttl,
             valid_for,
-            valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for)),
+            life: Mutex::new(Life {
+                valid_until: Instant::from_std(grant.attempt_started) + valid_for - drift_margin(valid_for),
+                lost: false,
+                accounted: false,
+                cause: None,
+                waiters: None,
+            }),
             ends_by: None,
-            lost: LostSignal::default(),
             session_lost: grant.session_lost,
             metrics,
-            accounted: Accounted::default(),
-            cause: OnceLock::new(),
         }
+    }
+
+    fn life(&self) -> MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the lease lost (and its end counted, if `count` is given and it
+    /// was not counted yet), cancelling the waiters' token outside the lock.
+    fn lose(&self, count: Option<LostCause>) {
+        let (token, counted) = {
+            let mut life = self.life();
+            life.lost = true;
+            let counted = count.filter(|_| !std::mem::replace(&mut life.accounted, true));
+            if let Some(cause) = count {
+                life.cause.get_or_insert(cause);
+            }
+            (life.waiters.clone(), counted)
+        };
+        if let Some(cause) = counted {
+            self.metrics.lost(cause);
+        }
+        if let Some(token) = token {
+            token.cancel();
+        }
+    }
+
+    /// The token waiters wait on: cancelled now if the lease is lost
+    /// already, else when it is.
+    fn waiters(&self) -> CancellationToken {
+        let mut life = self.life();
+        let token = life.waiters.get_or_insert_with(CancellationToken::new).clone();
+        if life.lost {
+            token.cancel();
+        }
+        token
     }
 
     /// Makes this lease end one TTL after `started` (its grant's
@@ -88,46 +140,42 @@ impl LeaseState {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+        self.life().valid_until
     }
 
     /// Extends the local deadline after a renewal whose request left at `sent`.
     pub(super) fn extended(&self, sent: Instant) {
-        let mut vu = self.valid_until.lock().unwrap_or_else(|p| p.into_inner());
         let vouched = sent + self.valid_for - drift_margin(self.valid_for);
-        *vu = (*vu).max(self.ends_by.map_or(vouched, |end| vouched.min(end)));
+        let mut life = self.life();
+        life.valid_until = life.valid_until.max(self.ends_by.map_or(vouched, |end| vouched.min(end)));
     }
 
     /// Marks the lease lost, counting it once (unless it was released).
     pub(crate) fn mark_lost(&self, cause: LostCause) {
-        let _ = self.cause.set(cause);
-        if self.accounted.first() {
-            self.metrics.lost(cause);
-        }
-        self.lost.cancel();
+        self.lose(Some(cause));
     }
 
     /// Marks the lease's end as counted without counting a loss: it was
     /// released (or given up) by its guard, so a deadline that passes later
     /// is no loss.
     pub(crate) fn mark_ended(&self) {
-        self.accounted.first();
+        self.life().accounted = true;
     }
 
     /// Ends the lease after a release that failed: `lost()` fires, no loss
     /// is counted.
     pub(crate) fn end(&self) {
         self.mark_ended();
-        self.lost.cancel();
+        self.lose(None);
     }
 
     /// Why the lease was lost, if it was (the first cause seen).
     pub(crate) fn lost_cause(&self) -> Option<LostCause> {
-        self.cause.get().copied()
+        self.life().cause
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.is_cancelled() {
+        if self.life().lost {
             return true;
         }
         if self.session_lost.as_ref().is_some_and(|s| s.is_cancelled()) {
@@ -148,7 +196,7 @@ impl LeaseState {
     pub(crate) async fn lost(self: Arc<Self>) {
         let never = CancellationToken::new();
         let session = self.session_lost.clone().unwrap_or(never);
-        let lost = self.lost.token();
+        let lost = self.waiters();
         loop {
             let deadline = self.valid_until();
             tokio::select! {
@@ -174,7 +222,7 @@ impl LeaseState {
     pub(crate) async fn expiring(self: Arc<Self>, within: Duration) {
         let never = CancellationToken::new();
         let session = self.session_lost.clone().unwrap_or(never);
-        let lost = self.lost.token();
+        let lost = self.waiters();
         loop {
             let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
             tokio::select! {
@@ -224,62 +272,44 @@ impl Horizon {
     }
 }
 
-/// Whether a lease was lost, with a token for those who wait on it made
-/// only once someone waits (`lost()`, `expiring()`): a client holding
-/// 100,000 leases that nobody watches keeps 16 bytes a lease here, not a
-/// `CancellationToken`'s allocation of about 110.
-#[derive(Debug, Default)]
-struct LostSignal {
-    /// Lost yet, and the waiters' token once made (cancelled when lost).
-    state: Mutex<(bool, Option<CancellationToken>)>,
-}
-
-impl LostSignal {
-    fn cancel(&self) {
-        let token = {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.0 = true;
-            state.1.clone()
-        };
-        if let Some(token) = token {
-            token.cancel();
-        }
-    }
-
-    fn is_cancelled(&self) -> bool {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
-    }
-
-    /// The token waiters wait on: cancelled now if the lease is lost
-    /// already, else when [`cancel`](Self::cancel) runs.
-    fn token(&self) -> CancellationToken {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let token = state.1.get_or_insert_with(CancellationToken::new).clone();
-        if state.0 {
-            token.cancel();
-        }
-        token
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::LostSignal;
+    use std::time::Duration;
+
+    use super::LeaseState;
+    use crate::backend::Grant;
+    use crate::vocabulary::key::{LockKey, OwnerToken};
+    use crate::vocabulary::metrics::{KeyMetrics, LostCause};
+
+    fn lease() -> LeaseState {
+        let ttl = Duration::from_secs(30);
+        let grant = Grant { fence: 1, attempt_started: std::time::Instant::now(), valid_for: ttl, session_lost: None };
+        LeaseState::new(LockKey::new("k").unwrap(), OwnerToken::from_bytes([7; 16]), ttl, grant, KeyMetrics::noop())
+    }
 
     /// A waiter's token fires whether it was made before the loss or after,
-    /// and no token is made while nobody waits.
+    /// no token is made while nobody waits, and the first cause stays.
     #[test]
-    fn lost_signal_reaches_waiters_made_before_and_after() {
-        let before = LostSignal::default();
-        let early = before.token();
-        assert!(!early.is_cancelled() && !before.is_cancelled());
-        before.cancel();
-        assert!(early.is_cancelled() && before.is_cancelled());
-        assert!(before.token().is_cancelled());
+    fn lost_reaches_waiters_made_before_and_after() {
+        let before = lease();
+        let early = before.waiters();
+        assert!(!early.is_cancelled() && !before.is_lost());
+        before.mark_lost(LostCause::Renewal);
+        before.mark_lost(LostCause::Deadline);
+        assert!(early.is_cancelled() && before.is_lost());
+        assert!(before.waiters().is_cancelled());
+        assert!(matches!(before.lost_cause(), Some(LostCause::Renewal)));
 
-        let after = LostSignal::default();
-        after.cancel();
-        assert!(after.state.lock().unwrap().1.is_none(), "a token made with nobody waiting");
-        assert!(after.token().is_cancelled());
+        let after = lease();
+        after.end();
+        assert!(after.life().waiters.is_none(), "a token made with nobody waiting");
+        assert!(after.is_lost() && after.lost_cause().is_none());
+        assert!(after.waiters().is_cancelled());
+    }
+
+    /// One lease's state stays small: a client may hold 100,000.
+    #[test]
+    fn a_lease_state_takes_at_most_160_bytes() {
+        assert!(std::mem::size_of::<LeaseState>() <= 160, "{} bytes", std::mem::size_of::<LeaseState>());
     }
 }

@@ -40,7 +40,6 @@
 //! | `holdfast_stores_unconnected` | gauge | store | such members not connected yet (each counts as a failing store meanwhile) |
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -303,18 +302,6 @@ fn describe() {
     metrics::describe_gauge!(LEASES_HELD, "Leases held by live guards");
     metrics::describe_counter!(LOST_TOTAL, "Leases lost while their guard lived, by cause");
     metrics::describe_counter!(STORE_ERRORS_TOTAL, "Failed store calls by operation and kind");
-}
-
-/// Whether a lease's end has been counted: a lease is counted lost at most
-/// once, and not at all once released.
-#[derive(Debug, Default)]
-pub(crate) struct Accounted(AtomicBool);
-
-impl Accounted {
-    /// True the first time only.
-    pub(crate) fn first(&self) -> bool {
-        !self.0.swap(true, Ordering::AcqRel)
-    }
 }
 
 tokio::task_local! {

@@ -398,8 +398,8 @@ fn deadline_from_reply() {
     catch(&Mutation {
         name: "deadline from the reply",
         file: "crates/holdfast/src/lease/state.rs",
-        original: "valid_until: Mutex::new(Instant::from_std(grant.attempt_started) + valid_for",
-        mutated: "valid_until: Mutex::new(Instant::now() /* MUTANT: from the reply */ + valid_for",
+        original: "valid_until: Instant::from_std(grant.attempt_started) + valid_for",
+        mutated: "valid_until: Instant::now() /* MUTANT: from the reply */ + valid_for",
         config: "default",
         expect: SAFETY,
     });
