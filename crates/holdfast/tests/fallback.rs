@@ -271,5 +271,7 @@ async fn bad_chains_are_typed_errors() {
     }
 }
 
+#[path = "fallback/stalls.rs"]
+mod stalls;
 #[path = "fallback/tenants.rs"]
 mod tenants;

@@ -24,8 +24,10 @@
 //!   the store's reply has arrived, and the client's belief in the lease
 //!   never outlives the mode lease: renewals vouch for it only as far as a
 //!   mode lease reaches.
-//! - A client whose active store keeps failing (for `switch_after`) asks
-//!   for a **switch**: it takes the record key as a writer, which the
+//! - A client whose active store keeps failing (for `switch_after`, with no
+//!   success between) and then does not answer a read either (within a
+//!   second: two stalls with no call between are no outage) asks for a
+//!   **switch**: it takes the record key as a writer, which the
 //!   arbiter grants only once every mode lease of the old epoch has expired
 //!   by its clock, and no new mode lease is granted while the writer waits.
 //!   Every holder under the old epoch has therefore stopped believing (the
@@ -64,7 +66,8 @@
 //!   with the arbiter down nothing is granted anywhere. What the chain buys
 //!   is moving lock traffic off the consistent store, keeping its safety.
 //! - **A switch costs one mode TTL** (default 10 s) with no grants, plus
-//!   `switch_after` of failures before it starts. Holders under the old
+//!   `switch_after` of failures and the probe read (up to a second) before
+//!   it starts. Holders under the old
 //!   epoch see `lost()` when their mode lease ends.
 //! - A lease's belief is at most half the mode TTL ahead (a lock TTL above
 //!   that is renewed more often than asked).
@@ -308,7 +311,7 @@ impl Backend for Fallback {
                 Ok(None)
             }
             Err(e) => {
-                if e.is_retryable() && self.store_failed(lease.mode) {
+                if e.is_retryable() && self.store_failed(lease.mode) && !self.still_answers(lease.mode, store).await {
                     let (record, next) = (Arc::clone(&self.record), (store + 1) % self.stores.len());
                     tokio::spawn(async move {
                         let _ = record.switch(lease.mode, next).await;
@@ -335,6 +338,9 @@ impl Backend for Fallback {
                 }
                 Waited::Moved => self.let_go(&req.key, store, token),
                 Waited::Failed(e) if e.is_retryable() && self.store_failed(lease.mode) => {
+                    if self.still_answers(lease.mode, store).await {
+                        return Err(e);
+                    }
                     // The store has failed long enough: move the chain on,
                     // then wait under the new epoch.
                     self.record.switch(lease.mode, (store + 1) % self.stores.len()).await?;

@@ -65,6 +65,25 @@ impl Fallback {
         }
     }
 
+    /// Whether store `store` answers a read now (within [`PROBE_TIMEOUT`]),
+    /// asked before the chain moves on from it: a store that stalled twice
+    /// with no call of this client between (a slow script, a pause) has
+    /// not failed for `switch_after`, and a switch would cost every client
+    /// a mode TTL without grants. If it answers, its run of failures is
+    /// over.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a read; dropped, nothing switches.
+    pub(super) async fn still_answers(&self, mode: Mode, store: usize) -> bool {
+        let probe = tokio::time::timeout(PROBE_TIMEOUT, self.stores[store].status(self.record.key())).await;
+        let answers = matches!(probe, Ok(Ok(_)));
+        if answers {
+            self.store_answered(mode);
+        }
+        answers
+    }
+
     pub(super) fn store_answered(&self, mode: Mode) {
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         if failing.is_some_and(|(m, _)| m == mode) {
