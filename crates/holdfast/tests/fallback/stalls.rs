@@ -35,8 +35,23 @@ fn request(key: &LockKey) -> AcquireRequest {
     AcquireRequest::new(key.clone(), OwnerToken::random(), Duration::from_secs(10))
 }
 
+/// For a `try_acquire` during each stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stalls_with_no_call_between_leave_the_chain_on_its_store() {
+    two_stalls(false).await;
+}
+
+/// For a waiting `acquire` during each stall (the chain's other path to a
+/// switch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stalls_under_a_waiting_acquire_leave_the_chain_on_its_store() {
+    two_stalls(true).await;
+}
+
+/// Two stalls a second apart, each met by one call of the chain (`wait`:
+/// a waiting acquire, else a try), and no call between; then the chain must
+/// still be on Redis, in its first epoch.
+async fn two_stalls(wait: bool) {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!(
@@ -55,7 +70,10 @@ async fn two_stalls_with_no_call_between_leave_the_chain_on_its_store() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Its own key: Redis applies the request after the script, unread.
         let during = LockKey::new(format!("stalls/during-{round}")).expect("key");
-        let during = chain.try_acquire(&request(&during)).await;
+        let during = match wait {
+            true => chain.acquire(&request(&during)).await.map(Some),
+            false => chain.try_acquire(&request(&during)).await,
+        };
         assert!(during.is_err(), "round {round}: a call during the stall answered: {during:?}");
         stalling.await.expect("the stall");
         if round == 0 {
