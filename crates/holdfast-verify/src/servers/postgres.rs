@@ -72,7 +72,8 @@ fn template() -> &'static Path {
         .path()
 }
 
-/// A running PostgreSQL server, SIGKILLed and its dir removed on drop.
+/// A running PostgreSQL server, shut down (immediate) and its dir and
+/// shared memory removed on drop.
 #[derive(Debug)]
 pub struct PostgresServer {
     dir: tempfile::TempDir,
@@ -253,11 +254,34 @@ fn kill_group(pid: u32) {
     }
 }
 
+/// The System V shared memory segment a postmaster holds, by the id line 7
+/// of its `postmaster.pid` names ("key id"); `None` once the server has shut
+/// down (it removes the file and the segment).
+fn segment_id(data_dir: &Path) -> Option<u32> {
+    let pid_file = std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?;
+    pid_file.lines().nth(6)?.split_whitespace().nth(1)?.parse().ok()
+}
+
 impl Drop for PostgresServer {
+    /// An immediate shutdown (SIGQUIT), not a SIGKILL. A running PostgreSQL
+    /// holds a small System V shared memory segment that it removes only when
+    /// it exits by itself; a SIGKILLed server leaves it in the kernel for
+    /// good. A CI machine that had run the tests many times reached its
+    /// segment limit (`kernel.shmmni`) that way, and every server after that
+    /// failed to start with "could not create shared memory segment: No space
+    /// left on device". The segment of a server that [`kill9`](Self::kill9)
+    /// crashed and nothing started again is removed here too.
     fn drop(&mut self) {
         if let Some(mut p) = self.process.take() {
-            kill_group(p.pid());
-            p.kill();
+            // Falls back to SIGKILL if the server is not gone in 20 s.
+            p.stop_with("QUIT");
+        }
+        if let Some(id) = segment_id(&self.data_dir()) {
+            let _ = Command::new("ipcrm")
+                .args(["-m", &id.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
@@ -322,5 +346,40 @@ impl PgBouncer {
     /// Its temp dir (config and log).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the kernel still holds System V segment `id` (`ipcs -i`
+    /// exits 0 either way; only a held segment prints its `shmid=`).
+    fn segment_held(id: u32) -> bool {
+        let out = Command::new("ipcs").args(["-m", "-i", &id.to_string()]).output().expect("ipcs (util-linux) runs");
+        String::from_utf8_lossy(&out.stdout).contains(&format!("shmid={id}"))
+    }
+
+    /// A server dropped while it runs leaves no shared memory behind (a
+    /// SIGKILL on drop left one segment per server until the kernel's limit).
+    #[test]
+    fn a_dropped_server_leaves_no_shared_memory() {
+        let server = PostgresServer::start();
+        let id = segment_id(&server.data_dir()).expect("a running postmaster names its segment");
+        assert!(segment_held(id), "the running server holds segment {id}");
+        drop(server);
+        assert!(!segment_held(id), "segment {id} outlived its server");
+    }
+
+    /// A crash keeps the segment, as a real one does (the next start finds
+    /// and replaces it), and dropping the crashed server removes it.
+    #[test]
+    fn a_crashed_server_keeps_its_segment_until_dropped() {
+        let mut server = PostgresServer::start();
+        let id = segment_id(&server.data_dir()).expect("a running postmaster names its segment");
+        server.kill9();
+        assert!(segment_held(id), "a crashed server's segment {id} stays, as after a real crash");
+        drop(server);
+        assert!(!segment_held(id), "segment {id} outlived its crashed server");
     }
 }
