@@ -3,8 +3,9 @@
 //! PostgreSQL refuses to run as root, so when the tests run as root the
 //! server runs as the `postgres` user through `setpriv` (which execs in
 //! place, so the child is the postmaster itself). The cluster is made with
-//! `initdb` once per test process into a template dir and copied for every
-//! server (`cp -a`), which is much faster than one `initdb` per server.
+//! `initdb` once per machine (and user and PostgreSQL build) into a template
+//! dir kept in /tmp and copied for every server (`cp -a`), which is much
+//! faster than one `initdb` per server.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -49,27 +50,65 @@ fn pg_tempdir(prefix: &str) -> tempfile::TempDir {
     dir
 }
 
-/// The initdb'd template cluster of this test process.
+/// What the template cluster is made with (part of its name, so that a
+/// change here makes a new one).
+const INITDB_ARGS: &[&str] = &["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"];
+
+/// The initdb'd template cluster every server is copied from: one per user,
+/// `initdb` build and [`INITDB_ARGS`] on the machine, kept in /tmp for the
+/// next process. (One per process, in a temp dir a static never drops, left
+/// 39 MB in /tmp for every test binary and every `verify --spawn postgres`:
+/// 312 MB a CI run.)
 fn template() -> &'static Path {
-    static TEMPLATE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    TEMPLATE
-        .get_or_init(|| {
-            let dir = pg_tempdir("holdfast-pg-template-");
-            let out = as_postgres(&bin("initdb"))
-                .arg("-D")
-                .arg(dir.path().join("data"))
-                .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--no-instructions"])
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
-            assert!(
-                out.status.success(),
-                "initdb failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            dir
-        })
-        .path()
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(shared_template).as_path()
+}
+
+fn shared_template() -> PathBuf {
+    let initdb = bin("initdb");
+    let mut made_by = Command::new(&initdb).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
+    made_by.extend_from_slice(initdb.as_os_str().as_encoded_bytes());
+    made_by.extend_from_slice(INITDB_ARGS.join(" ").as_bytes());
+    let uid = Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let dir = PathBuf::from(format!(
+        "/tmp/holdfast-pg-template-{}-{:08x}",
+        uid.unwrap_or_default(),
+        adler2::adler32_slice(&made_by)
+    ));
+    // The marker is written last: a dir with it holds a whole cluster.
+    let whole = |d: &Path| d.join("complete").is_file() && d.join("data/global/pg_control").is_file();
+    if whole(&dir) {
+        return dir;
+    }
+    let staging = pg_tempdir("holdfast-pg-template-new-");
+    let out = as_postgres(&initdb)
+        .arg("-D")
+        .arg(staging.path().join("data"))
+        .args(INITDB_ARGS)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
+    assert!(
+        out.status.success(),
+        "initdb failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(staging.path().join("complete"), b"")
+        .unwrap_or_else(|e| panic!("cannot mark the template in {}: {e}", staging.path().display()));
+    // Renamed into place whole, so a process that finds the name finds all
+    // of it; if another process was first, its template is as good.
+    let staging = staging.keep();
+    if std::fs::rename(&staging, &dir).is_err() {
+        if !whole(&dir) {
+            // Something else under the name (a leftover of another kind): replaced.
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(&staging, &dir)
+                .unwrap_or_else(|e| panic!("cannot move the template cluster to {}: {e}", dir.display()));
+            return dir;
+        }
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    dir
 }
 
 /// A running PostgreSQL server, shut down (immediate) and its dir and
@@ -358,6 +397,21 @@ mod tests {
     fn segment_held(id: u32) -> bool {
         let out = Command::new("ipcs").args(["-m", "-i", &id.to_string()]).output().expect("ipcs (util-linux) runs");
         String::from_utf8_lossy(&out.stdout).contains(&format!("shmid={id}"))
+    }
+
+    /// The template cluster is found again by the next process, not made
+    /// (and left in /tmp) by each: its name holds nothing random, and a
+    /// second look for it takes the one there.
+    #[test]
+    fn the_template_cluster_is_made_once_and_kept() {
+        let first = template().to_path_buf();
+        let marked = || std::fs::metadata(first.join("complete")).and_then(|m| m.modified()).expect("the marker");
+        let made = marked();
+        let uid = Command::new("id").arg("-u").output().expect("id runs").stdout;
+        let prefix = format!("/tmp/holdfast-pg-template-{}-", String::from_utf8_lossy(&uid).trim());
+        assert!(first.to_string_lossy().starts_with(&prefix), "{} is not under {prefix}", first.display());
+        assert_eq!(shared_template(), first, "another process would make another template");
+        assert_eq!(marked(), made, "the template was made again");
     }
 
     /// A server dropped while it runs leaves no shared memory behind (a
