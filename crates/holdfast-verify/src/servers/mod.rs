@@ -144,9 +144,15 @@ pub fn wait_until(what: &str, timeout: Duration, log: Option<&Path>, mut ready: 
         }
         std::thread::sleep(Duration::from_millis(25));
     }
-    let tail = log.and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
-    let tail: String = tail.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let tail = log.map(log_tail).unwrap_or_default();
     panic!("{what} not ready after {timeout:?}; log tail:\n{tail}");
+}
+
+/// The last 30 lines of a server's log (empty if it cannot be read).
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 /// True if something accepts TCP connections on 127.0.0.1:`port`.

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{ServerProcess, free_port, port_open, require_binary, wait_until};
+use super::{ServerProcess, free_port, log_tail, port_open, require_binary, wait_until};
 
 const PG_BIN_DIRS: &[&str] =
     &["/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"];
@@ -178,7 +178,13 @@ impl PostgresServer {
         self.process = Some(ServerProcess::spawn(cmd, &log));
         let isready = bin("pg_isready");
         let port = self.port;
+        let process = &mut self.process;
         wait_until("postgres", Duration::from_secs(30), Some(&log), || {
+            // A postmaster that exited will not start: say why now, not
+            // after the 30 s wait.
+            if process.as_mut().is_some_and(|p| !p.is_running()) {
+                panic!("{}", exited_at_start(&log_tail(&log)));
+            }
             port_open(port)
                 && Command::new(&isready)
                     .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-t", "1"])
@@ -293,6 +299,21 @@ fn kill_group(pid: u32) {
     }
 }
 
+/// Why a postmaster exited before it was ready, from its log's `tail`, and
+/// what to do where the log alone does not say it.
+fn exited_at_start(tail: &str) -> String {
+    if tail.contains("could not create shared memory segment") {
+        format!(
+            "postgres could not start: the kernel's System V shared memory segments are used up \
+             (kernel.shmmni). Servers that were killed leave theirs behind: `ipcs -m` lists them, \
+             and the ones of 56 bytes with 0 attached are PostgreSQL's; remove each with \
+             `ipcrm -m ID`. Log tail:\n{tail}"
+        )
+    } else {
+        format!("postgres exited before it was ready; log tail:\n{tail}")
+    }
+}
+
 /// The System V shared memory segment a postmaster holds, by the id line 7
 /// of its `postmaster.pid` names ("key id"); `None` once the server has shut
 /// down (it removes the file and the segment).
@@ -397,6 +418,29 @@ mod tests {
     fn segment_held(id: u32) -> bool {
         let out = Command::new("ipcs").args(["-m", "-i", &id.to_string()]).output().expect("ipcs (util-linux) runs");
         String::from_utf8_lossy(&out.stdout).contains(&format!("shmid={id}"))
+    }
+
+    /// A server that cannot start fails at once with its log, not after
+    /// the 30 s wait for it to be ready (here: a setting it refuses).
+    #[test]
+    fn a_server_that_exits_at_start_fails_at_once_with_its_log() {
+        let started = std::time::Instant::now();
+        let failed = std::panic::catch_unwind(|| PostgresServer::start_with_settings(&[("shared_buffers", "-1")]))
+            .expect_err("a server with shared_buffers=-1 does not start");
+        let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("postgres exited before it was ready"), "{message}");
+        assert!(message.contains("shared_buffers"), "the log names the setting: {message}");
+        assert!(started.elapsed() < Duration::from_secs(15), "failed only after {:?}", started.elapsed());
+    }
+
+    /// Segments used up (a machine where killed servers left theirs) get
+    /// what to do, beside the server's own words.
+    #[test]
+    fn used_up_shared_memory_says_how_to_free_it() {
+        let tail = "FATAL:  could not create shared memory segment: No space left on device";
+        let message = exited_at_start(tail);
+        assert!(message.contains("ipcs -m") && message.contains("ipcrm -m ID"), "{message}");
+        assert!(message.ends_with(tail), "{message}");
     }
 
     /// The template cluster is found again by the next process, not made
