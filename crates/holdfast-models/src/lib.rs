@@ -29,6 +29,9 @@
 //! - [`pg_session`]: the same session rows on PostgreSQL, with `READ
 //!   COMMITTED`'s statement snapshots, row locks and re-checks as steps.
 //! - [`mysql_session`]: the same session rows on MySQL/MariaDB, under InnoDB's `READ COMMITTED`.
+//! - [`zk_join`]: how a new ZooKeeper queue node learns that it is first in
+//!   line: the child count inside the create's transaction, against the
+//!   variants weighed (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -51,3 +54,4 @@ pub mod redlock;
 pub mod register;
 pub mod sql_session;
 pub mod trace;
+pub mod zk_join;
