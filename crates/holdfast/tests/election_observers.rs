@@ -195,4 +195,35 @@ mod zookeeper {
             assert!(leaders.windows(2).all(|w| w[0] < w[1]), "terms out of order: {seen:?}");
         });
     }
+
+    /// Every join writes the lock parent's (empty) data to learn its child
+    /// count; the observer's recursive watch hears that write and does not
+    /// list the queue for it: it reads each new leader once, no more.
+    #[test]
+    fn election_observer_does_not_list_the_queue_for_each_join() {
+        let server = ZkServer::start();
+        let received = || {
+            let srvr = holdfast_testkit::servers::zookeeper::srvr(server.client_port(0)).expect("srvr");
+            srvr.lines().find_map(|l| l.strip_prefix("Received: ")?.trim().parse::<u64>().ok()).expect("Received:")
+        };
+        rt().block_on(async {
+            let name = "observe-joins";
+            let (seen, task) = observe(&server.url(), name).await;
+            let candidate = client(&server.url(), "candidate").await;
+            first_term(&candidate, name, &seen).await;
+            const TERMS: u64 = 30;
+            let before = received();
+            for i in 0..TERMS {
+                let lead = candidate.election(name).campaign(format!("term-{i}")).await.expect("campaign");
+                until_seen(&seen, lead.term()).await;
+                lead.resign().await.expect("resign");
+            }
+            let per_term = (received() - before) as f64 / TERMS as f64;
+            assert!(seen.lock().unwrap().iter().all(Result::is_ok), "{:?}", seen.lock().unwrap());
+            // The candidate's join and delete, the observer's read of the
+            // new leader: 3; a listing for each join would make it 4.
+            assert!(per_term < 3.5, "{per_term:.2} requests per term");
+            task.abort();
+        });
+    }
 }

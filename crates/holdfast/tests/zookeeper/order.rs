@@ -300,3 +300,40 @@ fn one_queue_node_per_client() {
         assert_eq!(*order.lock().expect("order"), (0..64).collect::<Vec<_>>());
     });
 }
+
+/// A node alone in the queue learns that it is first from its create's
+/// transaction (model `zk_join`): an uncontended cycle is two requests to
+/// the server, the join and the delete, not three (a listing behind every
+/// create), and the grant's fence is its node's creation zxid.
+#[test]
+fn an_uncontended_cycle_is_two_requests_fenced_with_the_nodes_czxid() {
+    let server = ZkServer::start();
+    let port = server.client_port(0);
+    runtime().block_on(async {
+        let c = client(&server.url(), "alone").await;
+        let key = "alone/cycles";
+        // The first cycle also creates the lock's container.
+        c.mutex(key).acquire().await.expect("acquire").release().await.expect("release");
+        let g = c.mutex(key).acquire().await.expect("acquire");
+        let zk = raw(&server, None).await;
+        let parent = "/holdfast/locks/alone%2Fcycles";
+        let children = zk.list_children(parent).await.expect("list");
+        assert_eq!(children.len(), 1, "{children:?}");
+        let (_, stat) = zk.get_data(&format!("{parent}/{}", children[0])).await.expect("holder node");
+        assert_eq!(g.fence(), stat.czxid as u64, "the fence is the holder node's creation zxid");
+        g.release().await.expect("release");
+        const CYCLES: u64 = 200;
+        let before = received(port);
+        for _ in 0..CYCLES {
+            c.mutex(key).acquire().await.expect("acquire").release().await.expect("release");
+        }
+        let per_cycle = (received(port) - before) as f64 / CYCLES as f64;
+        assert!(per_cycle < 2.5, "{per_cycle:.2} requests per uncontended cycle (2 expected; 3 with a listing)");
+    });
+}
+
+/// The requests the server has received (`srvr`'s `Received:`).
+fn received(port: u16) -> u64 {
+    let srvr = holdfast_testkit::servers::zookeeper::srvr(port).expect("srvr");
+    srvr.lines().find_map(|l| l.strip_prefix("Received: ")?.trim().parse().ok()).expect("a Received: line")
+}

@@ -195,6 +195,9 @@ impl Feed {
                 state if state.is_terminated() => self.restart(),
                 _ => self.disconnected = true,
             },
+            // Every join writes the parent's (empty) data to learn its
+            // child count: nothing to read.
+            zk::EventType::NodeDataChanged if event.path == self.parent => {}
             // The container came or went: list it again (nothing was lost,
             // events come in order).
             _ if event.path == self.parent => self.read = true,
