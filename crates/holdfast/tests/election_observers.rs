@@ -203,8 +203,7 @@ mod zookeeper {
     fn election_observer_does_not_list_the_queue_for_each_join() {
         let server = ZkServer::start();
         let received = || {
-            let srvr = holdfast_testkit::servers::zookeeper::srvr(server.client_port(0)).expect("srvr");
-            srvr.lines().find_map(|l| l.strip_prefix("Received: ")?.trim().parse::<u64>().ok()).expect("Received:")
+            holdfast_testkit::servers::zookeeper::requests_received(server.client_port(0)).expect("srvr's Received:")
         };
         rt().block_on(async {
             let name = "observe-joins";

@@ -74,6 +74,12 @@ pub fn srvr(port: u16) -> Option<String> {
     four_letter(port, "srvr")
 }
 
+/// The requests a server has received since it started (`srvr`'s
+/// `Received:`), if it answers.
+pub fn requests_received(port: u16) -> Option<u64> {
+    srvr(port)?.lines().find_map(|l| l.strip_prefix("Received: ")?.trim().parse().ok())
+}
+
 /// The watched paths of a server and how many sessions watch each (`wchp`).
 pub fn watches_by_path(port: u16) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = Vec::new();

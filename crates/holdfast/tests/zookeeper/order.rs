@@ -10,7 +10,7 @@ use holdfast::Client;
 use tokio::task::JoinHandle;
 
 use holdfast::stores::zookeeper::ZkBackend;
-use holdfast_testkit::servers::zookeeper::{ZkServer, watches_by_path};
+use holdfast_testkit::servers::zookeeper::{ZkServer, requests_received, watches_by_path};
 
 use super::{client, raw, runtime};
 
@@ -308,7 +308,7 @@ fn one_queue_node_per_client() {
 #[test]
 fn an_uncontended_cycle_is_two_requests_fenced_with_the_nodes_czxid() {
     let server = ZkServer::start();
-    let port = server.client_port(0);
+    let received = || requests_received(server.client_port(0)).expect("srvr's Received:");
     runtime().block_on(async {
         let c = client(&server.url(), "alone").await;
         let key = "alone/cycles";
@@ -323,17 +323,11 @@ fn an_uncontended_cycle_is_two_requests_fenced_with_the_nodes_czxid() {
         assert_eq!(g.fence(), stat.czxid as u64, "the fence is the holder node's creation zxid");
         g.release().await.expect("release");
         const CYCLES: u64 = 200;
-        let before = received(port);
+        let before = received();
         for _ in 0..CYCLES {
             c.mutex(key).acquire().await.expect("acquire").release().await.expect("release");
         }
-        let per_cycle = (received(port) - before) as f64 / CYCLES as f64;
+        let per_cycle = (received() - before) as f64 / CYCLES as f64;
         assert!(per_cycle < 2.5, "{per_cycle:.2} requests per uncontended cycle (2 expected; 3 with a listing)");
     });
-}
-
-/// The requests the server has received (`srvr`'s `Received:`).
-fn received(port: u16) -> u64 {
-    let srvr = holdfast_testkit::servers::zookeeper::srvr(port).expect("srvr");
-    srvr.lines().find_map(|l| l.strip_prefix("Received: ")?.trim().parse().ok()).expect("a Received: line")
 }
