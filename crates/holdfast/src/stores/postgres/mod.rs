@@ -120,7 +120,8 @@ impl PostgresBackend {
             slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
             renewal: tokio::sync::Mutex::new(None),
             txn: tokio::sync::Mutex::new(None),
-            txn_turn: tokio::sync::Mutex::new(()),
+            txn_turn: Default::default(),
+            abandoned_ends: Default::default(),
             next: AtomicUsize::new(0),
             prepared: config.prepared,
         };
@@ -207,6 +208,10 @@ impl Backend for PostgresBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
+        // A shared acquire of this client dropped while its COMMIT was in
+        // flight (on the transaction connection, not this key's) may yet
+        // write a reservation or a share of this token: wait for it first.
+        self.inner.pool.after_abandoned_ends(self.inner.config.op_timeout).await;
         let sessions = self.book().own_sessions_for(token);
         let owner = token;
         let token = token.to_bytes();

@@ -38,7 +38,10 @@ pub(super) struct Pool {
     /// connection to itself; the slots are shared by pipelined statements),
     /// and the turn to use it: held for a whole transaction.
     pub(super) txn: tokio::sync::Mutex<Option<Arc<Conn>>>,
-    pub(super) txn_turn: tokio::sync::Mutex<()>,
+    pub(super) txn_turn: Arc<tokio::sync::Mutex<()>>,
+    /// Transactions whose caller gave up while their `COMMIT` was in flight
+    /// (see [`PostgresBackend::transaction`]); a release waits for them.
+    pub(super) abandoned_ends: Arc<AtomicUsize>,
     /// Round-robin position for statements about no single key.
     pub(super) next: AtomicUsize,
     /// Where named prepared statements may be used.
@@ -77,6 +80,17 @@ impl Pool {
     /// The renewal connection.
     pub(super) async fn renewal(&self) -> Result<Arc<Conn>> {
         self.open_in(&self.renewal, true).await
+    }
+
+    /// Waits (up to `limit`) until no transaction whose caller gave up is
+    /// still ending: what such a transaction wrote (a dropped waiting
+    /// writer's reservation, say) is then committed or gone, and the
+    /// release that cleans up after the caller sees it.
+    pub(super) async fn after_abandoned_ends(&self, limit: std::time::Duration) {
+        if self.abandoned_ends.load(Ordering::SeqCst) > 0 {
+            // The ending transaction holds the turn until its reply.
+            let _ = tokio::time::timeout(limit, self.txn_turn.lock()).await;
+        }
     }
 
     /// The transaction connection (hold [`txn_turn`](Self::txn_turn) while using it).
@@ -196,7 +210,7 @@ impl PostgresBackend {
     pub(super) async fn transaction<T>(&self, what: &str, work: impl AsyncFnOnce(&PgClient) -> Result<T>) -> Result<T> {
         let timeout = self.inner.config.op_timeout;
         let run = async {
-            let _turn = self.inner.pool.txn_turn.lock().await;
+            let turn = self.inner.pool.txn_turn.clone().lock_owned().await;
             let conn = self.inner.pool.txn().await?;
             let pool = &self.inner.pool;
             let mut spoiled = Spoiled { conn: Some(conn.clone()), slot: &pool.txn, tls: &pool.tls };
@@ -206,10 +220,77 @@ impl PostgresBackend {
             // the gate's row lock are held for fewer round trips.
             let (begun, out) = futures::future::join(conn.client.batch_execute("BEGIN"), work(&conn.client)).await;
             begun.map_err(map_err)?;
-            conn.client.batch_execute(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }).await.map_err(map_err)?;
+            // Once sent, a COMMIT may land whatever the caller does, and the
+            // release that cleans up after a dropped caller goes on another
+            // connection: on the server it could run first and miss what
+            // the transaction wrote (a dropped waiting writer's reservation
+            // then held the key's readers back for the writer's TTL). So the
+            // end runs to its reply on a task of its own that holds the
+            // turn, and a caller dropped meanwhile is counted, for releases
+            // to wait for (`Pool::after_abandoned_ends`).
             spoiled.conn = None;
+            let end = if out.is_ok() { "COMMIT" } else { "ROLLBACK" };
+            end_transaction(conn, end, turn, timeout, &self.inner.pool).await?;
             out
         };
         tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
+    }
+}
+
+/// Sends `end` (`COMMIT` or `ROLLBACK`) on a task that holds the transaction
+/// turn until the reply (or `limit`); the returned future waits for it, and
+/// counts itself in `abandoned_ends` if dropped first.
+fn end_transaction(
+    conn: Arc<Conn>,
+    end: &'static str,
+    turn: tokio::sync::OwnedMutexGuard<()>,
+    limit: std::time::Duration,
+    pool: &Pool,
+) -> impl Future<Output = Result<()>> + use<> {
+    const RUNNING: u8 = 0;
+    const DONE: u8 = 1;
+    const ABANDONED: u8 = 2;
+    let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
+    let (abandoned, tls) = (pool.abandoned_ends.clone(), pool.tls.clone());
+    let task = {
+        let (state, abandoned) = (state.clone(), abandoned.clone());
+        tokio::spawn(async move {
+            let ended = tokio::time::timeout(limit, conn.client.batch_execute(end)).await;
+            if !matches!(ended, Ok(Ok(()))) {
+                // Not known to be out of the transaction: not to be used again.
+                conn.broken.store(true, Ordering::Relaxed);
+                if ended.is_err() {
+                    let _ = conn.client.cancel_token().cancel_query(tls).await;
+                }
+            }
+            drop(turn);
+            if state.swap(DONE, Ordering::SeqCst) == ABANDONED {
+                abandoned.fetch_sub(1, Ordering::SeqCst);
+            }
+            ended
+        })
+    };
+    /// Counts the ending as abandoned if the caller drops it before it is done.
+    struct Waiting {
+        state: Arc<std::sync::atomic::AtomicU8>,
+        abandoned: Arc<AtomicUsize>,
+    }
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            self.abandoned.fetch_add(1, Ordering::SeqCst);
+            if self.state.compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+                self.abandoned.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+    let waiting = Waiting { state, abandoned };
+    async move {
+        let ended = task.await;
+        drop(waiting);
+        match ended {
+            Ok(Ok(done)) => done.map_err(map_err),
+            Ok(Err(_)) => Err(timed_out(end, limit)),
+            Err(e) => Err(crate::vocabulary::error::Error::backend(super::STORE, true, format!("{end} task: {e}"))),
+        }
     }
 }
