@@ -32,6 +32,8 @@
 //! - [`zk_join`]: how a new ZooKeeper queue node learns that it is first in
 //!   line: the child count inside the create's transaction, against the
 //!   variants weighed (issue 33).
+//! - [`share_lanes`]: shared waiters of one process asking the store side by
+//!   side, and the wake-up a granted waiter passes on (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -52,6 +54,7 @@ pub mod pg_session;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;
+pub mod share_lanes;
 pub mod sql_session;
 pub mod trace;
 pub mod zk_join;
