@@ -73,6 +73,8 @@ mod redlock_rounds;
 mod registry;
 #[path = "segmented.rs"]
 mod segmented;
+#[path = "share_lanes.rs"]
+mod share_lanes;
 #[path = "sqlite.rs"]
 mod sqlite;
 #[path = "sqlite_sessions.rs"]
