@@ -276,11 +276,13 @@ where
 /// queued acquire.
 ///
 /// The store's queue then holds one entry per process and key (the local
-/// head's), not one per waiting task, so what a hand-off costs the store (the
-/// sorted range over an etcd prefix, the list of a ZooKeeper node's children)
-/// stays flat however many tasks of the process wait. The order stays first
-/// come, first served inside the process, and across processes it is the
-/// store's queue order of their heads.
+/// head's; with [`Lanes::Shares`], up to [`MAX_LANES`] shared waiters'), not
+/// one per waiting task, so what a hand-off costs the store (the sorted range
+/// over an etcd prefix, the list of a ZooKeeper node's children) stays flat
+/// however many tasks of the process wait. The order stays first come, first
+/// served inside the process (among shared waiters side by side, the order
+/// their entries reach the store), and across processes it is the store's
+/// queue order.
 ///
 /// A request whose earlier attempt may hold a place in the store's queue
 /// already ([`AcquireRequest::retry`]) gets no turn (`None`) and goes ahead:
@@ -291,11 +293,15 @@ where
 ///
 /// Cancel-safe: a task dropped while queued for the turn leaves the queue at
 /// once, and the turn passes on when its holder drops the guard.
-pub async fn take_turn<'a>(waiters: &'a KeyWaiters, req: &AcquireRequest) -> Option<tokio::sync::SemaphorePermit<'a>> {
+pub async fn take_turn<'a>(
+    waiters: &'a KeyWaiters,
+    req: &AcquireRequest,
+    lanes: Lanes,
+) -> Option<tokio::sync::SemaphorePermit<'a>> {
     if req.retry {
         return None;
     }
-    waiters.turn.acquire_many(MAX_LANES).await.ok()
+    waiters.turn.acquire_many(lanes.width(req.mode)).await.ok()
 }
 
 /// How long a waiting acquire rides out a failing store by default.

@@ -11,11 +11,11 @@ use crate::vocabulary::key::{LockKey, OwnerToken};
 async fn a_retry_does_not_wait_for_the_turn() {
     let waiters = LocalWakeups::default().subscribe("k");
     let first = AcquireRequest::new(LockKey::new("k").expect("key"), OwnerToken::random(), Duration::from_secs(1));
-    let head = take_turn(&waiters, &first).await.expect("the free turn");
-    let later = take_turn(&waiters, &first);
+    let head = take_turn(&waiters, &first, Lanes::One).await.expect("the free turn");
+    let later = take_turn(&waiters, &first, Lanes::One);
     assert!(tokio::time::timeout(Duration::from_millis(50), later).await.is_err(), "a first attempt passed the head");
     let retry = AcquireRequest { retry: true, ..first.clone() };
-    let skipped = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &retry)).await;
+    let skipped = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &retry, Lanes::One)).await;
     assert!(matches!(skipped, Ok(None)), "a retry waited for the head's turn");
     drop(head);
 }
@@ -73,4 +73,31 @@ async fn shares_ask_side_by_side_as_their_limit_admits_and_others_alone() {
         assert_eq!(most.load(Ordering::SeqCst), expected, "{lanes:?} {mode:?}: attempts at once");
         assert!(!waiters.has_waiters(), "{lanes:?} {mode:?}: the turn was not given back");
     }
+}
+
+/// The turn of a store that queues waiters itself (etcd): shared waiters
+/// hold it side by side with [`Lanes::Shares`], and an exclusive request
+/// waits for all of them; with [`Lanes::One`] a shared waiter holds it alone.
+#[tokio::test]
+async fn a_queued_turn_takes_lanes_as_the_waiting_policy_does() {
+    let key = LockKey::new("k").expect("key");
+    let share = AcquireRequest::new(key.clone(), OwnerToken::random(), Duration::from_secs(1))
+        .with_mode(LeaseMode::Shared { weight: 1, limit: 8 });
+    let exclusive = AcquireRequest::new(key, OwnerToken::random(), Duration::from_secs(1));
+    let waiters = LocalWakeups::default().subscribe("k");
+    let mut held = Vec::new();
+    for _ in 0..MAX_LANES {
+        let turn = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &share, Lanes::Shares)).await;
+        held.push(turn.expect("a share waited beside shares").expect("a turn"));
+    }
+    let ninth = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &share, Lanes::Shares)).await;
+    assert!(ninth.is_err(), "more shares side by side than the lanes");
+    held.pop();
+    let excl = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &exclusive, Lanes::Shares)).await;
+    assert!(excl.is_err(), "an exclusive request went beside shares");
+    held.clear();
+    let one = take_turn(&waiters, &share, Lanes::One).await.expect("the free turn");
+    let beside = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &share, Lanes::One)).await;
+    assert!(beside.is_err(), "two shares side by side with one lane");
+    drop(one);
 }
