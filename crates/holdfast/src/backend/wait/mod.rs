@@ -92,8 +92,9 @@ pub const MAX_LANES: u32 = 8;
 pub enum Lanes {
     /// One, the local head: the store sees one waiter per process and key.
     One,
-    /// Shared requests side by side, as many as the key's limit admits of
-    /// their weight and at most [`MAX_LANES`]; exclusive and writer requests
+    /// Shared requests side by side, up to as many as the key's limit admits
+    /// of their weight (the lanes shared out evenly: 8, 4, 2 or 1 side by
+    /// side); exclusive and writer requests
     /// still ask alone, after every earlier waiter of the process. For a store
     /// whose shared grants do not queue on one row, where one head asking
     /// after another (a round trip each) would set the rate.
@@ -120,8 +121,9 @@ impl Lanes {
 /// [`Lanes::Shares`] up to [`MAX_LANES`] shared waiters side by side) make
 /// store attempts, poll and listen; the others wait for the turn without
 /// touching the store. So the store sees at most that many pollers per
-/// process and key however many tasks wait, and a task of this process is
-/// passed over by at most that many less one later tasks of this process.
+/// process and key however many tasks wait. An exclusive or writer waiter is
+/// never passed over by a later task of this process; shared waiters side by
+/// side are granted in the order their attempts reach the store.
 #[derive(Debug)]
 pub struct KeyWaiters {
     wakeup: Notify,
