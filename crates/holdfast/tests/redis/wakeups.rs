@@ -118,3 +118,31 @@ fn a_non_fair_call_defers_to_a_fair_waiter_queued_behind_an_expired_lease() {
         drop(held);
     });
 }
+
+/// A share's release recomputes the lock's latest share expiry (`sx`, which
+/// an exclusive acquire reads to refuse while shares live) only when the
+/// released share may have been the latest; otherwise another held share's
+/// expiry is `sx` and stays. Released in either order, two readers leave
+/// the key free at once for a mutex, and one reader left still refuses it.
+#[test]
+fn shares_released_in_either_order_free_the_key_at_once() {
+    let server = RedisServer::start();
+    rt().block_on(async {
+        let c = client(&server.url(), "sx").await;
+        for (key, latest_first) in [("sx-a", true), ("sx-b", false)] {
+            let early = c.rwlock(key).read().ttl(Duration::from_secs(30)).acquire().await.expect("read");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let late = c.rwlock(key).read().ttl(Duration::from_secs(30)).acquire().await.expect("read");
+            let (first, second) = if latest_first { (late, early) } else { (early, late) };
+            first.release().await.expect("release");
+            assert!(
+                c.mutex(key).try_acquire().await.expect("try").is_none(),
+                "{key}: a mutex granted beside a held reader"
+            );
+            second.release().await.expect("release");
+            let g = c.mutex(key).try_acquire().await.expect("try");
+            assert!(g.is_some(), "{key}: both readers released, the key still refused a mutex");
+            g.expect("granted").release().await.expect("release");
+        }
+    });
+}
