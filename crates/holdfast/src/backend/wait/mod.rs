@@ -153,8 +153,8 @@ impl KeyWaiters {
 
 /// Per-key wake-ups and turns for waiters inside this process.
 ///
-/// A release calls [`wake_one`](Self::wake_one): the waiter whose turn it is
-/// is woken, no one else. A notification sent while no waiter is parked is
+/// A release calls [`wake_one`](Self::wake_one): one waiter holding the turn
+/// is woken (the one whose wake-up was armed first), no one else. A notification sent while no waiter is parked is
 /// kept for the next one, and one sent to a waiter whose future is dropped is
 /// passed on (tokio's `Notify` semantics), so none is lost.
 #[derive(Debug, Default)]
