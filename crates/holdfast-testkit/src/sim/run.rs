@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use holdfast::{Client, ClientOptions, Guard, GuardKind};
+use holdfast::backend::{LeaseMode, UNLIMITED};
+use holdfast::{Client, ClientOptions, Guard, GuardKind, Lock, MutexKind, PermitKind, ReadKind, Semaphore, WriteKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -67,6 +68,13 @@ pub struct RunConfig {
     /// over the second and the last (grants recorded under store ids
     /// `stores` and `stores + 1`), and locks plainly on the arbiter too.
     pub tenants: bool,
+    /// Operations also take semaphore permits (2 permits, 1 or 2 at a
+    /// time) and read and write locks, each primitive on keys of its own,
+    /// so that the store's one admission rule, its reservations and the
+    /// waiting policy's shared lanes run under the same faults. On plain
+    /// stores only (not with [`redlock`](Self::redlock) or
+    /// [`fallback`](Self::fallback), which grant exclusive leases only).
+    pub shares: bool,
     /// The fence counter scope of store `s` is `counter_scopes[s % len]`:
     /// by default the first store keeps a counter per key (as Redis), the
     /// second one for the store (as a SQLite file or a MySQL namespace) and
@@ -93,6 +101,7 @@ impl Default for RunConfig {
             redlock: false,
             fallback: false,
             tenants: false,
+            shares: false,
             counter_scopes: vec![CounterScope::PerKey, CounterScope::PerStore, CounterScope::KeyRows],
         }
     }
@@ -292,19 +301,42 @@ impl Worker {
     async fn run(mut self) {
         for _ in 0..self.config.ops {
             let (store, client) = self.clients[self.rng.random_range(0..self.clients.len())].clone();
-            let key = format!("k{}", self.rng.random_range(0..self.config.keys));
-            let m = client.mutex(&key).ttl(self.config.ttl);
+            let k = self.rng.random_range(0..self.config.keys);
             let wait = self.config.ttl.mul_f64(self.rng.random_range(0.0..2.0));
-            let guard = match self.rng.random_range(0..10) {
-                0..=1 => m.try_acquire().await.ok().flatten(),
-                2 => {
-                    // Dropped at a random moment: the cleanup must leave nothing.
-                    tokio::time::timeout(wait / 4, m.acquire()).await.ok().and_then(|r| r.ok())
+            let how = self.rng.random_range(0..10);
+            let ttl = self.config.ttl;
+            let primitive = if self.config.shares { self.rng.random_range(0..4) } else { 0 };
+            // Each primitive on keys of its own: one key's leases have one
+            // kind of limit (a mutex key asked for as a semaphore is a
+            // conflict, not a grant).
+            let held = match primitive {
+                0 => {
+                    let key = format!("k{k}");
+                    let guard = attempt(how, wait, client.mutex(&key).ttl(ttl)).await;
+                    guard.map(|g| (key, LeaseMode::Exclusive, Held::Mutex(g)))
                 }
-                _ => m.acquire_timeout(wait).await.ok(),
+                1 => {
+                    let (key, n) = (format!("s{k}"), self.rng.random_range(1..=2));
+                    let guard = attempt_permits(how, wait, n, client.semaphore(&key, 2).ttl(ttl)).await;
+                    guard.map(|g| (key, LeaseMode::Shared { weight: n, limit: 2 }, Held::Permit(g)))
+                }
+                2 => {
+                    let key = format!("rw{k}");
+                    let guard = attempt(how, wait, client.rwlock(&key).read().ttl(ttl)).await;
+                    let mode = LeaseMode::Shared { weight: 1, limit: UNLIMITED };
+                    guard.map(|g| (key, mode, Held::Read(g)))
+                }
+                _ => {
+                    let key = format!("rw{k}");
+                    let guard = attempt(how, wait, client.rwlock(&key).write().ttl(ttl)).await;
+                    guard.map(|g| (key, LeaseMode::Writer, Held::Write(g)))
+                }
             };
-            match guard {
-                Some(g) => self.hold(store, &key, g).await,
+            match held {
+                Some((key, mode, Held::Mutex(g))) => self.hold(store, &key, mode, g).await,
+                Some((key, mode, Held::Permit(g))) => self.hold(store, &key, mode, g).await,
+                Some((key, mode, Held::Read(g))) => self.hold(store, &key, mode, g).await,
+                Some((key, mode, Held::Write(g))) => self.hold(store, &key, mode, g).await,
                 None => tokio::time::sleep(self.config.ttl / 20).await,
             }
         }
@@ -312,10 +344,9 @@ impl Worker {
 
     /// The critical section: writes under the fence, for a while that may
     /// outlast the lease, then a release or a drop.
-    async fn hold<K: GuardKind>(&mut self, store: u32, key: &str, guard: Guard<K>) {
+    async fn hold<K: GuardKind>(&mut self, store: u32, key: &str, mode: LeaseMode, guard: Guard<K>) {
         let id = GrantId { store, token: guard_token(&guard) };
         let fence = guard.fence();
-        let mode = holdfast::backend::LeaseMode::Exclusive;
         self.recorder.record(Event::Granted {
             id,
             key: key.to_owned(),
@@ -365,6 +396,34 @@ impl Worker {
             let accepted = register.write(id.store, &key, fence);
             recorder.record(Event::Write { id, key, fence, issued, applied: recorder.now(), accepted });
         });
+    }
+}
+
+/// A grant of one of the primitives.
+enum Held {
+    Mutex(Guard<MutexKind>),
+    Permit(Guard<PermitKind>),
+    Read(Guard<ReadKind>),
+    Write(Guard<WriteKind>),
+}
+
+/// One acquire of `lock`, the way `how` (0 to 9) picks: a try (2 in 10),
+/// a wait dropped at a random moment (1 in 10: the cleanup must leave
+/// nothing, a reservation included), or a wait of at most `wait`.
+async fn attempt<K: GuardKind>(how: u32, wait: Duration, lock: Lock<K>) -> Option<Guard<K>> {
+    match how {
+        0..=1 => lock.try_acquire().await.ok().flatten(),
+        2 => tokio::time::timeout(wait / 4, lock.acquire()).await.ok().and_then(|r| r.ok()),
+        _ => lock.acquire_timeout(wait).await.ok(),
+    }
+}
+
+/// [`attempt`] for `n` permits of a semaphore.
+async fn attempt_permits(how: u32, wait: Duration, n: u32, lock: Semaphore) -> Option<Guard<PermitKind>> {
+    match how {
+        0..=1 => lock.try_acquire_many(n).await.ok().flatten(),
+        2 => tokio::time::timeout(wait / 4, lock.acquire_many(n)).await.ok().and_then(|r| r.ok()),
+        _ => lock.acquire_many_timeout(n, wait).await.ok(),
     }
 }
 

@@ -5,3 +5,4 @@ mod cancel;
 mod mutations;
 mod scenarios;
 mod seeds;
+mod share_mutations;

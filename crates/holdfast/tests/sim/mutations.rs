@@ -5,7 +5,8 @@
 //! renewal, a deadline counted from the reply instead of the request, no
 //! drift margin, RedLock without its fence write-back or counting itself
 //! granted before the write-back landed, and a fallback chain whose new
-//! epoch is usable at once (the models' variants).
+//! epoch is usable at once (the models' variants); the bugs of shared
+//! leases are in [`share_mutations`](super::share_mutations).
 //!
 //! # Why source patches
 //!
@@ -59,26 +60,26 @@ mod mutant_runner;
 const SEEDS: u64 = 1000;
 
 /// The guarantees of the history checker: any breach catches a safety bug.
-const SAFETY: &[&str] = &["exclusion", "fencing", "stale write", "lost first"];
+pub(super) const SAFETY: &[&str] = &["exclusion", "fencing", "stale write", "lost first"];
 
 /// The runner's configs the mutations use (`unmutated_copy_is_clean` runs each).
-const CONFIGS: &[&str] = &["default", "cleanup", "redlock", "fallback"];
+const CONFIGS: &[&str] = &["default", "cleanup", "redlock", "fallback", "shares"];
 
 /// The crates copied into the mutant's workspace, from the repository root.
 const COPIED: &[&str] = &["crates/holdfast", "crates/holdfast-testkit", "crates/holdfast-verify"];
 
 /// One bug to put back.
-struct Mutation {
-    name: &'static str,
+pub(super) struct Mutation {
+    pub(super) name: &'static str,
     /// The file to patch, from the repository root.
-    file: &'static str,
+    pub(super) file: &'static str,
     /// Text that must occur exactly once in `file`.
-    original: &'static str,
-    mutated: &'static str,
+    pub(super) original: &'static str,
+    pub(super) mutated: &'static str,
     /// The runner's config, one of [`CONFIGS`].
-    config: &'static str,
+    pub(super) config: &'static str,
     /// The guarantees whose breach counts as finding this bug.
-    expect: &'static [&'static str],
+    pub(super) expect: &'static [&'static str],
 }
 
 /// What the runner reported for a mutant.
@@ -319,7 +320,7 @@ fn build_and_run(mutation: Option<&Mutation>, configs: &[&str]) -> (Vec<Option<F
 
 /// Puts `m` back and asserts the seeds find it by a breach of one of the
 /// guarantees it expects.
-fn catch(m: &Mutation) {
+pub(super) fn catch(m: &Mutation) {
     assert!(CONFIGS.contains(&m.config), "{}: config {:?} is not one of {CONFIGS:?}", m.name, m.config);
     let (found, built, ran) = build_and_run(Some(m), &[m.config]);
     let found = found.into_iter().next().flatten();

@@ -170,11 +170,56 @@ fn fallback_tenant_seeds() {
     assert!(by_chain.keys().any(|&(s, _)| s == 2), "no plain lock on the arbiter: {by_chain:?}");
 }
 
+/// Semaphore permits (1 or 2 of 2), read and write locks beside mutexes,
+/// under the default faults: the stores' one admission rule, their
+/// reservations and the waiting policy's shared lanes, checked for
+/// exclusion within each mode's limits and for fences.
+#[test]
+fn shares_seeds() {
+    let config = RunConfig { shares: true, ..RunConfig::default() };
+    let s = sweep(&config, 5_000_000..5_000_000 + seeds(2000) / 8);
+    assert_clean("shares_seeds", &s);
+    // Not vacuous: every mode grants, and shares are held side by side.
+    let mut by_mode = std::collections::BTreeMap::<String, u64>::new();
+    let mut side_by_side = 0;
+    for seed in 5_000_000..5_000_020 {
+        let mut held: std::collections::HashMap<_, (u32, String)> = Default::default();
+        for e in run_seed(seed, &config).events {
+            match e {
+                Event::Granted { id, key, mode, .. } => {
+                    *by_mode.entry(format!("{mode:?}")).or_default() += 1;
+                    let at = (id.store, key);
+                    side_by_side += u64::from(!mode.is_exclusive() && held.values().any(|k| *k == at));
+                    held.insert(id, at);
+                }
+                Event::Ended { id, .. } => {
+                    held.remove(&id);
+                }
+                _ => {}
+            }
+        }
+    }
+    eprintln!("shares_seeds: grants by mode over 20 seeds: {by_mode:?}, {side_by_side} beside another share");
+    assert!(by_mode.len() >= 4, "not every mode granted: {by_mode:?}");
+    assert!(side_by_side > 0, "no share was held beside another");
+}
+
+/// Shares with long leases: a dropped waiting acquire of permits or of a
+/// lock's read or write side leaves no reservation behind, and every store
+/// is empty five seconds after the network heals.
+#[test]
+fn abandoned_shared_attempts_are_released() {
+    let config = RunConfig { shares: true, ..RunConfig::long_leases() };
+    let s = sweep(&config, 6_000_000..6_000_000 + seeds(2000) / 8);
+    assert_clean("abandoned_shared_attempts_are_released", &s);
+}
+
 /// Replays one seed and prints its history and verdict:
 /// `SEED=17 cargo test -p holdfast-lock --test sim replay -- --ignored --nocapture`
 /// (`LONG=1` for the long-lease runs, `REDLOCK=1` for RedLock's,
 /// `FALLBACK=1` for the fallback chain's, with `TENANTS=1` for two chains
-/// and plain locks on one arbiter).
+/// and plain locks on one arbiter, `SHARES=1` for permits and read-write
+/// locks beside mutexes).
 #[test]
 #[ignore = "a tool: replays the seed in SEED"]
 fn replay() {
@@ -183,6 +228,7 @@ fn replay() {
     config.redlock = std::env::var_os("REDLOCK").is_some();
     config.fallback = std::env::var_os("FALLBACK").is_some();
     config.tenants = std::env::var_os("TENANTS").is_some();
+    config.shares = std::env::var_os("SHARES").is_some();
     let out = run_seed(seed, &config);
     for e in &out.events {
         println!("{e:?}");
