@@ -55,6 +55,9 @@ pub struct Args {
     /// With --hot: milliseconds inside the lock per acquisition (fractions allowed).
     #[arg(long, value_name = "MS", default_value_t = 0.2, value_parser = hold_ms, requires = "hot")]
     pub hold_ms: f64,
+    /// With --hot: the key is a semaphore of N permits, each task taking one (default: a mutex).
+    #[arg(long, value_name = "N", value_parser = at_least_one, requires = "hot", conflicts_with = "fair")]
+    pub hot_permits: Option<usize>,
     /// Fair (FIFO) locks.
     #[arg(long)]
     pub fair: bool,
@@ -120,6 +123,7 @@ impl Args {
                 hot.duration = d;
             }
             hot.fair = self.fair;
+            hot.permits = self.hot_permits.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
             hot
         });
         opts

@@ -108,8 +108,9 @@ pub(crate) fn write_held(f: &mut fmt::Formatter<'_>, h: &HeldResult) -> fmt::Res
 pub(crate) fn write_hot(f: &mut fmt::Formatter<'_>, h: &HotResult) -> fmt::Result {
     writeln!(
         f,
-        "hot: {} tasks on one key in {} process(es), hold {} µs, {:.1} s{}",
+        "hot: {} tasks on one key{} in {} process(es), hold {} µs, {:.1} s{}",
         h.tasks,
+        h.permits.map(|n| format!(" (a semaphore of {n} permits, one a task)")).unwrap_or_default(),
         h.procs,
         h.hold_us,
         h.elapsed_secs,

@@ -1,5 +1,6 @@
-//! The `--hot W [--procs P]` workload: W tasks, split over P processes, loop
-//! acquire (waiting), hold, release on one key.
+//! The `--hot W [--procs P] [--hot-permits N]` workload: W tasks, split over
+//! P processes, loop acquire (waiting), hold, release on one key: a mutex, or
+//! a semaphore of N permits with each task taking one.
 
 mod part;
 mod worker;
@@ -39,6 +40,9 @@ pub struct HotOptions {
     pub ttl: Duration,
     /// Fair (FIFO) locks.
     pub fair: bool,
+    /// The key is a semaphore of this many permits, each task taking one
+    /// (default `None`: a mutex).
+    pub permits: Option<u32>,
     /// How to start a worker process, for `procs` above 1.
     pub worker: Option<WorkerCommand>,
 }
@@ -53,6 +57,7 @@ impl HotOptions {
             duration: Duration::from_secs(20),
             ttl: Duration::from_secs(30),
             fair: false,
+            permits: None,
             worker: None,
         }
     }
@@ -70,6 +75,12 @@ impl HotOptions {
         if self.procs > 1 && self.worker.is_none() {
             return Err(Error::invalid("procs", "this program cannot start bench worker processes"));
         }
+        if self.permits == Some(0) {
+            return Err(Error::invalid("hot-permits", "a semaphore needs at least 1 permit"));
+        }
+        if self.fair && self.permits.is_some() {
+            return Err(Error::invalid("hot-permits", "semaphores have no fair mode; drop --fair"));
+        }
         if self.duration.is_zero() {
             return Err(Error::invalid("duration", "must be above zero"));
         }
@@ -86,6 +97,7 @@ impl HotOptions {
             hold_us: self.hold.as_micros() as u64,
             ttl_ms: self.ttl.as_millis() as u64,
             fair: self.fair,
+            permits: self.permits,
         }
     }
 }
@@ -101,6 +113,9 @@ pub struct HotResult {
     pub hold_us: u64,
     /// Whether the locks were fair.
     pub fair: bool,
+    /// The semaphore's permits, or `None` for a mutex.
+    #[serde(default)]
+    pub permits: Option<u32>,
     /// From the start until every task had stopped, seconds.
     pub elapsed_secs: f64,
     /// Acquisitions, all tasks.
@@ -125,7 +140,8 @@ pub struct HotResult {
     /// Share of grants that went to the task that had just released, among
     /// consecutive grants of one process.
     pub reacquired_share: f64,
-    /// Times two tasks of one process were inside the lock at once (must be 0).
+    /// Times more tasks of one process than the lock admits (one, or the
+    /// permits) were inside it at once (must be 0).
     pub overlaps: u64,
     /// Releases that failed (must be 0).
     pub release_errors: u64,
@@ -236,6 +252,7 @@ fn summarise(
         procs: opts.procs,
         hold_us: opts.hold.as_micros() as u64,
         fair: opts.fair,
+        permits: opts.permits,
         elapsed_secs: elapsed.as_secs_f64(),
         acquisitions: total,
         per_sec: total as f64 / elapsed.as_secs_f64().max(1e-9),

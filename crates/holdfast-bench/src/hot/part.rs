@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use holdfast::{Client, ClientOptions, Error, LockOptions, Result};
+use holdfast::{Client, ClientOptions, Error, GuardKind, Lock, LockOptions, Result};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,9 @@ pub struct PartSpec {
     pub ttl_ms: u64,
     /// Fair (FIFO) locks.
     pub fair: bool,
+    /// A semaphore of this many permits, each task taking one; `None`: a mutex.
+    #[serde(default)]
+    pub permits: Option<u32>,
 }
 
 /// What one process's tasks did. Every count is this process's alone.
@@ -47,7 +50,7 @@ pub struct HotPart {
     /// Grants whose previous grant in this process went to the same task
     /// (the task that had just released took the key again).
     pub reacquired: u64,
-    /// Times two tasks of this process were inside the lock at once (must be 0).
+    /// Times more tasks of this process than the lock admits were inside it at once (must be 0).
     pub overlaps: u64,
     /// Releases that failed.
     pub release_errors: u64,
@@ -71,8 +74,10 @@ impl HotPart {
 }
 
 struct Shared {
-    /// 0: nobody inside; else the task id + 1.
-    holder: AtomicUsize,
+    /// Tasks inside the lock now.
+    inside: AtomicU64,
+    /// How many the lock admits at once: 1, or the semaphore's permits.
+    admits: u64,
     /// The task id + 1 of the previous grant in this process.
     last: AtomicUsize,
     reacquired: AtomicU64,
@@ -110,7 +115,8 @@ impl Prepared {
         options.fair = spec.fair;
         let (go, stop) = (CancellationToken::new(), CancellationToken::new());
         let shared = Arc::new(Shared {
-            holder: AtomicUsize::new(0),
+            inside: AtomicU64::new(0),
+            admits: spec.permits.map_or(1, u64::from),
             last: AtomicUsize::new(0),
             reacquired: AtomicU64::new(0),
             overlaps: AtomicU64::new(0),
@@ -120,12 +126,23 @@ impl Prepared {
         let hold = Duration::from_micros(spec.hold_us);
         let tasks = (0..spec.tasks)
             .map(|id| {
-                let mutex = client.mutex_with_options(spec.key.clone(), options.clone());
                 let (go, stop, shared) = (go.clone(), stop.clone(), shared.clone());
-                tokio::spawn(async move {
-                    go.cancelled().await;
-                    hot_task(mutex, id, hold, stop, shared).await
-                })
+                match spec.permits {
+                    None => {
+                        let mutex = client.mutex_with_options(spec.key.clone(), options.clone());
+                        tokio::spawn(async move {
+                            go.cancelled().await;
+                            hot_task(mutex, id, hold, stop, shared).await
+                        })
+                    }
+                    Some(permits) => {
+                        let semaphore = client.semaphore(spec.key.clone(), permits).ttl(options.ttl);
+                        tokio::spawn(async move {
+                            go.cancelled().await;
+                            hot_task(semaphore, id, hold, stop, shared).await
+                        })
+                    }
+                }
             })
             .collect();
         Ok(Prepared { counting, tasks, go, stop, shared, _client: client })
@@ -182,8 +199,8 @@ impl Prepared {
 /// Acquire (waiting), hold, release, until `stop`. A wait cut short by the
 /// stop counts towards the longest wait: a task that never gets the key
 /// reports the whole run as its wait.
-async fn hot_task(
-    mutex: holdfast::Mutex,
+async fn hot_task<K: GuardKind>(
+    lock: Lock<K>,
     id: usize,
     hold: Duration,
     stop: CancellationToken,
@@ -199,21 +216,19 @@ async fn hot_task(
                 out.longest = out.longest.max(asked.elapsed());
                 break;
             }
-            guard = mutex.acquire() => guard?,
+            guard = lock.acquire() => guard?,
         };
         let waited = asked.elapsed();
         record(&mut out.waits, waited);
         out.longest = out.longest.max(waited);
-        if shared.holder.swap(me, Ordering::AcqRel) != 0 {
+        if shared.inside.fetch_add(1, Ordering::AcqRel) >= shared.admits {
             shared.overlaps.fetch_add(1, Ordering::Relaxed);
         }
         if shared.last.swap(me, Ordering::AcqRel) == me {
             shared.reacquired.fetch_add(1, Ordering::Relaxed);
         }
         hold_for(hold).await;
-        if shared.holder.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            shared.overlaps.fetch_add(1, Ordering::Relaxed);
-        }
+        shared.inside.fetch_sub(1, Ordering::AcqRel);
         if guard.release().await.is_err() {
             shared.release_errors.fetch_add(1, Ordering::Relaxed);
         }

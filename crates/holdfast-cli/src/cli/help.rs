@@ -107,7 +107,7 @@ Scale workloads (instead of the default ones unless --workloads is given too):
                 commands per period, memory per held lease, and releasing them all.
     --hot W     W tasks loop acquire, hold --hold-ms (default 0.2), release on one key for --duration
                 (default 20s), split over --procs P processes (this binary, re-executed); --fair for
-                FIFO locks. Reports acquisitions/s, library calls, store requests and server commands
+                FIFO locks, --hot-permits N for a semaphore of N permits, one a task. Reports acquisitions/s, library calls, store requests and server commands
                 per acquisition, tasks that never acquired, the longest wait, busiest/least busy task,
                 and how often the releasing task takes the key again.
 

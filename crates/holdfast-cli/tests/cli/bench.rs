@@ -94,6 +94,15 @@ fn held_and_hot_count_server_commands_on_redis() {
     // An acquisition is at least one script call to acquire and one to release.
     assert!(f(hot, "store_requests_per_acquisition") >= 2.0, "{hot:#}");
     assert!(f(hot, "store_commands_per_acquisition") >= f(hot, "store_requests_per_acquisition"), "{hot:#}");
+    assert!(hot["permits"].is_null(), "a mutex by default: {hot:#}");
+
+    // A semaphore of 3 on the hot key: never more than 3 of a process's
+    // tasks inside at once (counted as overlaps), every task served.
+    let report =
+        bench_json(&env, &redis.url(), &["--hot", "8", "--procs", "2", "--hot-permits", "3", "--duration", "1s"]);
+    let hot = &report["hot"];
+    check_hot(hot, 8, 2);
+    assert_eq!(u(hot, "permits"), 3, "{hot:#}");
 }
 
 #[test]
@@ -105,6 +114,9 @@ fn bad_scale_sizes_are_usage_errors() {
         (&["--hot", "0"], "at least 1"),
         (&["--procs", "2"], "--hot"),
         (&["--hot", "4", "--hold-ms", "99999"], "between 0"),
+        (&["--hot", "4", "--hot-permits", "0"], "at least 1"),
+        (&["--hot-permits", "2"], "--hot"),
+        (&["--hot", "4", "--hot-permits", "2", "--fair"], "--fair"),
     ] {
         let out = env.cmd().args(["bench", "--backend", &env.url]).args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
