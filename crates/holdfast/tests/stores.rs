@@ -73,8 +73,8 @@ mod redlock_rounds;
 mod registry;
 #[path = "segmented.rs"]
 mod segmented;
-#[path = "share_lanes.rs"]
-mod share_lanes;
+#[path = "shared_waiters.rs"]
+mod shared_waiters;
 #[path = "sqlite.rs"]
 mod sqlite;
 #[path = "sqlite_sessions.rs"]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use holdfast::backend::admission::Shrink;
-use holdfast::backend::wait::{Attempt, Lanes, LocalWakeups, until_granted};
+use holdfast::backend::wait::{Attempt, LocalWakeups, until_granted};
 use holdfast::backend::{AcquireRequest, Backend, Grant, LeaseMode, LockStatus, RenewRequest};
 use holdfast::{Capabilities, Error, FenceDurability, LockKey, OwnerToken, Result};
 use tokio::sync::oneshot;
@@ -164,7 +164,7 @@ impl Backend for SimBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let waiters = self.waiters.subscribe(req.key.as_str());
-        until_granted(&waiters, req, self.store.config.poll, Lanes::Shares, || self.attempt(req, true)).await
+        until_granted(&waiters, req, self.store.config.poll, || self.attempt(req, true)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

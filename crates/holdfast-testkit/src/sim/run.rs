@@ -71,7 +71,7 @@ pub struct RunConfig {
     /// Operations also take semaphore permits (2 permits, 1 or 2 at a
     /// time) and read and write locks, each primitive on keys of its own,
     /// so that the store's one admission rule, its reservations and the
-    /// waiting policy's shared lanes run under the same faults. On plain
+    /// waiting policy's turns for shared requests run under the same faults. On plain
     /// stores only (not with [`redlock`](Self::redlock) or
     /// [`fallback`](Self::fallback), which grant exclusive leases only).
     pub shares: bool,

@@ -172,7 +172,7 @@ fn fallback_tenant_seeds() {
 
 /// Semaphore permits (1 or 2 of 2), read and write locks beside mutexes,
 /// under the default faults: the stores' one admission rule, their
-/// reservations and the waiting policy's shared lanes, checked for
+/// reservations and the waiting policy's turns, checked for
 /// exclusion within each mode's limits and for fences.
 #[test]
 fn shares_seeds() {

@@ -189,7 +189,7 @@ impl Backend for EtcdBackend {
         let waiters = self.shared.waiters.subscribe(req.key.as_str());
         // Not a wrapper future around the acquire: the acquire's future
         // starts after the turn's, so the two share their space.
-        let _turn = wait::take_turn(&waiters, req, wait::Lanes::Shares).await;
+        let _turn = wait::take_turn(&waiters, req).await;
         self.shared.acquire(req).await
     }
 

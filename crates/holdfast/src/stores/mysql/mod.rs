@@ -28,7 +28,7 @@ pub(crate) use config::OPTIONS;
 pub use config::{MysqlConfig, SslMode};
 
 use crate::backend::session_book::SessionBook;
-use crate::backend::wait::{self, Attempt, Lanes, LocalWakeups};
+use crate::backend::wait::{self, Attempt, LocalWakeups};
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
@@ -288,7 +288,7 @@ impl Backend for MysqlBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
-        wait::until_granted(&wakeup, req, self.config.poll, Lanes::One, || {
+        wait::until_granted(&wakeup, req, self.config.poll, || {
             let turn = if std::mem::take(&mut first) { Turn::FirstWait } else { Turn::Wait };
             self.waiting_attempt(req, turn)
         })

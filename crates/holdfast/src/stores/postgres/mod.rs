@@ -30,7 +30,7 @@ pub(crate) use config::OPTIONS;
 pub use config::{PostgresConfig, Prepared, SslMode};
 pub use error::PgError;
 
-use crate::backend::wait::{self, Attempt, Lanes, LocalWakeups};
+use crate::backend::wait::{self, Attempt, LocalWakeups};
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest};
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
@@ -184,10 +184,7 @@ impl Backend for PostgresBackend {
             let _waiting = self.inner.waiting.enter(key);
             let wakeup = self.inner.wakeups.subscribe(key);
             self.ensure_listener().await;
-            return wait::until_granted(&wakeup, req, self.inner.config.poll, Lanes::One, || {
-                self.attempt_shared(req, true)
-            })
-            .await;
+            return wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await;
         }
         if !self.listening() {
             // A free key needs no listener: a client that never meets a busy
@@ -203,12 +200,11 @@ impl Backend for PostgresBackend {
             let _waiting = self.inner.waiting.enter(key);
             let wakeup = self.inner.wakeups.subscribe(key);
             self.ensure_listener().await;
-            return wait::until_granted(&wakeup, req, self.inner.config.poll, Lanes::One, || self.attempt(req, true))
-                .await;
+            return wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await;
         }
         let _waiting = self.inner.waiting.enter(key);
         let wakeup = self.inner.wakeups.subscribe(key);
-        wait::until_granted(&wakeup, req, self.inner.config.poll, Lanes::One, || self.attempt(req, true)).await
+        wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt(req, true)).await
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

@@ -45,7 +45,7 @@ use tokio::sync::oneshot;
 
 use super::keys::{H, key_parts};
 use super::{RedisBackend, ms};
-use crate::backend::wait::{self, Attempt, KeyWaiters, Lanes};
+use crate::backend::wait::{self, Attempt, KeyWaiters};
 use crate::backend::{AcquireRequest, Grant};
 use crate::lease::release::Release;
 use crate::lease::{Horizon, drift_margin};
@@ -167,7 +167,7 @@ impl RedisBackend {
     /// releaser took the offer.
     pub(super) async fn wait_or_take(&self, req: &AcquireRequest, wakeup: &KeyWaiters) -> Result<Grant> {
         let mut offer = self.inner.offers.offer(req, false);
-        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, Lanes::One, || self.attempt(req, true));
+        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, || self.attempt(req, true));
         tokio::pin!(waited);
         loop {
             tokio::select! {

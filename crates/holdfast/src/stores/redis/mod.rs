@@ -31,7 +31,7 @@ use redis::FromRedisValue;
 pub(crate) use config::OPTIONS;
 pub use config::RedisConfig;
 
-use crate::backend::wait::{self, Attempt, Lanes};
+use crate::backend::wait::{self, Attempt};
 use crate::backend::{
     AcquireRequest, Backend, ForceReleased, Grant, HolderInfo, LeaseMode, LockStatus, RenewRequest, UNLIMITED,
     admission,
@@ -281,8 +281,7 @@ impl RedisBackend {
             // A releasing task of this client may hand the key over.
             self.wait_or_take(req, &wakeup).await
         } else {
-            wait::until_granted(&wakeup, req, self.inner.config.poll, Lanes::Shares, || self.attempt_shared(req, true))
-                .await
+            wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
         }
     }
 }

@@ -21,7 +21,7 @@ pub(crate) use config::OPTIONS;
 pub use config::SqliteConfig;
 
 use crate::backend::admission::Shrink;
-use crate::backend::wait::{self, Attempt, Lanes, LocalWakeups};
+use crate::backend::wait::{self, Attempt, LocalWakeups};
 use crate::backend::{AcquireRequest, Backend, ForceReleased, Grant, LeaseMode, LockStatus, RenewRequest};
 use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
@@ -205,7 +205,7 @@ impl Backend for SqliteBackend {
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
         let mut first = true;
-        wait::until_granted(&wakeup, req, self.config.poll, Lanes::Shares, || {
+        wait::until_granted(&wakeup, req, self.config.poll, || {
             let peek = !std::mem::take(&mut first);
             self.attempt(req, peek, true)
         })

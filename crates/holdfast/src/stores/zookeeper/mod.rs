@@ -166,7 +166,7 @@ impl Backend for ZkBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let waiters = self.inner.waiters.subscribe(req.key.as_str());
-        let _turn = wait::take_turn(&waiters, req, wait::Lanes::One).await;
+        let _turn = wait::take_turn(&waiters, req).await;
         self.attempt(req, true)
             .await?
             .ok_or_else(|| Error::backend(STORE, false, "a waiting acquire ended without a grant"))

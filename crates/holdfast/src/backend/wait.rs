@@ -37,7 +37,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Backend, Grant, LeaseMode};
+use crate::backend::{AcquireRequest, Backend, Grant};
 use crate::vocabulary::error::{Error, Result};
 
 /// The outcome of one acquire attempt made by a waiting loop.
@@ -81,80 +81,34 @@ impl PollBounds {
     }
 }
 
-/// The most waiters of one key in this process that ask the store side by
-/// side: shared requests on a store that grants shares side by side
-/// ([`Lanes::Shares`]). Everything else asks alone.
-pub const MAX_LANES: u32 = 8;
-
-/// How many of a key's waiters in this process ask the store at once; the
-/// store that calls [`until_granted`] says which.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lanes {
-    /// One, the local head: the store sees one waiter per process and key.
-    One,
-    /// Shared requests side by side, up to as many as the key's limit admits
-    /// of their weight (the lanes shared out evenly: 8, 4, 2 or 1 side by
-    /// side); exclusive and writer requests
-    /// still ask alone, after every earlier waiter of the process. For a store
-    /// whose shared grants do not queue on one row, where one head asking
-    /// after another (a round trip each) would set the rate.
-    Shares,
-}
-
-impl Lanes {
-    /// How many of the turn's [`MAX_LANES`] permits a waiter of `mode` takes.
-    fn width(self, mode: LeaseMode) -> u32 {
-        match (self, mode) {
-            (Lanes::Shares, LeaseMode::Shared { weight, limit }) => {
-                let side_by_side = (limit / weight.max(1)).clamp(1, MAX_LANES);
-                MAX_LANES.div_ceil(side_by_side)
-            }
-            _ => MAX_LANES,
-        }
-    }
-}
-
 /// The waiters of one key inside this process: their FIFO turn, and the
-/// wake-up of those whose turn it is.
+/// wake-up of the one whose turn it is.
 ///
-/// Only the waiters holding the turn (the local head, or with
-/// [`Lanes::Shares`] up to [`MAX_LANES`] shared waiters side by side) make
-/// store attempts, poll and listen; the others wait for the turn without
-/// touching the store. So the store sees at most that many pollers per
-/// process and key however many tasks wait. An exclusive or writer waiter is
-/// never passed over by a later task of this process; shared waiters side by
-/// side are granted in the order their attempts reach the store.
-#[derive(Debug)]
+/// Only the waiter holding the turn (the local head) makes store attempts,
+/// polls and listens; the others wait for the turn without touching the
+/// store. So the store sees one poller per process and key however many
+/// tasks wait, and a task of this process is never passed over by a later
+/// one of this process: it is at most as many grants behind as there were
+/// waiters ahead of it.
+#[derive(Debug, Default)]
 pub struct KeyWaiters {
     wakeup: Notify,
-    /// [`MAX_LANES`] permits, handed out first come, first served (tokio's
-    /// semaphore is fair, also to a waiter that asks for several); dropping a
-    /// waiter that queues for it leaves the queue at once.
-    turn: tokio::sync::Semaphore,
-}
-
-impl Default for KeyWaiters {
-    fn default() -> Self {
-        KeyWaiters { wakeup: Notify::new(), turn: tokio::sync::Semaphore::new(MAX_LANES as usize) }
-    }
+    /// FIFO (tokio's mutex queues lockers in order); dropping a waiter that
+    /// queues for it leaves the queue at once.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl KeyWaiters {
     /// Whether a waiter of this process holds the turn or queues for it.
     pub fn has_waiters(&self) -> bool {
-        self.turn.available_permits() < MAX_LANES as usize
-    }
-
-    /// Whether waiters other than one holding `width` of the turn hold it.
-    fn others_in_turn(&self, width: u32) -> bool {
-        self.turn.available_permits() + (width as usize) < MAX_LANES as usize
+        self.turn.try_lock().is_err()
     }
 }
 
 /// Per-key wake-ups and turns for waiters inside this process.
 ///
-/// A release calls [`wake_one`](Self::wake_one): one waiter holding the turn
-/// is woken (the one whose wake-up was armed first), no one else. A notification sent while no waiter is parked is
+/// A release calls [`wake_one`](Self::wake_one): the waiter whose turn it is
+/// is woken, no one else. A notification sent while no waiter is parked is
 /// kept for the next one, and one sent to a waiter whose future is dropped is
 /// passed on (tokio's `Notify` semantics), so none is lost.
 #[derive(Debug, Default)]
@@ -193,17 +147,10 @@ impl LocalWakeups {
     }
 }
 
-/// Attempts until granted, one waiter of the key per process at a time (or,
-/// with [`Lanes::Shares`], a few shared ones side by side): waits for this
-/// task's turn among the key's local waiters, then after each busy attempt
-/// waits for a wake-up or the fallback poll delay, whichever comes first.
-///
-/// A release wakes one waiter. One that is granted after a busy attempt
-/// wakes the next one side by side, if any: the release may have freed room
-/// for more than one, and a waiter asleep with a reservation ahead of the
-/// waiters who enter after it would hold them back until its poll. One that
-/// is refused passes nothing on. (holdfast-models' `share_lanes` checks the
-/// rule, and what goes wrong without it.)
+/// Attempts until granted, one waiter of the key per process at a time:
+/// waits for this task's turn among the key's local waiters, then after each
+/// busy attempt waits for a wake-up or the fallback poll delay, whichever
+/// comes first.
 ///
 /// A request whose earlier attempt may have been granted already
 /// ([`AcquireRequest::retry`]) makes one attempt before queueing, so that a
@@ -221,7 +168,6 @@ pub async fn until_granted<F, Fut>(
     waiters: &KeyWaiters,
     req: &AcquireRequest,
     poll: PollBounds,
-    lanes: Lanes,
     mut attempt: F,
 ) -> Result<Grant>
 where
@@ -242,24 +188,15 @@ where
             return Ok(grant);
         }
     }
-    let width = lanes.width(req.mode);
-    // Never closed: a failure here cannot happen, and would only mean no turn.
-    let _turn = waiters.turn.acquire_many(width).await.ok();
-    let mut waited = false;
+    let _turn = waiters.turn.lock().await;
     loop {
         let notified = waiters.wakeup.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         crate::vocabulary::metrics::note_attempt();
         match attempt().await? {
-            Attempt::Granted(grant) => {
-                if waited && waiters.others_in_turn(width) {
-                    waiters.wakeup.notify_one();
-                }
-                return Ok(grant);
-            }
+            Attempt::Granted(grant) => return Ok(grant),
             Attempt::Busy { expires_in } => {
-                waited = true;
                 crate::vocabulary::metrics::note_busy();
                 let delay = poll.next_delay(expires_in);
                 tokio::select! {
@@ -278,13 +215,11 @@ where
 /// queued acquire.
 ///
 /// The store's queue then holds one entry per process and key (the local
-/// head's; with [`Lanes::Shares`], up to [`MAX_LANES`] shared waiters'), not
-/// one per waiting task, so what a hand-off costs the store (the sorted range
-/// over an etcd prefix, the list of a ZooKeeper node's children) stays flat
-/// however many tasks of the process wait. The order stays first come, first
-/// served inside the process (among shared waiters side by side, the order
-/// their entries reach the store), and across processes it is the store's
-/// queue order.
+/// head's), not one per waiting task, so what a hand-off costs the store (the
+/// sorted range over an etcd prefix, the list of a ZooKeeper node's children)
+/// stays flat however many tasks of the process wait. The order stays first
+/// come, first served inside the process, and across processes it is the
+/// store's queue order of their heads.
 ///
 /// A request whose earlier attempt may hold a place in the store's queue
 /// already ([`AcquireRequest::retry`]) gets no turn (`None`) and goes ahead:
@@ -295,15 +230,11 @@ where
 ///
 /// Cancel-safe: a task dropped while queued for the turn leaves the queue at
 /// once, and the turn passes on when its holder drops the guard.
-pub async fn take_turn<'a>(
-    waiters: &'a KeyWaiters,
-    req: &AcquireRequest,
-    lanes: Lanes,
-) -> Option<tokio::sync::SemaphorePermit<'a>> {
+pub async fn take_turn<'a>(waiters: &'a KeyWaiters, req: &AcquireRequest) -> Option<tokio::sync::MutexGuard<'a, ()>> {
     if req.retry {
         return None;
     }
-    waiters.turn.acquire_many(lanes.width(req.mode)).await.ok()
+    Some(waiters.turn.lock().await)
 }
 
 /// How long a waiting acquire rides out a failing store by default.
@@ -424,4 +355,27 @@ async fn busy_or_silent(backend: &dyn Backend, req: &AcquireRequest) -> WaitFail
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::vocabulary::key::{LockKey, OwnerToken};
+
+    /// A retry is not queued behind the local head: on etcd and ZooKeeper
+    /// its earlier entry may be ahead of the head's in the store's queue, so
+    /// waiting for the head's turn would deadlock the two. A first attempt
+    /// does wait for its turn.
+    #[tokio::test]
+    async fn a_retry_does_not_wait_for_the_turn() {
+        let waiters = LocalWakeups::default().subscribe("k");
+        let first = AcquireRequest::new(LockKey::new("k").expect("key"), OwnerToken::random(), Duration::from_secs(1));
+        let head = take_turn(&waiters, &first).await.expect("the free turn");
+        let later = take_turn(&waiters, &first);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), later).await.is_err(),
+            "a first attempt passed the head"
+        );
+        let retry = AcquireRequest { retry: true, ..first.clone() };
+        let skipped = tokio::time::timeout(Duration::from_millis(50), take_turn(&waiters, &retry)).await;
+        assert!(matches!(skipped, Ok(None)), "a retry waited for the head's turn");
+        drop(head);
+    }
+}
