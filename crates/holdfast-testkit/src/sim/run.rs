@@ -27,6 +27,9 @@ pub struct RunConfig {
     pub keys: u32,
     /// Operations per client.
     pub ops: u32,
+    /// Tasks per client, each running `ops` operations at once with the
+    /// others (so that a client's own waiters on a key take turns).
+    pub tasks: u32,
     /// The lease TTL.
     pub ttl: Duration,
     /// Chance that a request, or a reply, is lost.
@@ -89,6 +92,7 @@ impl Default for RunConfig {
             clients: 4,
             keys: 2,
             ops: 200,
+            tasks: 1,
             ttl: Duration::from_millis(1000),
             loss: 0.03,
             max_delay: Duration::from_millis(40),
@@ -120,6 +124,14 @@ impl RunConfig {
             cleanup_within: Some(Duration::from_secs(5)),
             ..RunConfig::default()
         }
+    }
+
+    /// Permits and read-write locks beside mutexes ([`shares`](Self::shares)),
+    /// three tasks a client (so that a client's own shared and exclusive
+    /// waiters on a key take turns), each with half the operations, under
+    /// the same faults.
+    pub fn with_shares(self) -> Self {
+        RunConfig { shares: true, tasks: 3, ops: self.ops.div_ceil(2), ..self }
     }
 }
 
@@ -217,15 +229,17 @@ async fn run(seed: u64, config: RunConfig) -> RunOutcome {
         } else if config.fallback {
             clients.push((config.stores, Client::with_backend(Arc::new(chain(members, "default", &config)), opts)));
         }
-        let worker = Worker {
-            id: c,
-            clients,
-            rng: StdRng::seed_from_u64(rng.random()),
-            recorder: recorder.clone(),
-            register: register.clone(),
-            config: config.clone(),
-        };
-        workers.push(tokio::spawn(worker.run()));
+        for _ in 0..config.tasks.max(1) {
+            let worker = Worker {
+                id: c,
+                clients: clients.clone(),
+                rng: StdRng::seed_from_u64(rng.random()),
+                recorder: recorder.clone(),
+                register: register.clone(),
+                config: config.clone(),
+            };
+            workers.push(tokio::spawn(worker.run()));
+        }
     }
     let chaos = tokio::spawn(chaos(StdRng::seed_from_u64(rng.random()), stores.clone(), links.clone(), config.clone()));
     for w in workers {

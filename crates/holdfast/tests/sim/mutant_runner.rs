@@ -73,7 +73,7 @@ fn config(name: &str) -> RunConfig {
         },
         "redlock" => RunConfig { redlock: true, ..RunConfig::default() },
         "fallback" => RunConfig { fallback: true, ..RunConfig::default() },
-        "shares" => RunConfig { shares: true, ..RunConfig::default() },
+        "shares" => RunConfig::default().with_shares(),
         other => {
             eprintln!("mutant-runner: unknown config {other:?} (default, long, cleanup, redlock, fallback, shares)");
             std::process::exit(2);

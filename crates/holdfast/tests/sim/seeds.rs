@@ -176,7 +176,7 @@ fn fallback_tenant_seeds() {
 /// exclusion within each mode's limits and for fences.
 #[test]
 fn shares_seeds() {
-    let config = RunConfig { shares: true, ..RunConfig::default() };
+    let config = RunConfig::default().with_shares();
     let s = sweep(&config, 5_000_000..5_000_000 + seeds(2000) / 8);
     assert_clean("shares_seeds", &s);
     // Not vacuous: every mode grants, and shares are held side by side.
@@ -209,7 +209,7 @@ fn shares_seeds() {
 /// is empty five seconds after the network heals.
 #[test]
 fn abandoned_shared_attempts_are_released() {
-    let config = RunConfig { shares: true, ..RunConfig::long_leases() };
+    let config = RunConfig::long_leases().with_shares();
     let s = sweep(&config, 6_000_000..6_000_000 + seeds(2000) / 8);
     assert_clean("abandoned_shared_attempts_are_released", &s);
 }
@@ -228,7 +228,9 @@ fn replay() {
     config.redlock = std::env::var_os("REDLOCK").is_some();
     config.fallback = std::env::var_os("FALLBACK").is_some();
     config.tenants = std::env::var_os("TENANTS").is_some();
-    config.shares = std::env::var_os("SHARES").is_some();
+    if std::env::var_os("SHARES").is_some() {
+        config = config.with_shares();
+    }
     let out = run_seed(seed, &config);
     for e in &out.events {
         println!("{e:?}");
