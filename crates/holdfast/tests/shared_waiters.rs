@@ -65,11 +65,10 @@ async fn sqlite_one_release_wakes_every_waiter_it_frees_room_for() {
 }
 
 #[cfg(feature = "redis")]
-#[test]
-fn redis_one_release_wakes_every_waiter_it_frees_room_for() {
-    let server = holdfast_testkit::servers::redis::RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    rt.block_on(one_release_frees_two_sleeping_waiters(&format!("{}/?{SLOW_POLL}", server.url())));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_one_release_wakes_every_waiter_it_frees_room_for() {
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::redis::RedisServer::start);
+    one_release_frees_two_sleeping_waiters(&format!("{}/?{SLOW_POLL}", server.url())).await;
 }
 
 /// Three waiting tasks in each of two clients, for one permit each of a
@@ -128,17 +127,15 @@ async fn sqlite_keeps_one_waiting_request_per_client() {
 }
 
 #[cfg(feature = "redis")]
-#[test]
-fn redis_keeps_one_waiting_request_per_client() {
-    let server = holdfast_testkit::servers::redis::RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    rt.block_on(one_waiting_request_per_client(&server.url(), None));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_one_waiting_request_per_client() {
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::redis::RedisServer::start);
+    one_waiting_request_per_client(&server.url(), None).await;
 }
 
 #[cfg(feature = "etcd")]
-#[test]
-fn etcd_keeps_one_waiting_request_per_client() {
-    let cluster = holdfast_testkit::servers::etcd::EtcdCluster::start();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    rt.block_on(one_waiting_request_per_client(&cluster.url(), None));
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_keeps_one_waiting_request_per_client() {
+    let cluster = tokio::task::block_in_place(holdfast_testkit::servers::etcd::EtcdCluster::start);
+    one_waiting_request_per_client(&cluster.url(), None).await;
 }

@@ -111,6 +111,9 @@ impl Prepared {
         if spec.fair && !client.capabilities().fair {
             return Err(Error::Unsupported { store: client.store_name(), what: "fair locks" });
         }
+        if spec.permits.is_some() && !client.capabilities().shared_leases {
+            return Err(Error::Unsupported { store: client.store_name(), what: "semaphores (--hot-permits)" });
+        }
         let mut options = LockOptions::with_ttl(Duration::from_millis(spec.ttl_ms));
         options.fair = spec.fair;
         let (go, stop) = (CancellationToken::new(), CancellationToken::new());
@@ -128,20 +131,22 @@ impl Prepared {
             .map(|id| {
                 let (go, stop, shared) = (go.clone(), stop.clone(), shared.clone());
                 match spec.permits {
-                    None => {
-                        let mutex = client.mutex_with_options(spec.key.clone(), options.clone());
-                        tokio::spawn(async move {
-                            go.cancelled().await;
-                            hot_task(mutex, id, hold, stop, shared).await
-                        })
-                    }
-                    Some(permits) => {
-                        let semaphore = client.semaphore(spec.key.clone(), permits).ttl(options.ttl);
-                        tokio::spawn(async move {
-                            go.cancelled().await;
-                            hot_task(semaphore, id, hold, stop, shared).await
-                        })
-                    }
+                    None => spawn_task(
+                        client.mutex_with_options(spec.key.clone(), options.clone()),
+                        id,
+                        hold,
+                        go,
+                        stop,
+                        shared,
+                    ),
+                    Some(permits) => spawn_task(
+                        client.semaphore(spec.key.clone(), permits).ttl(options.ttl),
+                        id,
+                        hold,
+                        go,
+                        stop,
+                        shared,
+                    ),
                 }
             })
             .collect();
@@ -194,6 +199,21 @@ impl Prepared {
         part.renew_calls = self.counting.renews() - ren0;
         Ok(part)
     }
+}
+
+/// Spawns [`hot_task`] on `lock`, started by `go`.
+fn spawn_task<K: GuardKind>(
+    lock: Lock<K>,
+    id: usize,
+    hold: Duration,
+    go: CancellationToken,
+    stop: CancellationToken,
+    shared: Arc<Shared>,
+) -> JoinHandle<Result<TaskOutcome>> {
+    tokio::spawn(async move {
+        go.cancelled().await;
+        hot_task(lock, id, hold, stop, shared).await
+    })
 }
 
 /// Acquire (waiting), hold, release, until `stop`. A wait cut short by the

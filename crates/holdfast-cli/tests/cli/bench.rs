@@ -105,6 +105,19 @@ fn held_and_hot_count_server_commands_on_redis() {
     assert_eq!(u(hot, "permits"), 3, "{hot:#}");
 }
 
+/// A semaphore asked of a store without shared leases (RedLock): refused
+/// before the run starts, in one line that names the store and the flag.
+#[test]
+fn hot_permits_on_redlock_is_refused_up_front() {
+    let env = Env::new();
+    let members: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let addrs: Vec<String> = members.iter().map(|m| m.url().trim_start_matches("redis://").to_owned()).collect();
+    let url = format!("redlock://{}", addrs.join(","));
+    let out = env.cmd().args(["bench", "--backend", &url, "--hot", "4", "--hot-permits", "2"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    crate::assert_one_line(&out.stderr, "redlock store does not support semaphores (--hot-permits)");
+}
+
 #[test]
 fn bad_scale_sizes_are_usage_errors() {
     let env = Env::new();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use holdfast::backend::{LeaseMode, UNLIMITED};
-use holdfast::{Client, ClientOptions, Guard, GuardKind, Lock, MutexKind, PermitKind, ReadKind, Semaphore, WriteKind};
+use holdfast::{Client, ClientOptions, Guard, GuardKind, Lock, PermitKind, Semaphore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -323,36 +323,37 @@ impl Worker {
             // Each primitive on keys of its own: one key's leases have one
             // kind of limit (a mutex key asked for as a semaphore is a
             // conflict, not a grant).
-            let held = match primitive {
+            match primitive {
                 0 => {
                     let key = format!("k{k}");
                     let guard = attempt(how, wait, client.mutex(&key).ttl(ttl)).await;
-                    guard.map(|g| (key, LeaseMode::Exclusive, Held::Mutex(g)))
+                    self.hold_or_rest(store, &key, LeaseMode::Exclusive, guard).await;
                 }
                 1 => {
                     let (key, n) = (format!("s{k}"), self.rng.random_range(1..=2));
                     let guard = attempt_permits(how, wait, n, client.semaphore(&key, 2).ttl(ttl)).await;
-                    guard.map(|g| (key, LeaseMode::Shared { weight: n, limit: 2 }, Held::Permit(g)))
+                    self.hold_or_rest(store, &key, LeaseMode::Shared { weight: n, limit: 2 }, guard).await;
                 }
                 2 => {
                     let key = format!("rw{k}");
                     let guard = attempt(how, wait, client.rwlock(&key).read().ttl(ttl)).await;
-                    let mode = LeaseMode::Shared { weight: 1, limit: UNLIMITED };
-                    guard.map(|g| (key, mode, Held::Read(g)))
+                    self.hold_or_rest(store, &key, LeaseMode::Shared { weight: 1, limit: UNLIMITED }, guard).await;
                 }
                 _ => {
                     let key = format!("rw{k}");
                     let guard = attempt(how, wait, client.rwlock(&key).write().ttl(ttl)).await;
-                    guard.map(|g| (key, LeaseMode::Writer, Held::Write(g)))
+                    self.hold_or_rest(store, &key, LeaseMode::Writer, guard).await;
                 }
-            };
-            match held {
-                Some((key, mode, Held::Mutex(g))) => self.hold(store, &key, mode, g).await,
-                Some((key, mode, Held::Permit(g))) => self.hold(store, &key, mode, g).await,
-                Some((key, mode, Held::Read(g))) => self.hold(store, &key, mode, g).await,
-                Some((key, mode, Held::Write(g))) => self.hold(store, &key, mode, g).await,
-                None => tokio::time::sleep(self.config.ttl / 20).await,
             }
+        }
+    }
+
+    /// Holds a grant (see [`hold`](Self::hold)), or rests a little after
+    /// an attempt that got none.
+    async fn hold_or_rest<K: GuardKind>(&mut self, store: u32, key: &str, mode: LeaseMode, guard: Option<Guard<K>>) {
+        match guard {
+            Some(g) => self.hold(store, key, mode, g).await,
+            None => tokio::time::sleep(self.config.ttl / 20).await,
         }
     }
 
@@ -411,14 +412,6 @@ impl Worker {
             recorder.record(Event::Write { id, key, fence, issued, applied: recorder.now(), accepted });
         });
     }
-}
-
-/// A grant of one of the primitives.
-enum Held {
-    Mutex(Guard<MutexKind>),
-    Permit(Guard<PermitKind>),
-    Read(Guard<ReadKind>),
-    Write(Guard<WriteKind>),
 }
 
 /// One acquire of `lock`, the way `how` (0 to 9) picks: a try (2 in 10),

@@ -120,10 +120,10 @@ fn a_non_fair_call_defers_to_a_fair_waiter_queued_behind_an_expired_lease() {
 }
 
 /// A share's release recomputes the lock's latest share expiry (`sx`, which
-/// an exclusive acquire reads to refuse while shares live) only when the
-/// released share may have been the latest; otherwise another held share's
-/// expiry is `sx` and stays. Released in either order, two readers leave
-/// the key free at once for a mutex, and one reader left still refuses it.
+/// an exclusive acquire reads to refuse while shares live) from the held
+/// shares left. Released in either order, two readers leave the key free
+/// at once for a mutex, and one reader left still refuses it (a release
+/// that kept a stale `sx`, or dropped it while a share lives, fails here).
 #[test]
 fn shares_released_in_either_order_free_the_key_at_once() {
     let server = RedisServer::start();
