@@ -15,7 +15,7 @@ use super::{ServerProcess, free_port, require_binary, wait_until};
 pub const TICK_MS: u64 = 200;
 
 /// The longest session timeout the servers grant.
-pub const MAX_SESSION_TIMEOUT_MS: u64 = 30_000;
+pub const MAX_SESSION_TIMEOUT_MS: u64 = 60_000;
 
 /// The session timeout the conformance tests ask for.
 pub const SESSION_TIMEOUT_MS: u64 = 4_000;

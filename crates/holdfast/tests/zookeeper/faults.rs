@@ -185,16 +185,18 @@ fn waiter_on_a_dead_ensemble_gets_the_store_error() {
 fn release_lost_in_a_rolling_restart_completes() {
     use holdfast::backend::{AcquireRequest, Backend};
     let mut server = ZkServer::start_ensemble(3);
-    // Session timeout 30 s: the client keeps the session through a
-    // disconnection of up to 7.5 s (a quarter), and moving it to another
-    // member took longer than 2.5 s (a 10 s timeout's quarter) on a loaded
-    // CI machine, which abandoned it and made the retry find nothing.
-    let url = format!("{}?session_timeout=30000&timeout=2000", server.url());
+    // Session timeout 60 s: the client keeps the session through a
+    // disconnection of up to 15 s (a quarter). Moving it to another member
+    // took longer than 2.5 s (a 10 s timeout's quarter) on a loaded CI
+    // machine, and longer than 7.5 s (30 s's) once in a full test run on 2
+    // cores: the client then rightly counted its grant lost, and the retry
+    // found nothing to delete.
+    let url = format!("{}?session_timeout=60000&timeout=2000", server.url());
     // The holder knows only the followers: killing a leader would add an
     // election to the restart, which may outlast the disconnect grace.
     let leader = server.leader().expect("a leader");
     let followers: Vec<usize> = (0..server.len()).filter(|&i| i != leader).collect();
-    let holder_url = format!("{}?session_timeout=30000&timeout=2000", server.url_of(&followers));
+    let holder_url = format!("{}?session_timeout=60000&timeout=2000", server.url_of(&followers));
     let rt = runtime();
     let backend = rt.block_on(ZkBackend::open_url(&holder_url)).expect("connect");
     let session = rt.block_on(backend.session_id()).expect("session id");
@@ -215,7 +217,7 @@ fn release_lost_in_a_rolling_restart_completes() {
         Ok(held) => panic!("the delete sent to a stopped member succeeded: {held}"),
     }
     let retried = rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match backend.release(&key, req.token).await {
                 Ok(held) => return held,
