@@ -34,6 +34,8 @@
 //!   variants weighed (issue 33).
 //! - [`share_lanes`]: shared waiters of one process asking the store side by
 //!   side, and the wake-up a granted waiter passes on (issue 33).
+//! - [`pg_wakeup`]: how a PostgreSQL waiter makes sure a release will wake
+//!   it: the `wanted` mark, written only when it is off (issue 33).
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -51,6 +53,7 @@ pub mod mysql_session;
 pub mod network;
 pub mod pg_fence;
 pub mod pg_session;
+pub mod pg_wakeup;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;

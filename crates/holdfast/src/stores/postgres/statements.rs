@@ -166,8 +166,14 @@ impl Statements {
             // w: a waiting attempt that finds the key busy marks the row
             //    `wanted`, so that its release sends a NOTIFY (a release of an
             //    unwanted row sends none: NOTIFY is most of a release's cost).
-            //    Runs only when cur found a holder, re-checked on the latest
-            //    row version; 0 rows = the row changed since the snapshot.
+            //    Runs only when cur found a holder and no mark, re-checked on
+            //    the latest row version; 0 rows = the row changed since the
+            //    snapshot (run again). A snapshot that shows the holder's row
+            //    marked writes nothing (a new row version per refused attempt
+            //    was most of a contended key's cost across processes): the
+            //    mark stays until a grant, and a grant needs this holder's
+            //    release, which then notifies (model pg_wakeup), or its
+            //    expiry, which the waiter's timer covers.
             acquire: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", "$9"]), SESSION_COLUMNS),
             acquire_lean: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", ""]), LEAN_SESSION_COLUMNS),
             // `acquire` without `w`.
@@ -381,16 +387,21 @@ const RUN_AGAIN: &str = "EXISTS (SELECT 1 FROM cur WHERE expires_at <= clock_tim
         AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM mine)";
 
 /// `acquire` (or its lean form) from its CTEs and session columns: `w`
-/// added (see `acquire` in [`Statements::new`]).
+/// added (see `acquire` in [`Statements::new`]); the fourth column
+/// (registered) is true if `w` marked the row or the snapshot shows another
+/// live holder's row marked already.
 fn acquire_sql(t: &str, grant: &str, session_columns: &str) -> String {
     format!(
         "{grant}), w AS (
              UPDATE {t} SET wanted = true
-             WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp()
-               AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp())
+             WHERE key = $1 AND $5 AND token <> $2 AND expires_at > clock_timestamp() AND NOT wanted
+               AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp() AND NOT wanted)
              RETURNING 1
          )
-         {GRANT_COLUMNS}, EXISTS (SELECT 1 FROM w), {RUN_AGAIN}, {session_columns}"
+         {GRANT_COLUMNS},
+         EXISTS (SELECT 1 FROM w)
+           OR ($5 AND EXISTS (SELECT 1 FROM cur WHERE token <> $2 AND expires_at > clock_timestamp() AND wanted)),
+         {RUN_AGAIN}, {session_columns}"
     )
 }
 

@@ -1,0 +1,77 @@
+//! Checks the PostgreSQL wake-up model (issue 33): a waiting attempt that
+//! finds the row already marked `wanted` writes nothing and still hears the
+//! release (the shipped design), like the design before it that rewrote the
+//! mark every time; telling the waiter "registered" whatever the update
+//! found, or marking the row without re-checking its holder, leaves a waiter
+//! asleep with no notification on its way.
+//!
+//! Run with `--nocapture` to see the counterexamples, state counts and times;
+//! README.md records them.
+
+use std::time::Instant;
+
+use holdfast_models::pg_wakeup::{
+    ALL_SERVED, NO_REWRITE, NO_UNANNOUNCED_SLEEP, ONE_HOLDER, SLEEPS_ON_ANOTHERS_MARK, WakeupModel, WakeupVariant,
+};
+use holdfast_models::trace::{assert_shortest_counterexamples, readable_trace};
+use stateright::{Checker, Model};
+
+fn explore(variant: WakeupVariant, waiters: u8) -> impl Checker<WakeupModel> {
+    let started = Instant::now();
+    let checker = WakeupModel { variant, waiters }.checker().spawn_dfs().join();
+    println!(
+        "pg_wakeup {variant:?}, {waiters} waiters: complete={} unique states={} in {:.1?}",
+        checker.is_done(),
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    assert!(checker.is_done());
+    for property in [ONE_HOLDER, NO_UNANNOUNCED_SLEEP, ALL_SERVED] {
+        assert!(checker.discovery(property).is_none(), "{variant:?}: {property} violated");
+    }
+    checker
+}
+
+/// Prints a shortest run to a state that breaks `property` (an `always`):
+/// the space is small enough that one search visits all of it before it
+/// checks whether to stop, and keeps the last discovery, not the first, so
+/// the depth is raised one step at a time.
+fn print_shortest(model: &WakeupModel, property: &'static str) {
+    for depth in 1..=32 {
+        let checker = model.clone().checker().target_max_depth(depth).spawn_bfs().join();
+        if let Some(path) = checker.discovery(property) {
+            println!("pg_wakeup {:?}: counterexample to \"{property}\":\n{}", model.variant, readable_trace(&path));
+            return;
+        }
+    }
+    panic!("{:?}: no counterexample to {property}", model.variant);
+}
+
+#[test]
+fn a_a_marked_row_is_not_rewritten_and_every_waiter_still_hears_its_release() {
+    for waiters in [2, 3] {
+        let checker = explore(WakeupVariant::Shipped, waiters);
+        assert!(checker.discovery(NO_REWRITE).is_none(), "a marked row was rewritten");
+        assert!(checker.discovery(SLEEPS_ON_ANOTHERS_MARK).is_some(), "no waiter ever slept on another's mark");
+    }
+}
+
+#[test]
+fn b_the_design_before_wakes_every_waiter_but_rewrites_marked_rows() {
+    let checker = explore(WakeupVariant::Before, 2);
+    assert!(checker.discovery(NO_REWRITE).is_some(), "the design before never rewrote a marked row");
+}
+
+#[test]
+fn c_registered_whatever_the_update_found_sleeps_through_an_unannounced_release() {
+    let model = WakeupModel::new(WakeupVariant::ForcedRegistered);
+    print_shortest(&model, NO_UNANNOUNCED_SLEEP);
+    assert_shortest_counterexamples(&model, model.clone(), Clone::clone, "pg_wakeup ForcedRegistered", &[ALL_SERVED]);
+}
+
+#[test]
+fn d_a_mark_without_the_holder_recheck_sleeps_on_a_released_row() {
+    let model = WakeupModel::new(WakeupVariant::MarkLatest);
+    print_shortest(&model, NO_UNANNOUNCED_SLEEP);
+    assert_shortest_counterexamples(&model, model.clone(), Clone::clone, "pg_wakeup MarkLatest", &[ALL_SERVED]);
+}
