@@ -223,52 +223,6 @@ async fn notify_hands_off_one_waiter_per_release_with_flat_statements() {
     assert!(last <= first * 1.5 + 0.25, "statements per acquisition grew with waiters: {per_acquisition:?}");
 }
 
-/// A waiter that finds the holder's row already marked `wanted` writes no
-/// new version of it (each refused attempt rewrote the row, most of a
-/// contended key's cost across processes), and every waiter of every
-/// client still hears the releases: waiters in three clients, the fallback
-/// poll at 20 s and leases of 60 s, so only notifications explain the
-/// hand-offs (model pg_wakeup).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_marked_row_is_not_rewritten_and_every_waiter_still_hears_its_release() {
-    let server = PostgresServer::start();
-    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
-    let key = "marked/k";
-    let version =
-        || psql(&server, &format!("SELECT xmin::text || ctid::text FROM holdfast_leases WHERE key = '{key}'"));
-    let holder = connect(&url, "holder").await;
-    let hold = holder.mutex(key).ttl(Duration::from_secs(60)).acquire().await.expect("hold");
-    let granted = Arc::new(AtomicU32::new(0));
-    let mut tasks = Vec::new();
-    let mut marked = None;
-    for name in ["w1", "w2", "w3"] {
-        let (c, granted) = (connect(&url, name).await, granted.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = c.mutex(key).ttl(Duration::from_secs(60)).acquire().await.expect("waiter");
-            granted.fetch_add(1, Ordering::SeqCst);
-            g.release().await.expect("waiter release");
-        }));
-        // The waiter has met the key busy and parked.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let now = version();
-        match &marked {
-            None => marked = Some(now), // the first waiter's mark
-            Some(first) => assert_eq!(&now, first, "{name} wrote a new version of a row already marked"),
-        }
-    }
-    assert_eq!(granted.load(Ordering::SeqCst), 0);
-    let released = Instant::now();
-    hold.release().await.expect("release");
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(10), t)
-            .await
-            .expect("a waiter slept through a release")
-            .expect("task");
-    }
-    assert_eq!(granted.load(Ordering::SeqCst), 3);
-    assert!(released.elapsed() < Duration::from_secs(10), "hand-offs took {:?}", released.elapsed());
-}
-
 /// An uncontended acquire and release is two statements, and the acquire
 /// is the short one: a task that has not met its key busy marks nothing
 /// wanted, so the statement that plans and runs the marking (`w`, an index

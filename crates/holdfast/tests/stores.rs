@@ -59,6 +59,8 @@ mod postgres_fences;
 mod postgres_history;
 #[path = "postgres_sessions.rs"]
 mod postgres_sessions;
+#[path = "postgres_wakeups.rs"]
+mod postgres_wakeups;
 #[path = "redis.rs"]
 mod redis;
 #[path = "redis_cluster.rs"]

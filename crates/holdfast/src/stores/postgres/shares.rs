@@ -79,7 +79,7 @@ impl ShareSql {
             // snapshot cannot see (made after it) keeps the row held.
             lock_gate: format!(
                 "WITH g AS (
-                     SELECT token, fence, expires_at, {hs} AS session FROM {t} AS l WHERE key = $1 FOR UPDATE
+                     SELECT token, fence, expires_at, {hs} AS session, wanted FROM {t} AS l WHERE key = $1 FOR UPDATE
                  ), lapse AS (
                      UPDATE {ss} SET removed = removed + 1
                      WHERE id = (SELECT session FROM g) AND expires_at <= clock_timestamp()
@@ -88,7 +88,7 @@ impl ShareSql {
                  SELECT token, fence,
                         CASE WHEN session IS NULL THEN expires_at > clock_timestamp()
                              ELSE NOT EXISTS (SELECT 1 FROM lapse) END,
-                        (extract(epoch FROM {u} - clock_timestamp()) * 1000)::int8
+                        (extract(epoch FROM {u} - clock_timestamp()) * 1000)::int8, wanted
                  FROM g"
             ),
             // A key without a row: an expired gate row made with a fence from
@@ -100,7 +100,7 @@ impl ShareSql {
                  INSERT INTO {t} AS l (key, token, fence, label, acquired_at, expires_at, wanted)
                  SELECT $1, $2, f.value, '', clock_timestamp(), timestamptz 'epoch', false FROM f
                  ON CONFLICT (key) DO UPDATE SET wanted = l.wanted
-                 RETURNING token, fence, expires_at > clock_timestamp(), {LEFT_MS}"
+                 RETURNING token, fence, expires_at > clock_timestamp(), {LEFT_MS}, wanted"
             ),
             rows: format!(
                 "SELECT token, mode, weight, limit_n, held, fence, {LEFT_MS}
@@ -246,6 +246,7 @@ impl PostgresBackend {
                 let gate_token: Vec<u8> = g.try_get(0).map_err(map_err)?;
                 let gate_fence: i64 = g.try_get(1).map_err(map_err)?;
                 let gate_live: bool = g.try_get(2).map_err(map_err)?;
+                let gate_wanted: bool = g.try_get(4).map_err(map_err)?;
                 let mut soonest: Option<i64> = None;
                 let mut rows = Vec::new();
                 if gate_live && gate_token != GATE {
@@ -349,8 +350,13 @@ impl PostgresBackend {
                             None => next(&sql.place_next).await?,
                         };
                         upsert(false, place).await?;
-                        // So that the releases that may admit it notify.
-                        c.query_typed(&sql.mark_wanted, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
+                        // So that the releases that may admit it notify: the
+                        // row is locked, so a mark read is there until this
+                        // commits, and stays until a grant (as a mutex
+                        // waiter's, model pg_wakeup); no new row version.
+                        if !gate_wanted {
+                            c.query_typed(&sql.mark_wanted, &[(&key, Type::TEXT)]).await.map_err(map_err)?;
+                        }
                         Outcome::Busy(soonest)
                     }
                     Decision::Refuse { .. } => Outcome::Busy(soonest),

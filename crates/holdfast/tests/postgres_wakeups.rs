@@ -1,0 +1,94 @@
+//! PostgreSQL's wake-ups on a busy key: a waiting attempt marks the key's
+//! row `wanted` so that its release notifies, and writes nothing when the
+//! row is marked already (model pg_wakeup). The notification's cost and
+//! the listener's reconnect are in `postgres.rs`.
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use holdfast::Client;
+use holdfast_testkit::servers::postgres::PostgresServer;
+use tokio::sync::oneshot;
+
+use crate::postgres_common::{connect, psql};
+
+/// A waiter that finds the holder's row already marked `wanted` writes no
+/// new version of it (each refused attempt rewrote the row, most of a
+/// contended key's cost across processes), and every waiter of every
+/// client still hears the releases: waiters in three clients, the fallback
+/// poll at 20 s and leases of 60 s, so only notifications explain the
+/// hand-offs (model pg_wakeup). For a mutex and for a semaphore (whose
+/// waiters mark the key's gate row under its lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_marked_row_is_not_rewritten_and_every_waiter_still_hears_its_release() {
+    marked_row_is_left_alone(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_marked_gate_row_is_not_rewritten_and_every_permit_waiter_still_hears_its_release() {
+    marked_row_is_left_alone(true).await;
+}
+
+/// Takes the key (a mutex, or the one permit of a semaphore); with `hold`,
+/// says so and holds it until told to release; releases.
+async fn take(c: &Client, key: &str, permit: bool, hold: Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>) {
+    let ttl = Duration::from_secs(60);
+    let (mutex, permit) = if permit {
+        (None, Some(c.semaphore(key, 1).ttl(ttl).acquire().await.expect("permit")))
+    } else {
+        (Some(c.mutex(key).ttl(ttl).acquire().await.expect("mutex")), None)
+    };
+    if let Some((acquired, release)) = hold {
+        acquired.send(()).expect("the test waits");
+        release.await.expect("the release signal");
+    }
+    if let Some(g) = mutex {
+        g.release().await.expect("release");
+    }
+    if let Some(p) = permit {
+        p.release().await.expect("release");
+    }
+}
+
+async fn marked_row_is_left_alone(permit: bool) {
+    let server = PostgresServer::start();
+    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    let key = "marked/k";
+    let version =
+        || psql(&server, &format!("SELECT xmin::text || ctid::text FROM holdfast_leases WHERE key = '{key}'"));
+    let holder = connect(&url, "holder").await;
+    let ((acquired_tx, acquired), (release, release_rx)) = (oneshot::channel(), oneshot::channel());
+    let hold = tokio::spawn(async move { take(&holder, key, permit, Some((acquired_tx, release_rx))).await });
+    acquired.await.expect("held");
+    let granted = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    let mut marked = None;
+    for name in ["w1", "w2", "w3"] {
+        let (c, granted) = (connect(&url, name).await, granted.clone());
+        tasks.push(tokio::spawn(async move {
+            take(&c, key, permit, None).await;
+            granted.fetch_add(1, Ordering::SeqCst);
+        }));
+        // The waiter has met the key busy and parked.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let now = version();
+        match &marked {
+            None => marked = Some(now), // the first waiter's mark
+            Some(first) => assert_eq!(&now, first, "{name} wrote a new version of a row already marked"),
+        }
+    }
+    assert_eq!(granted.load(Ordering::SeqCst), 0);
+    let released = Instant::now();
+    release.send(()).expect("the holder waits");
+    hold.await.expect("holder");
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("a waiter slept through a release")
+            .expect("task");
+    }
+    assert_eq!(granted.load(Ordering::SeqCst), 3);
+    assert!(released.elapsed() < Duration::from_secs(10), "hand-offs took {:?}", released.elapsed());
+}
