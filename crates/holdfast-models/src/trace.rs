@@ -59,10 +59,18 @@ where
 }
 
 /// Searches `searched` (a model exploring symmetry representatives)
-/// breadth-first, so that each counterexample is a shortest one, until every
-/// property in `expected` is violated; prints the state count and each
-/// counterexample as a concrete run of `model`, and panics if one is missing
-/// or does not replay. `label` names the model in the output.
+/// breadth-first until every property in `expected` is violated; prints the
+/// state count and a shortest counterexample to each as a concrete run of
+/// `model`, and panics if one is missing or does not replay. `label` names
+/// the model in the output.
+///
+/// Stateright's search keeps the last violation it meets, not the first,
+/// and checks whether to stop only between blocks of states: on a space of
+/// a few blocks the path it keeps can be far from the shortest. So on a
+/// space of at most [`DEEPENED_UP_TO`] states each discovery is searched
+/// for again with the depth raised one step at a time, which finds a
+/// shortest one; on a larger space the kept path is from the block where
+/// the search stopped, within a step or two of the shortest.
 pub fn assert_shortest_counterexamples<M>(
     model: &M,
     searched: M,
@@ -70,22 +78,53 @@ pub fn assert_shortest_counterexamples<M>(
     label: &str,
     expected: &[&'static str],
 ) where
-    M: Model + Send + Sync + 'static,
+    M: Model + Clone + Send + Sync + 'static,
     M::State: Display + Clone + PartialEq + Hash + Debug + Send + Sync,
     M::Action: Display + Clone + PartialEq + Debug + Send + Sync,
 {
     let started = Instant::now();
     let checker = searched
+        .clone()
         .checker()
         .finish_when(HasDiscoveries::AllOf(expected.iter().copied().collect::<BTreeSet<_>>()))
         .spawn_bfs()
         .join();
-    println!("{label}: searched {} states in {:.1?}", checker.unique_state_count(), started.elapsed());
+    let states = checker.unique_state_count();
+    println!("{label}: searched {states} states in {:.1?}", started.elapsed());
     for property in expected {
-        match checker.discovery(property).map(|path| concrete_trace(model, &path, representative)) {
-            Some(Some(trace)) => println!("{label}: counterexample to \"{property}\":\n{trace}"),
-            Some(None) => panic!("{label}: the counterexample does not replay"),
-            None => panic!("{label}: no counterexample to {property}"),
+        let Some(found) = checker.discovery(property) else { panic!("{label}: no counterexample to {property}") };
+        let path = if states <= DEEPENED_UP_TO { shortest(&searched, property, found) } else { found };
+        match concrete_trace(model, &path, representative) {
+            Some(trace) => println!("{label}: counterexample to \"{property}\":\n{trace}"),
+            None => panic!("{label}: the counterexample does not replay"),
         }
     }
+}
+
+/// The largest state space on which counterexamples are searched for again
+/// depth by depth (see [`assert_shortest_counterexamples`]).
+pub const DEEPENED_UP_TO: usize = 200_000;
+
+/// A shortest path to a violation of `property`, no longer than `found`:
+/// breadth-first searches bounded one step deeper each time.
+fn shortest<M>(searched: &M, property: &'static str, found: Path<M::State, M::Action>) -> Path<M::State, M::Action>
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + PartialEq + Hash + Debug + Send + Sync,
+    M::Action: Clone + PartialEq + Debug + Send + Sync,
+{
+    let steps = found.clone().into_actions().len();
+    for depth in 1..=steps + 1 {
+        let checker = searched
+            .clone()
+            .checker()
+            .target_max_depth(depth)
+            .finish_when(HasDiscoveries::AllOf(BTreeSet::from([property])))
+            .spawn_bfs()
+            .join();
+        if let Some(path) = checker.discovery(property) {
+            return path;
+        }
+    }
+    found
 }

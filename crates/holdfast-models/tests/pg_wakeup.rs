@@ -13,7 +13,7 @@ use std::time::Instant;
 use holdfast_models::pg_wakeup::{
     ALL_SERVED, NO_REWRITE, NO_UNANNOUNCED_SLEEP, ONE_HOLDER, SLEEPS_ON_ANOTHERS_MARK, WakeupModel, WakeupVariant,
 };
-use holdfast_models::trace::{assert_shortest_counterexamples, readable_trace};
+use holdfast_models::trace::assert_shortest_counterexamples;
 use stateright::{Checker, Model};
 
 fn explore(variant: WakeupVariant, waiters: u8) -> impl Checker<WakeupModel> {
@@ -30,21 +30,6 @@ fn explore(variant: WakeupVariant, waiters: u8) -> impl Checker<WakeupModel> {
         assert!(checker.discovery(property).is_none(), "{variant:?}: {property} violated");
     }
     checker
-}
-
-/// Prints a shortest run to a state that breaks `property` (an `always`):
-/// the space is small enough that one search visits all of it before it
-/// checks whether to stop, and keeps the last discovery, not the first, so
-/// the depth is raised one step at a time.
-fn print_shortest(model: &WakeupModel, property: &'static str) {
-    for depth in 1..=32 {
-        let checker = model.clone().checker().target_max_depth(depth).spawn_bfs().join();
-        if let Some(path) = checker.discovery(property) {
-            println!("pg_wakeup {:?}: counterexample to \"{property}\":\n{}", model.variant, readable_trace(&path));
-            return;
-        }
-    }
-    panic!("{:?}: no counterexample to {property}", model.variant);
 }
 
 #[test]
@@ -65,13 +50,23 @@ fn b_the_design_before_wakes_every_waiter_but_rewrites_marked_rows() {
 #[test]
 fn c_registered_whatever_the_update_found_sleeps_through_an_unannounced_release() {
     let model = WakeupModel::new(WakeupVariant::ForcedRegistered);
-    print_shortest(&model, NO_UNANNOUNCED_SLEEP);
-    assert_shortest_counterexamples(&model, model.clone(), Clone::clone, "pg_wakeup ForcedRegistered", &[ALL_SERVED]);
+    assert_shortest_counterexamples(
+        &model,
+        model.clone(),
+        Clone::clone,
+        "pg_wakeup ForcedRegistered",
+        &[NO_UNANNOUNCED_SLEEP, ALL_SERVED],
+    );
 }
 
 #[test]
 fn d_a_mark_without_the_holder_recheck_sleeps_on_a_released_row() {
     let model = WakeupModel::new(WakeupVariant::MarkLatest);
-    print_shortest(&model, NO_UNANNOUNCED_SLEEP);
-    assert_shortest_counterexamples(&model, model.clone(), Clone::clone, "pg_wakeup MarkLatest", &[ALL_SERVED]);
+    assert_shortest_counterexamples(
+        &model,
+        model.clone(),
+        Clone::clone,
+        "pg_wakeup MarkLatest",
+        &[NO_UNANNOUNCED_SLEEP, ALL_SERVED],
+    );
 }
