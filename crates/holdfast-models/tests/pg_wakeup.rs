@@ -16,11 +16,11 @@ use holdfast_models::pg_wakeup::{
 use holdfast_models::trace::assert_shortest_counterexamples;
 use stateright::{Checker, Model};
 
-fn explore(variant: WakeupVariant, waiters: u8) -> impl Checker<WakeupModel> {
+fn explore(variant: WakeupVariant, waiters: u8, together: bool) -> impl Checker<WakeupModel> {
     let started = Instant::now();
-    let checker = WakeupModel { variant, waiters }.checker().spawn_dfs().join();
+    let checker = WakeupModel { variant, waiters, together }.checker().spawn_dfs().join();
     println!(
-        "pg_wakeup {variant:?}, {waiters} waiters: complete={} unique states={} in {:.1?}",
+        "pg_wakeup {variant:?}, {waiters} waiters (P1 and P2 one client: {together}): complete={} unique states={} in {:.1?}",
         checker.is_done(),
         checker.unique_state_count(),
         started.elapsed()
@@ -34,8 +34,8 @@ fn explore(variant: WakeupVariant, waiters: u8) -> impl Checker<WakeupModel> {
 
 #[test]
 fn a_a_marked_row_is_not_rewritten_and_every_waiter_still_hears_its_release() {
-    for waiters in [2, 3] {
-        let checker = explore(WakeupVariant::Shipped, waiters);
+    for (waiters, together) in [(2, false), (3, false), (2, true), (3, true)] {
+        let checker = explore(WakeupVariant::Shipped, waiters, together);
         assert!(checker.discovery(NO_REWRITE).is_none(), "a marked row was rewritten");
         assert!(checker.discovery(SLEEPS_ON_ANOTHERS_MARK).is_some(), "no waiter ever slept on another's mark");
     }
@@ -43,7 +43,8 @@ fn a_a_marked_row_is_not_rewritten_and_every_waiter_still_hears_its_release() {
 
 #[test]
 fn b_the_design_before_wakes_every_waiter_but_rewrites_marked_rows() {
-    let checker = explore(WakeupVariant::Before, 2);
+    explore(WakeupVariant::Before, 3, true);
+    let checker = explore(WakeupVariant::Before, 2, false);
     assert!(checker.discovery(NO_REWRITE).is_some(), "the design before never rewrote a marked row");
 }
 

@@ -5,7 +5,7 @@
 //! The lease row of one key carries a `wanted` mark; a release sends a
 //! NOTIFY (which every client's listener hears) only if the row is marked,
 //! and keeps the mark; a grant sets it afresh (to whether the new holder's
-//! client has other waiters of the key: here never, the worst case). A
+//! client has other waiters of the key). A
 //! waiter's acquire statement runs under `READ COMMITTED`: it takes its
 //! snapshot (one step), then its writes (another step), each of which finds
 //! its row through the snapshot and, where the row changed since, re-checks
@@ -15,7 +15,11 @@
 //! "registered" sleeps until its listener hears a notification, one not
 //! told runs its statement again at once. Each waiter is its own process,
 //! listening before its first waiting attempt; a notification heard while
-//! its waiter is not asleep is kept for it. Expiry is not modelled: a
+//! no waiter of the process is asleep is kept for the next. With
+//! `together`, waiters P1 and P2 are two tasks of one client: one listener,
+//! one kept notification (it wakes one of them), and a grant to one of them
+//! starts the row marked while the other waits (as a client's grant does
+//! when it has other waiters of the key). Expiry is not modelled: a
 //! sleeping waiter's timer at the holder's expiry is the fallback, and a
 //! waiter that only that timer would wake is the defect looked for.
 //!
@@ -56,7 +60,7 @@ pub enum WakeupVariant {
 /// Name of the exclusion property.
 pub const ONE_HOLDER: &str = "at most one holder";
 /// Name of the wake-up property.
-pub const NO_UNANNOUNCED_SLEEP: &str = "no waiter sleeps unless a notification is on its way or heard";
+pub const NO_UNANNOUNCED_SLEEP: &str = "no process sleeps unless a notification is on its way or heard";
 /// Name of the liveness property.
 pub const ALL_SERVED: &str = "every waiter is granted and releases";
 /// Name of the cost property.
@@ -69,14 +73,26 @@ pub const SLEEPS_ON_ANOTHERS_MARK: &str = "a waiter sleeps on a mark another wai
 pub struct WakeupModel {
     /// Which design.
     pub variant: WakeupVariant,
-    /// Waiting processes (process 0 holds at first).
+    /// Waiters (process 0 holds at first; each waiter is process 1..).
     pub waiters: u8,
+    /// Waiters P1 and P2 are two tasks of one client (process 1).
+    pub together: bool,
 }
 
 impl WakeupModel {
-    /// Two waiters beside the first holder.
+    /// Two waiters, each its own process, beside the first holder.
     pub fn new(variant: WakeupVariant) -> Self {
-        WakeupModel { variant, waiters: 2 }
+        WakeupModel { variant, waiters: 2, together: false }
+    }
+
+    /// The process of waiter `p`.
+    pub fn process_of(&self, p: u8) -> u8 {
+        if self.together && p == 2 { 1 } else { p }
+    }
+
+    /// Whether a waiter of `p`'s process other than `p` is registered.
+    fn others_wait(&self, s: &WakeupState, p: u8) -> bool {
+        (1..=self.waiters).any(|q| q != p && self.process_of(q) == self.process_of(p) && s.registered(q))
     }
 }
 
@@ -114,7 +130,7 @@ impl WakeupModel {
             // The snapshot showed the key free: the grant, re-checked.
             if s.holder.is_none() {
                 s.holder = Some(p);
-                s.wanted = false;
+                s.wanted = self.others_wait(s, p);
                 return Waiter::Holding;
             }
             return Waiter::Ready; // taken since: run again at once
@@ -178,7 +194,9 @@ impl Model for WakeupModel {
             match s.waiters[i] {
                 Waiter::Ready => actions.push(WakeupAction::Snapshot(p)),
                 Waiter::Snapped { .. } => actions.push(WakeupAction::Write(p)),
-                Waiter::Asleep if s.heard[i] => actions.push(WakeupAction::Wake(p)),
+                Waiter::Asleep if s.heard[WakeupState::index(self.process_of(p))] => {
+                    actions.push(WakeupAction::Wake(p))
+                }
                 Waiter::Holding => actions.push(WakeupAction::Release(p)),
                 _ => {}
             }
@@ -197,9 +215,8 @@ impl Model for WakeupModel {
                 n.waiters[WakeupState::index(p)] = next;
             }
             WakeupAction::Wake(p) => {
-                let i = WakeupState::index(p);
-                n.heard[i] = false;
-                n.waiters[i] = Waiter::Ready;
+                n.heard[WakeupState::index(self.process_of(p))] = false;
+                n.waiters[WakeupState::index(p)] = Waiter::Ready;
             }
             WakeupAction::Release(p) => {
                 n.holder = None;
@@ -207,10 +224,11 @@ impl Model for WakeupModel {
                     n.waiters[WakeupState::index(p)] = Waiter::Done;
                 }
                 if n.wanted {
-                    // Every listener hears it; a waiter that is done listens no more.
-                    for (i, w) in n.waiters.iter().enumerate() {
-                        if !matches!(w, Waiter::Holding | Waiter::Done) {
-                            n.heard[i] = true;
+                    // Every listener hears it; it is kept for a process
+                    // with a waiter registered (the key's wake-ups).
+                    for q in 1..=self.waiters {
+                        if n.registered(q) {
+                            n.heard[WakeupState::index(self.process_of(q))] = true;
                         }
                     }
                 }
@@ -222,7 +240,9 @@ impl Model for WakeupModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(ONE_HOLDER, |_, s: &WakeupState| s.holders() <= 1),
-            Property::always(NO_UNANNOUNCED_SLEEP, |_, s: &WakeupState| !s.sleeps_unannounced()),
+            Property::always(NO_UNANNOUNCED_SLEEP, |m: &Self, s: &WakeupState| {
+                !s.sleeps_unannounced(|p| m.process_of(p))
+            }),
             Property::eventually(ALL_SERVED, |_, s: &WakeupState| s.waiters.iter().all(|w| *w == Waiter::Done)),
             Property::always(NO_REWRITE, |_, s: &WakeupState| !s.rewrote_marked_row),
             Property::sometimes(SLEEPS_ON_ANOTHERS_MARK, |_, s: &WakeupState| s.slept_on_mark_of_another),

@@ -37,8 +37,10 @@ pub struct WakeupState {
     pub wanted: bool,
     /// The waiters, process 1 first.
     pub waiters: Vec<Waiter>,
-    /// A notification each waiter's listener heard and its waiter has not
-    /// yet used (tokio's `Notify` keeps one while nobody sleeps).
+    /// A notification each waiting process's listener heard and none of
+    /// its waiters has used yet (tokio's `Notify` keeps one while nobody
+    /// sleeps; one for all of a process's waiters of the key), by
+    /// [`WakeupState::index`] of the process.
     pub heard: Vec<bool>,
     /// A waiting attempt wrote a new version of a row already marked.
     pub rewrote_marked_row: bool,
@@ -52,13 +54,27 @@ impl WakeupState {
         usize::from(p) - 1
     }
 
-    /// A waiter sleeps with nothing heard while no notification will come:
-    /// the row is not held by another with the mark on.
-    pub fn sleeps_unannounced(&self) -> bool {
-        self.waiters.iter().enumerate().any(|(i, w)| {
-            let p = i as u8 + 1;
-            *w == Waiter::Asleep && !self.heard[i] && !(self.wanted && self.holder.is_some_and(|h| h != p))
+    /// A process sleeps with nothing heard while no notification will come:
+    /// it has waiters registered, all asleep (one awake is enough: it asks
+    /// the store, and marks the row for the others when granted, as the
+    /// client's one turn does), and the row is not held with the mark on.
+    /// `process_of` names each waiter's process.
+    pub fn sleeps_unannounced(&self, process_of: impl Fn(u8) -> u8) -> bool {
+        let waiters = 1..=self.waiters.len() as u8;
+        waiters.clone().any(|p| {
+            let process = process_of(p);
+            let mine = || waiters.clone().filter(|q| process_of(*q) == process && self.registered(*q));
+            mine().all(|q| self.waiters[Self::index(q)] == Waiter::Asleep)
+                && mine().next().is_some()
+                && !self.heard[Self::index(process)]
+                && !(self.wanted && self.holder.is_some())
         })
+    }
+
+    /// Whether waiter `p` is registered with its process (waiting: ready,
+    /// in a statement, or asleep).
+    pub fn registered(&self, p: u8) -> bool {
+        matches!(self.waiters[Self::index(p)], Waiter::Ready | Waiter::Snapped { .. } | Waiter::Asleep)
     }
 
     /// How many hold the key.
