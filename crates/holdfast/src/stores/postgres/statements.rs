@@ -167,13 +167,10 @@ impl Statements {
             //    `wanted`, so that its release sends a NOTIFY (a release of an
             //    unwanted row sends none: NOTIFY is most of a release's cost).
             //    Runs only when cur found a holder and no mark, re-checked on
-            //    the latest row version; 0 rows = the row changed since the
-            //    snapshot (run again). A snapshot that shows the holder's row
-            //    marked writes nothing (a new row version per refused attempt
-            //    was most of a contended key's cost across processes): the
-            //    mark stays until a grant, and a grant needs this holder's
-            //    release, which then notifies (model pg_wakeup), or its
-            //    expiry, which the waiter's timer covers.
+            //    the latest row version; 0 rows = the row changed (run again).
+            //    A holder's row seen marked is not written: the mark stays
+            //    until a grant, which needs this holder's release (it then
+            //    notifies, model pg_wakeup) or expiry (the waiter's timer).
             acquire: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", "$9"]), SESSION_COLUMNS),
             acquire_lean: acquire_sql(&t, &grant_ctes(&t, &f, &ss, ["$6", "$7", "$8", ""]), LEAN_SESSION_COLUMNS),
             // `acquire` without `w`.
@@ -387,9 +384,8 @@ const RUN_AGAIN: &str = "EXISTS (SELECT 1 FROM cur WHERE expires_at <= clock_tim
         AND NOT EXISTS (SELECT 1 FROM up) AND NOT EXISTS (SELECT 1 FROM mine)";
 
 /// `acquire` (or its lean form) from its CTEs and session columns: `w`
-/// added (see `acquire` in [`Statements::new`]); the fourth column
-/// (registered) is true if `w` marked the row or the snapshot shows another
-/// live holder's row marked already.
+/// added (see `acquire` in [`Statements::new`]); registered if `w` marked
+/// the row or the snapshot shows another live holder's row marked.
 fn acquire_sql(t: &str, grant: &str, session_columns: &str) -> String {
     format!(
         "{grant}), w AS (
