@@ -71,12 +71,23 @@ async fn marked_row_is_left_alone(permit: bool) {
             take(&c, key, permit, None).await;
             granted.fetch_add(1, Ordering::SeqCst);
         }));
-        // The waiter has met the key busy and parked.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let now = version();
         match &marked {
-            None => marked = Some(now), // the first waiter's mark
-            Some(first) => assert_eq!(&now, first, "{name} wrote a new version of a row already marked"),
+            None => {
+                // The first waiter's mark, however long it takes to come.
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while psql(&server, &format!("SELECT wanted FROM holdfast_leases WHERE key = '{key}'")) != "t" {
+                    assert!(Instant::now() < deadline, "the first waiter never marked the row");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                marked = Some(version());
+            }
+            Some(first) => {
+                // The waiter has met the key busy and parked (on a slow
+                // machine it may not have yet: the check is then weaker,
+                // never wrong).
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                assert_eq!(&version(), first, "{name} wrote a new version of a row already marked");
+            }
         }
     }
     assert_eq!(granted.load(Ordering::SeqCst), 0);
