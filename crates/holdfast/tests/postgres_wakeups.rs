@@ -103,3 +103,45 @@ async fn marked_row_is_left_alone(permit: bool) {
     assert_eq!(granted.load(Ordering::SeqCst), 3);
     assert!(released.elapsed() < Duration::from_secs(10), "hand-offs took {:?}", released.elapsed());
 }
+
+/// A permit is granted, and its release brings the key's gate down and
+/// tells its waiters, each in one call of the namespace's functions (not
+/// transactions on the client's transaction connection). A namespace made
+/// before the functions (dropped here by hand) works as it is for a
+/// `create=false` client, which runs the transactions as before, and gets
+/// them from the next client with `create` (the default). Either way a
+/// mutex waiter of the key is granted at once after the permit's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permits_release_frees_the_key_with_or_without_the_share_functions() {
+    let server = PostgresServer::start();
+    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    let has_fn = || {
+        psql(&server, "SELECT count(*) FROM pg_proc WHERE proname IN ('holdfast_leases_gate', 'holdfast_leases_share')")
+    };
+    let waiter = connect(&url, "waiter").await;
+    assert_eq!(has_fn(), "2", "a new namespace has the functions");
+    psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    let old = connect(&format!("{url}&create=false"), "old").await;
+    assert_eq!(has_fn(), "0", "create=false leaves the namespace as it is");
+    frees_at_once(&old, &waiter, "gate/old").await;
+    let new = connect(&url, "new").await;
+    assert_eq!(has_fn(), "2", "a client with create adds the functions");
+    frees_at_once(&new, &waiter, "gate/new").await;
+}
+
+/// `holder` takes the one permit of `key`'s semaphore, `waiter` waits for
+/// the key's mutex; the permit's release must reach the waiter within 2 s
+/// (its poll is 20 s: only the gate's shrink and notification explain it).
+async fn frees_at_once(holder: &Client, waiter: &Client, key: &'static str) {
+    let ttl = Duration::from_secs(60);
+    let permit = holder.semaphore(key, 1).ttl(ttl).acquire().await.expect("permit");
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move { w.mutex(key).ttl(ttl).acquire().await.map(|g| g.fence()) });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!waiting.is_finished(), "the mutex was granted while the permit was held");
+    let released = Instant::now();
+    permit.release().await.expect("release");
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("granted").expect("task");
+    assert!(granted.is_ok(), "{granted:?}");
+    assert!(released.elapsed() < Duration::from_secs(2), "granted {:?} after the release", released.elapsed());
+}

@@ -87,16 +87,35 @@ fn live(server: &PostgresServer, key: &str) -> BTreeSet<Live> {
 }
 
 /// Every case of the table through `PostgresBackend::try_acquire` (the
-/// mutex's statement for an exclusive request, the shared transaction
-/// otherwise) on the case's rows seeded into the real tables.
+/// mutex's statement for an exclusive request, the shared acquire function
+/// otherwise: the rule's SQL encoding) on the case's rows seeded into the
+/// real tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_admission_table() {
     let server = PostgresServer::start();
     let store = PostgresBackend::open_url(&server.url()).await.expect("open");
-    // The first use creates the tables.
+    warm_up(&store).await;
+    run_table(&store, Leeway::default(), |key, case| drop(server.psql(&seed_sql(key, case))), |key| live(&server, key))
+        .await;
+}
+
+/// The same on a namespace without the functions (made by an earlier
+/// version, opened with `create=false`): the shared transaction, whose
+/// decision is the Rust rule's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_without_its_functions_passes_the_admission_table() {
+    let server = PostgresServer::start();
+    warm_up(&PostgresBackend::open_url(&server.url()).await.expect("open")).await;
+    server.psql("DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    let store = PostgresBackend::open_url(&format!("{}&create=false", server.url())).await.expect("open");
+    run_table(&store, Leeway::default(), |key, case| drop(server.psql(&seed_sql(key, case))), |key| live(&server, key))
+        .await;
+    assert_eq!(server.psql("SELECT count(*) FROM pg_proc WHERE proname = 'holdfast_leases_share'"), "0");
+}
+
+/// The first use creates the tables.
+async fn warm_up(store: &PostgresBackend) {
     let warm = AcquireRequest::new(LockKey::new("admission/warm-up").expect("key"), OwnerToken::random(), TTL);
     store.try_acquire(&warm).await.expect("first acquire").expect("granted");
     store.release(&warm.key, warm.token).await.expect("release");
-    run_table(&store, Leeway::default(), |key, case| drop(server.psql(&seed_sql(key, case))), |key| live(&server, key))
-        .await;
 }

@@ -35,6 +35,7 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
     // Function names stay within 63 bytes: the table name has at most 57.
     let keep_fn = format!("{q}.\"{table}_keep\"");
     let refuse_fn = format!("{q}.\"{table}_old\"");
+    let functions = super::share_fns::functions_sql(&q, table);
     format!(
         "BEGIN;
          SELECT pg_advisory_xact_lock({lock_id});
@@ -115,6 +116,7 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
          DROP TRIGGER IF EXISTS {REFUSE_TRIGGER} ON {f};
          CREATE TRIGGER {REFUSE_TRIGGER} BEFORE UPDATE ON {f}
              FOR EACH ROW WHEN (OLD.id = 0) EXECUTE FUNCTION {refuse_fn}();
+         {functions}
          COMMIT;"
     )
 }

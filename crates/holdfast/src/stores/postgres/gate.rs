@@ -8,7 +8,7 @@
 pub(super) const GATE: [u8; 16] = [0; 16];
 
 /// [`GATE`] as a SQL literal.
-const GATE_LITERAL: &str = "'\\x00000000000000000000000000000000'::bytea";
+pub(super) const GATE_LITERAL: &str = "'\\x00000000000000000000000000000000'::bytea";
 
 /// Whether a lease row's token is the gate of shares rather than an
 /// exclusive holder.

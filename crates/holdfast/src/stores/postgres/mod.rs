@@ -12,6 +12,7 @@ mod pool;
 mod pooler;
 mod renew;
 mod session;
+mod share_fns;
 mod shares;
 mod shrink;
 mod sql;
@@ -55,6 +56,9 @@ struct Inner {
     durability: OnceLock<FenceDurability>,
     /// Named prepared statements still allowed (cleared if a pooler breaks them).
     prepared: std::sync::atomic::AtomicBool,
+    /// The namespace has the functions of shared leases (see `share_fns`); a
+    /// namespace of an earlier version opened with `create=false` may not.
+    share_fns: std::sync::atomic::AtomicBool,
     /// This client's sessions and the session each of its mutex leases
     /// lives with (see `session`).
     sessions: std::sync::Mutex<crate::backend::session_book::SessionBook>,
@@ -137,6 +141,7 @@ impl PostgresBackend {
             listener: OnceLock::new(),
             durability: OnceLock::new(),
             prepared: std::sync::atomic::AtomicBool::new(true),
+            share_fns: std::sync::atomic::AtomicBool::new(false),
             sessions: std::sync::Mutex::default(),
             last_sweep_ms: AtomicU64::new(0),
             epoch: Instant::now(),

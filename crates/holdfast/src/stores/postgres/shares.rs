@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client as PgClient;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::PostgresBackend;
 use super::config::PostgresConfig;
@@ -216,6 +216,9 @@ impl PostgresBackend {
     /// leaves a reservation when refused.
     pub(super) async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
         let started = Instant::now();
+        if self.inner.share_fns.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.attempt_shared_in_server(req, reserve, started).await;
+        }
         let sql = &self.inner.shares;
         let key = req.key.as_str();
         let token = req.token.to_bytes();
@@ -225,7 +228,7 @@ impl PostgresBackend {
         let mode = mode as i16;
         let outcome = self
             .transaction("acquire", async |c| {
-                let by_key = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&gate, Type::BYTEA)];
+                let by_key = [(&key as &(dyn ToSql + Sync), Type::TEXT), (&gate, Type::BYTEA)];
                 // The shares are read in the same round trip, right after
                 // the gate's lock is taken (the server runs the two in
                 // order, so the read's snapshot is taken under the lock).
@@ -276,7 +279,7 @@ impl PostgresBackend {
                 let next = async |stmt: &str| -> Result<i64> {
                     c.query_typed_one(stmt, &by_key[..1]).await.map_err(map_err)?.try_get(0).map_err(map_err)
                 };
-                let base = [(&key as &(dyn tokio_postgres::types::ToSql + Sync), Type::TEXT), (&ttl_ms, Type::INT8)];
+                let base = [(&key as &(dyn ToSql + Sync), Type::TEXT), (&ttl_ms, Type::INT8)];
                 // The share row, held or a reservation, at `order` (its fence or place).
                 let upsert = async |held: bool, order: i64| -> Result<()> {
                     let row = [
@@ -398,6 +401,9 @@ impl PostgresBackend {
     pub(super) async fn shrink_gate(&self, key: &str) -> Result<()> {
         let sql = &self.inner.shares;
         let gate = GATE.to_vec();
+        if self.inner.share_fns.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.shrink_gate_in_server(key).await;
+        }
         self.transaction("release", async |c| {
             // One round trip: the server runs the shrink after the lock is
             // taken, so its read of the shares is taken under the lock.

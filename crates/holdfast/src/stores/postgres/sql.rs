@@ -75,7 +75,8 @@ impl PostgresBackend {
                             EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $5)
                             AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $6)
                             AND to_regclass($7) IS NOT NULL AND EXISTS (
-                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'session')",
+                                SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'session'),
+                            to_regprocedure($8) IS NOT NULL AND to_regprocedure($9) IS NOT NULL",
                     &[
                         (&i.sql.lease_regclass, Type::TEXT),
                         (&i.sql.fence_regclass, Type::TEXT),
@@ -84,6 +85,8 @@ impl PostgresBackend {
                         (&KEEP_TRIGGER, Type::TEXT),
                         (&REFUSE_TRIGGER, Type::TEXT),
                         (&i.sql.sessions_regclass, Type::TEXT),
+                        (&i.sql.fns.sigs[0], Type::TEXT),
+                        (&i.sql.fns.sigs[1], Type::TEXT),
                     ],
                 )
                 .await
@@ -108,12 +111,18 @@ impl PostgresBackend {
                     return Err(Error::backend(STORE, false, what));
                 }
                 c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
-            } else if i.config.create && !row.try_get::<_, bool>(3).map_err(map_err)? {
-                // A namespace made before records existed: only record
-                // calls need the table, so without `create` it stays as it
-                // is and they fail naming it.
+            } else if i.config.create
+                && !(row.try_get::<_, bool>(3).map_err(map_err)? && row.try_get::<_, bool>(5).map_err(map_err)?)
+            {
+                // A namespace made before records or the functions of
+                // shared leases existed: only record calls need the table,
+                // and shares run transactions without the functions, so
+                // without `create` it stays as it is (record calls fail
+                // naming the table).
                 c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
             }
+            let share_fns = i.config.create || row.try_get::<_, bool>(5).map_err(map_err)?;
+            i.share_fns.store(share_fns, Ordering::Relaxed);
             let fsync: String = row.try_get(1).map_err(map_err)?;
             let sync_commit: String = row.try_get(2).map_err(map_err)?;
             Ok(match (fsync.as_str(), sync_commit.as_str()) {

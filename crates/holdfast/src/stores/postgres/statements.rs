@@ -24,6 +24,8 @@ pub(super) struct Statements {
     pub records_regclass: String,
     /// `"schema"."table_sess"` as text, for `to_regclass`.
     pub sessions_regclass: String,
+    /// The calls of the functions of shared leases (see `share_fns`).
+    pub fns: super::share_fns::Calls,
     /// Creates the schema, the tables, the counter rows and the triggers of
     /// per-key fences, or migrates a namespace of an earlier version; run
     /// in one transaction under a transaction-scoped advisory lock (see `ddl`).
@@ -33,15 +35,11 @@ pub(super) struct Statements {
     /// `(granted fence, own fence, holder ms left, registered, run again,
     /// ms the grant is valid for, the session used)`.
     pub acquire: String,
-    /// The first attempt of a task not registered as a waiter: `$1 key,
-    /// $2 token, $3 ttl_ms, $4 label,
-    /// $5 the row starts wanted (bool), $6 floor, $7 session, $8 new session
-    /// id` -> the same columns as `acquire` (registered always false). `acquire`
-    /// without `w`: nothing is marked wanted when the key is busy (the
-    /// caller registers and attempts again with `acquire`). Most
-    /// acquisitions find their key free, so this is the statement most of
-    /// them run; it plans and executes four CTEs instead of five, and no
-    /// index scan for `w`.
+    /// The first attempt of a task not registered as a waiter: `$1 key, $2
+    /// token, $3 ttl_ms, $4 label, $5 the row starts wanted (bool), $6 floor,
+    /// $7 session, $8 new session id` -> the columns of `acquire` (never
+    /// registered): `acquire` without `w` (the caller registers and attempts
+    /// again with `acquire`), the statement most acquisitions run.
     pub acquire_free: String,
     /// `acquire` on the lean path: the client's own count shows its
     /// session with two thirds of the TTL left, so `$8` names it and the
@@ -55,9 +53,8 @@ pub(super) struct Statements {
     /// one row `(was unexpired, _, a held share)` if the token held the key,
     /// a share or a reservation.
     pub release: String,
-    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions
-    /// renewed, of rows without a session (shares, writers, rows of
-    /// earlier versions).
+    /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed,
+    /// of rows without a session (shares, writers, earlier versions' rows).
     pub renew: String,
     /// `$1 session, $2 ttl_ms` -> `(removed)` if the session was unexpired
     /// and is extended to the TTL from now.
@@ -69,10 +66,9 @@ pub(super) struct Statements {
     /// Locks the counter (row 1) for the sweep: a sweep takes the counter
     /// before any lease row, as a grant of a key without a row does.
     pub sweep_lock: String,
-    /// Deletes up to 16 rows released or expired more than a minute ago; the
-    /// delete trigger raises the counter to each deleted fence in the same
-    /// statement (as for any client's delete); run after `sweep_lock` in one
-    /// transaction.
+    /// Deletes up to 16 rows released or expired more than a minute ago (the
+    /// delete trigger raises the counter to each deleted fence); run after
+    /// `sweep_lock` in one transaction.
     pub sweep: String,
     /// Releases the rows of up to 16 sessions that lapsed over a minute
     /// ago (a client that crashed), counting each in its session, with the
@@ -106,6 +102,8 @@ impl Statements {
             Stmt::WriteRecord => &self.write_record,
             Stmt::RenewSession => &self.renew_session,
             Stmt::SessionRows => &self.session_rows,
+            Stmt::ShrinkGate => &self.fns.shrink_gate,
+            Stmt::ShareAcquire => &self.fns.share_acquire,
         }
     }
 
@@ -126,6 +124,7 @@ impl Statements {
             shares_regclass: sh.clone(),
             records_regclass: r.clone(),
             sessions_regclass: ss.clone(),
+            fns: super::share_fns::Calls::new(config),
             create: super::ddl::create_sql(&config.schema, &config.table, lock_id),
             // cur: the key's lease row, if any, live or not (the statement's
             //    snapshot), its `expires_at` the time it is held until (its
@@ -362,11 +361,13 @@ pub(super) enum Stmt {
     SessionRows = 9,
     AcquireLean = 10,
     AcquireFreeLean = 11,
+    ShrinkGate = 12,
+    ShareAcquire = 13,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 12;
+    pub(super) const COUNT: usize = 14;
 }
 
 /// The columns both acquire statements return: the granted fence, the
