@@ -36,6 +36,8 @@
 //!   side, and the wake-up a granted waiter passes on (issue 33).
 //! - [`pg_wakeup`]: how a PostgreSQL waiter makes sure a release will wake
 //!   it: the `wanted` mark, written only when it is off (issue 33).
+//! - [`pg_share_gate`]: how a PostgreSQL shared acquire sees the permits
+//!   held: the shares read in a snapshot taken under the gate row's lock.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -53,6 +55,7 @@ pub mod mysql_session;
 pub mod network;
 pub mod pg_fence;
 pub mod pg_session;
+pub mod pg_share_gate;
 pub mod pg_wakeup;
 pub mod redis_cycle;
 pub mod redlock;

@@ -10,7 +10,10 @@
 //! row's lock first, then the shares read in a snapshot of their own (each
 //! statement of a `VOLATILE` function takes one, as each statement of a
 //! `READ COMMITTED` transaction does), so a share granted meanwhile is
-//! seen. The acquire decides by the lease model's admission rule
+//! seen. One SQL statement could not do this: its snapshot is taken before
+//! the lock it waits for, so it counts the shares as they were before the
+//! holder it waited for committed (model `pg_share_gate`, with that and the
+//! other orders rejected). The acquire decides by the lease model's admission rule
 //! (`backend::admission::decide`) written in SQL: the third encoding of the
 //! rule, checked against the same table of cases as the Rust and Lua ones
 //! (`tests/admission/postgres.rs`, with and without the functions).
