@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast::backend::{AcquireRequest, Backend, RenewRequest};
+use holdfast::backend::{AcquireRequest, Backend, LeaseMode, RenewRequest};
 use holdfast::{LockKey, OwnerToken};
 use holdfast_testkit::servers::postgres::PostgresServer;
 
@@ -289,4 +289,45 @@ async fn no_grant_outlives_its_session_when_replies_are_late() {
         check(&format!("grant {n}"), started, grant.valid_for);
         held.push(req);
     }
+}
+
+/// A permit asked for on a key whose lease row a mutex holds under its
+/// session: refused while the session lives; granted once the session
+/// lapsed, the removal counted in the session row. With the functions of
+/// shared leases (which read the gate's session as the mutex's statements
+/// do), without them (a `create=false` namespace of an earlier version:
+/// transactions), and by a client that found them at connect and sees them
+/// dropped since (it falls back to the transactions; before, every permit
+/// call failed with "function ... does not exist").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_waits_for_a_mutex_held_under_a_session_until_it_lapses() {
+    let server = PostgresServer::start();
+    let with_fns = store(&server).await;
+    permit_beside_a_session(&server, &*with_fns, &server.url(), "sess/functions").await;
+    psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    // Clients that leave the namespace as it is.
+    let url = format!("{}&create=false", server.url());
+    let without_fns = holdfast::stores::connect(&url).await.expect("raw store connection");
+    permit_beside_a_session(&server, &*without_fns, &url, "sess/transactions").await;
+    permit_beside_a_session(&server, &*with_fns, &url, "sess/dropped").await;
+    assert_eq!(psql(&server, "SELECT count(*) FROM pg_proc WHERE proname = 'holdfast_leases_share'"), "0");
+}
+
+/// A mutex of `key` held by a new client of `url` (its session is lapsed by
+/// hand below, behind that client's own count of it), and `b`'s permit.
+async fn permit_beside_a_session(server: &PostgresServer, b: &dyn Backend, url: &str, key: &str) {
+    let a = holdfast::stores::connect(url).await.expect("raw store connection");
+    let permit = request(key, Duration::from_secs(5)).with_mode(LeaseMode::Shared { weight: 1, limit: 2 });
+    a.try_acquire(&request(key, Duration::from_secs(30))).await.expect("acquire").expect("free");
+    let session = psql(server, &format!("SELECT encode(session, 'hex') FROM holdfast_leases WHERE key = '{key}'"));
+    assert_eq!(session.len(), 32, "{key}: the mutex lives with a session");
+    assert!(b.try_acquire(&permit).await.expect("try").is_none(), "{key}: a permit beside a live mutex");
+    let removed = || psql(server, &format!("SELECT removed FROM holdfast_leases_sess WHERE id = '\\x{session}'"));
+    assert_eq!(removed(), "0");
+    psql(
+        server,
+        &format!("UPDATE holdfast_leases_sess SET expires_at = now() - interval '1 s' WHERE id = '\\x{session}'"),
+    );
+    assert!(b.try_acquire(&permit).await.expect("try").is_some(), "{key}: the session lapsed");
+    assert_eq!(removed(), "1", "{key}: the lapsed lease's removal counted in its session");
 }

@@ -51,6 +51,19 @@ pub(super) fn map_err(e: tokio_postgres::Error) -> Error {
     Error::backend(STORE, retryable, PgError(e))
 }
 
+/// Whether `e` is the server's "no such function" (SQLSTATE 42883): raised
+/// when a statement is parsed, so nothing of it ran.
+pub(super) fn is_undefined_function(e: &Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(pg) = c.downcast_ref::<tokio_postgres::Error>() {
+            return pg.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION);
+        }
+        cause = c.source();
+    }
+    false
+}
+
 pub(super) fn timed_out(what: &str, after: Duration) -> Error {
     Error::backend(STORE, true, format!("{what} timed out after {after:?}"))
 }

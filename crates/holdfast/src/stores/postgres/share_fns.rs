@@ -121,6 +121,17 @@ impl PostgresBackend {
         }
     }
 
+    /// Whether `e` says the namespace's functions are gone (dropped since
+    /// this client connected): then this client runs the transactions from
+    /// now on, and the call that failed (which ran nothing) runs as one.
+    pub(super) fn functions_gone(&self, e: &Error) -> bool {
+        let gone = super::error::is_undefined_function(e);
+        if gone && self.inner.share_fns.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(error = %e, "the namespace's functions of shared leases are gone; using transactions");
+        }
+        gone
+    }
+
     /// After a held share was released: the gate's shrink in one call.
     pub(super) async fn shrink_gate_in_server(&self, key: &str) -> Result<()> {
         let params = [(&key as &(dyn ToSql + Sync), Type::TEXT), (&self.inner.channel, Type::TEXT)];

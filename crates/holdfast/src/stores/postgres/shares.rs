@@ -217,7 +217,10 @@ impl PostgresBackend {
     pub(super) async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
         let started = Instant::now();
         if self.inner.share_fns.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.attempt_shared_in_server(req, reserve, started).await;
+            match self.attempt_shared_in_server(req, reserve, started).await {
+                Err(e) if self.functions_gone(&e) => {}
+                outcome => return outcome,
+            }
         }
         let sql = &self.inner.shares;
         let key = req.key.as_str();
@@ -402,7 +405,10 @@ impl PostgresBackend {
         let sql = &self.inner.shares;
         let gate = GATE.to_vec();
         if self.inner.share_fns.load(std::sync::atomic::Ordering::Relaxed) {
-            return self.shrink_gate_in_server(key).await;
+            match self.shrink_gate_in_server(key).await {
+                Err(e) if self.functions_gone(&e) => {}
+                outcome => return outcome,
+            }
         }
         self.transaction("release", async |c| {
             // One round trip: the server runs the shrink after the lock is
