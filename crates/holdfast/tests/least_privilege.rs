@@ -100,6 +100,14 @@ async fn postgres_scram_user_with_least_privileges() {
          AND backend_type = 'client backend'",
     );
     assert_ne!(scram, "0", "no session of the role seen");
+    // A namespace of an earlier version (no functions of shared leases) and
+    // the role's clients with `create` left at its default: they may not
+    // add the functions, and work without them (before: the connect failed).
+    psql("DROP FUNCTION locks.holdfast_leases_gate; DROP FUNCTION locks.holdfast_leases_share");
+    let default_create = format!("{base}?schema=locks");
+    let (c, d) = (connect(&default_create, "lp-a").await, connect(&default_create, "lp-d").await);
+    every_kind_of_lock(&c, &d).await;
+    assert_eq!(psql("SELECT count(*) FROM pg_proc WHERE proname = 'holdfast_leases_share'"), "0");
 
     let wrong = url.replace(PASSWORD_IN_URL, "lp-PLANTED-wrong");
     refused("wrong password", Client::connect(&wrong).await, "password");

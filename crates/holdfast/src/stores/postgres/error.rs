@@ -9,7 +9,7 @@ use crate::vocabulary::error::Error;
 /// prints only "db error" for a server error; the SQLSTATE and the server's
 /// message are in the cause). The original is the `source()`.
 #[derive(Debug)]
-pub struct PgError(tokio_postgres::Error);
+pub struct PgError(pub(super) tokio_postgres::Error);
 
 impl std::fmt::Display for PgError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -18,7 +18,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::ddl::{KEEP_TRIGGER, REFUSE_TRIGGER};
-use super::error::{map_err, timed_out};
+use super::error::{PgError, map_err, timed_out};
 use super::pool::statement_lost;
 #[cfg(doc)]
 use super::statements::Statements;
@@ -111,18 +111,32 @@ impl PostgresBackend {
                     return Err(Error::backend(STORE, false, what));
                 }
                 c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
-            } else if i.config.create
-                && !(row.try_get::<_, bool>(3).map_err(map_err)? && row.try_get::<_, bool>(5).map_err(map_err)?)
-            {
+                i.share_fns.store(true, Ordering::Relaxed);
+            } else {
                 // A namespace made before records or the functions of
                 // shared leases existed: only record calls need the table,
                 // and shares run transactions without the functions, so
                 // without `create` it stays as it is (record calls fail
                 // naming the table).
-                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+                let records: bool = row.try_get(3).map_err(map_err)?;
+                let mut functions: bool = row.try_get(5).map_err(map_err)?;
+                if i.config.create && !(records && functions) {
+                    match c.client.batch_execute(&i.sql.create).await {
+                        Ok(()) => functions = true,
+                        // A role that may use the tables but not change
+                        // them (`create` left at its default): without the
+                        // functions alone it works as before.
+                        Err(e) if records => {
+                            let _ = c.client.batch_execute("ROLLBACK").await;
+                            tracing::warn!(error = %PgError(e), "could not add the functions of shared leases to \
+                                the namespace (semaphores and read-write locks run slower without them): connect \
+                                once as the tables' owner, or set create=false");
+                        }
+                        Err(e) => return Err(map_err(e)),
+                    }
+                }
+                i.share_fns.store(functions, Ordering::Relaxed);
             }
-            let share_fns = i.config.create || row.try_get::<_, bool>(5).map_err(map_err)?;
-            i.share_fns.store(share_fns, Ordering::Relaxed);
             let fsync: String = row.try_get(1).map_err(map_err)?;
             let sync_commit: String = row.try_get(2).map_err(map_err)?;
             Ok(match (fsync.as_str(), sync_commit.as_str()) {
