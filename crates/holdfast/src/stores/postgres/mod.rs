@@ -12,6 +12,7 @@ mod pool;
 mod pooler;
 mod renew;
 mod session;
+mod share_calls;
 mod share_fns;
 mod shares;
 mod shrink;
