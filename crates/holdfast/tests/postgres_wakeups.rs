@@ -1,7 +1,9 @@
 //! PostgreSQL's wake-ups on a busy key: a waiting attempt marks the key's
 //! row `wanted` so that its release notifies, and writes nothing when the
-//! row is marked already (model pg_wakeup). The notification's cost and
-//! the listener's reconnect are in `postgres.rs`.
+//! row is marked already (model pg_wakeup); a permit's release that wakes
+//! a waiter through the share functions or without them, and clients with
+//! and without them on one semaphore. The notification's cost and the
+//! listener's reconnect are in `postgres.rs`.
 #![cfg(feature = "postgres")]
 
 use std::sync::Arc;
@@ -144,4 +146,43 @@ async fn frees_at_once(holder: &Client, waiter: &Client, key: &'static str) {
     let granted = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("granted").expect("task");
     assert!(granted.is_ok(), "{granted:?}");
     assert!(released.elapsed() < Duration::from_secs(2), "granted {:?} after the release", released.elapsed());
+}
+
+/// Two versions on one namespace: a client that runs the transactions (as
+/// the version before the functions does: it connected with `create=false`
+/// while they were missing) and one that runs the functions grant permits
+/// of one semaphore side by side, and never more than its permits are held
+/// at once (both lock the gate row first and decide by the same rule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_with_and_without_the_share_functions_keep_the_permit_bound_together() {
+    const PERMITS: u32 = 3;
+    let server = PostgresServer::start();
+    let url = server.url();
+    drop(connect(&url, "setup").await);
+    psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    let old = connect(&format!("{url}&create=false"), "old").await;
+    let new = connect(&url, "new").await;
+    assert_eq!(psql(&server, "SELECT count(*) FROM pg_proc WHERE proname = 'holdfast_leases_share'"), "1");
+    let (inside, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let mut tasks = Vec::new();
+    for (i, c) in [old, new].into_iter().cycle().take(12).enumerate() {
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let sem = c.semaphore("mixed/permits", PERMITS).ttl(Duration::from_secs(30));
+            for _ in 0..15 {
+                let permit = sem.acquire().await.unwrap_or_else(|e| panic!("task {i}: {e}"));
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t).await.expect("the tasks finish").expect("task");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= PERMITS, "{most} permits held at once, of {PERMITS}");
+    assert!(most > 1, "the tasks never overlapped: the check is empty");
 }
