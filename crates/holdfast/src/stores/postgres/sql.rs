@@ -121,7 +121,11 @@ impl PostgresBackend {
                 let records: bool = row.try_get(3).map_err(map_err)?;
                 let mut functions: bool = row.try_get(5).map_err(map_err)?;
                 if i.config.create && !(records && functions) {
-                    match c.client.batch_execute(&i.sql.create).await {
+                    // The functions alone touch no table: on a namespace in
+                    // use, the whole DDL's table locks deadlocked with
+                    // other clients' statements (SQLSTATE 40P01).
+                    let ddl = if records { &i.sql.fns.create } else { &i.sql.create };
+                    match c.client.batch_execute(ddl).await {
                         Ok(()) => functions = true,
                         // A role that may use the tables but not change
                         // them (`create` left at its default): without the
