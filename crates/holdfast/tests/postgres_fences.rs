@@ -243,3 +243,42 @@ async fn a_namespace_of_the_old_layout_is_migrated_or_named() {
     let d = connect(&format!("{base}&create=false"), "d").await;
     d.mutex("m/k").acquire().await.expect("acquire").release().await.expect("release");
 }
+
+/// A namespace in use that lacks only its records table (made before
+/// records existed) gets it, and the functions of shared leases, from the
+/// first client with `create` (the default) without a lock on the tables
+/// in use: the whole DDL's `ALTER TABLE` waited for every open transaction
+/// on the lease table, and every other client's statement queued behind it
+/// (with live traffic, the whole DDL deadlocked with other clients'
+/// statements, SQLSTATE 40P01). Here another session keeps a transaction
+/// open on the lease table while the new client connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_namespace_in_use_gets_its_records_table_without_a_table_lock() {
+    let server = PostgresServer::start();
+    let url = server.url();
+    let a = connect(&url, "a").await;
+    let held = a.mutex("in-use/held").acquire().await.expect("a held lease");
+    psql(&server, "DROP TABLE holdfast_leases_records; DROP FUNCTION holdfast_leases_share");
+    let (open, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a plain session");
+    tokio::spawn(connection);
+    open.batch_execute("BEGIN; SELECT 1 FROM holdfast_leases WHERE key = 'in-use/held' FOR UPDATE")
+        .await
+        .expect("an open transaction on the lease table");
+    let connecting = tokio::time::timeout(Duration::from_secs(3), Client::connect(&url)).await;
+    let b = connecting
+        .expect("the connect waited for a transaction open on the lease table")
+        .unwrap_or_else(|e| panic!("connect to a namespace in use without its records table: {e}"));
+    let count = "SELECT count(*) FROM pg_proc WHERE proname IN ('holdfast_leases_gate', 'holdfast_leases_share')";
+    assert_eq!(psql(&server, count), "2", "the functions of shared leases were added");
+    assert_eq!(psql(&server, "SELECT to_regclass('holdfast_leases_records') IS NOT NULL"), "t");
+    // Other clients' statements went on meanwhile: a's lock work is not stalled.
+    let g = tokio::time::timeout(Duration::from_secs(3), a.mutex("in-use/other").acquire())
+        .await
+        .expect("a's acquire waited behind the connect")
+        .expect("acquire");
+    g.release().await.expect("release");
+    open.batch_execute("COMMIT").await.expect("commit");
+    let p = b.semaphore("in-use/permits", 2).acquire().await.expect("a permit through the functions");
+    p.release().await.expect("release");
+    held.release().await.expect("release");
+}

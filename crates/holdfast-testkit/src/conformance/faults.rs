@@ -1,4 +1,5 @@
-//! The fault clauses F1..F5: a client reaches the store through a
+//! The fault clauses F3..F5 (F1 and F2 in `lost_replies`) and what all
+//! five share: a client reaches the store through a
 //! [`FaultProxy`], which loses replies, withholds traffic or refuses
 //! connections while the client calls; another client, connected directly,
 //! then checks what the store was left with.
@@ -11,16 +12,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use holdfast::{Client, ClientOptions, Error};
+use holdfast::{Client, ClientOptions, Error, LockStatus};
 
 use super::{ProxyTarget, Store, client, eventually, fresh_key, is_free};
 use crate::faults::FaultProxy;
 
 /// The TTL of every lease in these clauses: far above every bound they check.
-const TTL: Duration = Duration::from_secs(30);
+pub(super) const TTL: Duration = Duration::from_secs(30);
 /// How soon a key must be free for another client once its holder released it
 /// (or once the faulty network is healed).
-const FREED_WITHIN: Duration = Duration::from_secs(3);
+pub(super) const FREED_WITHIN: Duration = Duration::from_secs(3);
 /// F3: how soon after the store is reachable again; leaves room for a
 /// background retry's backoff.
 const FREED_AFTER_OUTAGE: Duration = Duration::from_secs(5);
@@ -32,7 +33,7 @@ const HANG_SLACK: Duration = Duration::from_secs(3);
 /// client and store to fault (SQLite: a file in the client's process) or no
 /// way to put the proxy on it (Redis Sentinel names the master's own
 /// address); the clause then has nothing to test, says so, and returns.
-fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
+pub(super) fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
     let target = store.via_proxy.as_ref();
     if target.is_none() {
         let scheme = store.url.split("://").next().unwrap_or_default();
@@ -49,14 +50,14 @@ fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
 }
 
 /// A client that reaches the store through a fault proxy.
-struct Proxied {
-    proxy: FaultProxy,
-    client: Client,
-    op_timeout: Duration,
+pub(super) struct Proxied {
+    pub(super) proxy: FaultProxy,
+    pub(super) client: Client,
+    pub(super) op_timeout: Duration,
 }
 
 impl Proxied {
-    async fn start(target: &ProxyTarget, label: &str) -> Self {
+    pub(super) async fn start(target: &ProxyTarget, label: &str) -> Self {
         let proxy = FaultProxy::start(target.upstream);
         let url = (target.url)(proxy.addr());
         let client = Client::connect_with(&url, ClientOptions::default().with_label(label))
@@ -76,12 +77,28 @@ impl Proxied {
     /// next hits the request under test, not a step before it whose lost
     /// reply would keep the request from being sent at all.
     async fn warm_up(&self, key: Option<&str>) {
+        self.warm_up_for(key, Ask::Mutex).await;
+    }
+
+    /// [`warm_up`](Self::warm_up) with cycles of what `ask` asks for.
+    pub(super) async fn warm_up_for(&self, key: Option<&str>, ask: Ask) {
         let cycle = async |key: String| -> holdfast::Result<()> {
-            let mutex = self.client.mutex(&key).ttl(TTL);
-            if let Some(guard) = mutex.try_acquire().await? {
-                guard.release().await?;
+            match ask {
+                Ask::Mutex => {
+                    let mutex = self.client.mutex(&key).ttl(TTL);
+                    if let Some(guard) = mutex.try_acquire().await? {
+                        guard.release().await?;
+                    }
+                    mutex.acquire_timeout(self.op_timeout * 2).await?.release().await
+                }
+                Ask::Permit => {
+                    let semaphore = self.client.semaphore(&key, 1).ttl(TTL);
+                    if let Some(permit) = semaphore.try_acquire().await? {
+                        permit.release().await?;
+                    }
+                    semaphore.acquire_timeout(self.op_timeout * 2).await?.release().await
+                }
             }
-            mutex.acquire_timeout(self.op_timeout * 2).await?.release().await
         };
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -106,14 +123,14 @@ impl Proxied {
     /// cut matters: after lost replies a connection's byte stream is out of
     /// step, and bytes a blackhole held must not reach the store late (a
     /// release must come from the client, not from a stale buffer).
-    fn heal(&self) {
+    pub(super) fn heal(&self) {
         self.proxy.cut();
         self.proxy.forward();
     }
 
     /// Awaits `call`, which may spend `budget` in store operation timeouts;
     /// panics if it is still running [`HANG_SLACK`] after that.
-    async fn bounded<T>(&self, what: &str, budget: Duration, call: impl Future<Output = T>) -> T {
+    pub(super) async fn bounded<T>(&self, what: &str, budget: Duration, call: impl Future<Output = T>) -> T {
         let limit = budget + HANG_SLACK;
         tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
             panic!("{what}: still running after {limit:?} (the store's operation timeout is {:?})", self.op_timeout)
@@ -122,20 +139,40 @@ impl Proxied {
 
     /// Acquires `key` through the proxy while it forwards.
     async fn hold(&self, key: &str) -> holdfast::MutexGuard {
-        let mutex = self.client.mutex(key).ttl(TTL);
-        self.bounded("acquire through the proxy", self.op_timeout * 2, mutex.acquire_timeout(self.op_timeout * 2))
+        match self.hold_as(key, Ask::Mutex).await {
+            Held::Guard(g) => g,
+            Held::Permit(_) => unreachable!("a mutex was asked for"),
+        }
+    }
+
+    /// Acquires `key` (its mutex, or a permit) through the proxy while it forwards.
+    pub(super) async fn hold_as(&self, key: &str, ask: Ask) -> Held {
+        let wait = self.op_timeout * 2;
+        let acquire = async {
+            match ask {
+                Ask::Mutex => self.client.mutex(key).ttl(TTL).acquire_timeout(wait).await.map(Held::Guard),
+                Ask::Permit => self.client.semaphore(key, 1).ttl(TTL).acquire_timeout(wait).await.map(Held::Permit),
+            }
+        };
+        self.bounded("acquire through the proxy", wait, acquire)
             .await
             .unwrap_or_else(|e| panic!("acquire through the proxy failed: {e}"))
     }
 }
 
+/// What [`Proxied::hold_as`] holds.
+pub(super) enum Held {
+    Guard(holdfast::MutexGuard),
+    Permit(holdfast::Permit),
+}
+
 /// Waits until `by` can take `key` (a probe grant it releases at once).
-async fn freed(by: &Client, key: &str, within: Duration, what: &str) {
+pub(super) async fn freed(by: &Client, key: &str, within: Duration, what: &str) {
     eventually(&format!("{what}: key free for another client"), within, || is_free(by, key)).await;
 }
 
 /// Whether `by` can take `key` within `within`.
-async fn free_within(by: &Client, key: &str, within: Duration) -> bool {
+pub(super) async fn free_within(by: &Client, key: &str, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     loop {
         if is_free(by, key).await {
@@ -148,21 +185,29 @@ async fn free_within(by: &Client, key: &str, within: Duration) -> bool {
     }
 }
 
+/// What F1's acquire asks for: the key's mutex, or a permit of a semaphore
+/// of one.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ask {
+    Mutex,
+    Permit,
+}
+
 /// Watches `key` through `by` (directly) every 10 ms while a fault is on;
-/// [`StatusProbe::seen`] tells whether the store ever showed it held (or,
-/// with `held` false, free).
-struct StatusProbe {
+/// [`StatusProbe::seen`] tells whether the store ever showed it as
+/// `seen_when` says (held, held by a share, or free).
+pub(super) struct StatusProbe {
     task: tokio::task::JoinHandle<()>,
     seen: Arc<AtomicBool>,
 }
 
 impl StatusProbe {
-    fn start(by: &Client, key: &str, held: bool) -> Self {
+    pub(super) fn start(by: &Client, key: &str, seen_when: fn(&LockStatus) -> bool) -> Self {
         let (by, key, seen) = (by.clone(), key.to_owned(), Arc::new(AtomicBool::new(false)));
         let flag = seen.clone();
         let task = tokio::spawn(async move {
             loop {
-                if by.status(&key).await.is_ok_and(|s| s.holder.is_some() == held) {
+                if by.status(&key).await.is_ok_and(|s| seen_when(&s)) {
                     flag.store(true, Ordering::SeqCst);
                     return;
                 }
@@ -172,115 +217,10 @@ impl StatusProbe {
         StatusProbe { task, seen }
     }
 
-    fn seen(self) -> bool {
+    pub(super) fn seen(self) -> bool {
         self.task.abort();
         self.seen.load(Ordering::SeqCst)
     }
-}
-
-/// F1 (C9, lost reply): an acquire the store applied but whose reply was lost
-/// is released by its token, so another client gets the key within seconds,
-/// not after the 30 s TTL. For `try_acquire` and for a waiting
-/// `acquire_timeout`; the call itself must fail within about the store's
-/// operation timeout.
-pub async fn f1_lost_acquire_reply(store: &Store) {
-    let Some(target) = target(store, "f1_lost_acquire_reply") else { return };
-    let b = client(store, "f1-b").await;
-    let a = Proxied::start(target, "f1-a").await;
-    let failures: Vec<String> = [
-        acquire_with_replies_lost(&a, &b, None).await,
-        acquire_with_replies_lost(&a, &b, Some(Duration::from_secs(1))).await,
-    ]
-    .into_iter()
-    .filter_map(Result::err)
-    .collect();
-    assert!(failures.is_empty(), "acquire whose reply was lost, TTL 30 s: {}", failures.join("; "));
-}
-
-/// The most replies F1 lets through before losing the rest.
-const MAX_REPLIES_LET_THROUGH: u64 = 8;
-
-/// F1 for `try_acquire` (`wait` None) or `acquire_timeout(wait)`. The case
-/// exists only if the store applied the acquire, which B watches for. An
-/// acquire may take several round trips (a transaction, a read before a
-/// create): losing every reply from the first one on leaves the change
-/// unsent. So the proxy lets 0, 1, 2, ... replies through before losing the
-/// rest, until the store shows the key held by an acquire that failed: the
-/// reply of the step that applied it was lost.
-async fn acquire_with_replies_lost(a: &Proxied, b: &Client, wait: Option<Duration>) -> Result<(), String> {
-    let what = wait.map_or("try_acquire".to_owned(), |w| format!("acquire_timeout({w:?})"));
-    // B's probe may miss the held window (about the op timeout) on a loaded
-    // machine, and a sweep then finds nothing to test: sweep again.
-    for _ in 0..SWEEPS {
-        if let Some(outcome) = acquire_sweep(a, b, wait, &what).await {
-            return outcome;
-        }
-    }
-    panic!("f1: {what}: no lost reply left the store holding the key for a failed acquire: nothing was tested");
-}
-
-/// Sweeps of F1 before it says nothing was tested.
-const SWEEPS: usize = 3;
-
-/// One sweep of F1 over the replies let through; `None` if no acquire was
-/// seen applied with its reply lost.
-async fn acquire_sweep(a: &Proxied, b: &Client, wait: Option<Duration>, what: &str) -> Option<Result<(), String>> {
-    for replies in 0..=MAX_REPLIES_LET_THROUGH {
-        let key = fresh_key("f1");
-        a.warm_up(Some(&key)).await;
-        let probe = StatusProbe::start(b, &key, true);
-        a.proxy.drop_replies_after(replies);
-        let mutex = a.client.mutex(&key).ttl(TTL);
-        let call = async {
-            match wait {
-                None => mutex.try_acquire().await,
-                Some(wait) => mutex.acquire_timeout(wait).await.map(Some),
-            }
-        };
-        let budget = wait.unwrap_or_default() + a.op_timeout * 2;
-        let outcome = a.bounded(&format!("{what} with its replies lost"), budget, call).await;
-        let applied = probe.seen();
-        a.heal();
-        match outcome {
-            Ok(None) => panic!("{what} said a free key was busy"),
-            // Every reply it needed got through: no later step is left whose reply could be lost.
-            Ok(Some(_)) => break,
-            Err(_) if applied => {
-                eprintln!("f1: {what}: applied by the store, its replies lost after the first {replies}");
-                if free_within(b, &key, FREED_WITHIN).await {
-                    return Some(Ok(()));
-                }
-                let lost = format!("replies lost after the first {replies}");
-                return Some(Err(format!("{what} ({lost}): key still held by its token {FREED_WITHIN:?} later")));
-            }
-            Err(_) => {}
-        }
-    }
-    None
-}
-
-/// F2 (C4, C9): a release the store applied but whose reply was lost freed
-/// the key, and does not report [`Error::Lost`] for a lease that was alive
-/// (`Ok` or a store error are both honest answers).
-pub async fn f2_lost_release_reply(store: &Store) {
-    let Some(target) = target(store, "f2_lost_release_reply") else { return };
-    let b = client(store, "f2-b").await;
-    let a = Proxied::start(target, "f2-a").await;
-    let key = fresh_key("f2");
-    a.warm_up(Some(&key)).await;
-    let guard = a.hold(&key).await;
-    let probe = StatusProbe::start(&b, &key, false);
-    a.proxy.drop_replies();
-    match a.bounded("release with its reply lost", a.op_timeout * 2, guard.release()).await {
-        Ok(()) | Err(Error::Backend { .. }) => {}
-        Err(e @ Error::Lost { .. }) => panic!("release of a live lease whose reply was lost said: {e}"),
-        Err(e) => panic!("release with its reply lost: unexpected error {e:?}"),
-    }
-    // Either way the key must come free: applied, or (died unsent) retried.
-    let applied = probe.seen();
-    eprintln!("f2: the release {} applied while its replies were lost", if applied { "was" } else { "was not" });
-    a.heal();
-    freed(&b, &key, FREED_WITHIN, "after a release whose reply was lost").await;
 }
 
 /// F3 (C3, C11): a holder releases while the store is unreachable (silent,

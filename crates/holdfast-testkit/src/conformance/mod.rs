@@ -17,6 +17,7 @@ mod clauses;
 mod election;
 mod faults;
 mod fence_floor;
+mod lost_replies;
 mod members;
 mod release;
 mod scale;
@@ -39,11 +40,11 @@ pub use child::{
 };
 pub use clauses::*;
 pub use election::c16_election_safety;
-pub use faults::{
-    f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
-    f5_silent_store_at_the_deadline,
-};
+pub use faults::{f3_release_while_unreachable, f4_hung_store_while_waiting, f5_silent_store_at_the_deadline};
 pub use fence_floor::c2_fence_floor;
+pub use lost_replies::{
+    f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
+};
 pub use members::{Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again};
 pub use release::c4_release_repeated;
 pub use scale::{queue_tasks_in_order, s1_hot_key_every_waiter_acquires};
@@ -176,8 +177,9 @@ macro_rules! conformance_suite {
             c5_renewal, c5_lost_before_regrant,
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
-            f1_lost_acquire_reply, f2_lost_release_reply, f3_release_while_unreachable, f4_hung_store_while_waiting,
-            f5_silent_store_at_the_deadline, s1_hot_key_every_waiter_acquires,
+            f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
+            f3_release_while_unreachable, f4_hung_store_while_waiting, f5_silent_store_at_the_deadline,
+            s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
             c16_election_safety, c17_admin, c18_records, c19_tenants,

@@ -21,10 +21,53 @@ pub(super) const KEEP_TRIGGER: &str = "holdfast_keep_fence";
 /// The name of the trigger that refuses writes to the old counter row.
 pub(super) const REFUSE_TRIGGER: &str = "holdfast_refuse_old";
 
-/// The text that creates (or migrates) the namespace: one transaction under
-/// `pg_advisory_xact_lock(lock_id)`. `schema` and `table` are checked
-/// identifiers; `t`, `f`, `sh`, `r` their quoted tables.
-pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
+/// The namespace's DDL texts, each one transaction under
+/// `pg_advisory_xact_lock(lock_id)` (the lock serialises concurrent
+/// first-use DDL of the namespace).
+#[derive(Debug, Clone)]
+pub(super) struct Ddl {
+    /// Creates the schema, the tables, the counter rows and the triggers of
+    /// per-key fences, or migrates a namespace of an earlier version.
+    pub(super) whole: String,
+    /// What a namespace that has per-key fences and session rows may lack
+    /// (the records table, the functions of shared leases), added without a
+    /// lock on a table in use: the whole text's `ALTER TABLE` and triggers
+    /// wait for every open transaction on the lease table, every other
+    /// client's statement queues behind them, and with live traffic they
+    /// deadlocked with other clients' statements (SQLSTATE 40P01).
+    pub(super) additions: String,
+}
+
+impl Ddl {
+    /// `schema` and `table` are checked identifiers.
+    pub(super) fn new(schema: &str, table: &str, lock_id: i64) -> Self {
+        let q = format!("\"{schema}\"");
+        let additions = format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock({lock_id});
+             {records}
+             {functions}
+             COMMIT;",
+            records = records_sql(&format!("{q}.\"{table}_records\"")),
+            functions = super::share_fns::functions_sql(&q, table)
+        );
+        Ddl { whole: create_sql(schema, table, lock_id), additions }
+    }
+}
+
+/// The records table `r` (quoted), if it does not exist.
+fn records_sql(r: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {r} (
+             key   text   PRIMARY KEY,
+             value bigint NOT NULL
+         );"
+    )
+}
+
+/// The text that creates (or migrates) the namespace. `schema` and `table`
+/// are checked identifiers; `t`, `f`, `sh`, `r` their quoted tables.
+fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
     let q = format!("\"{schema}\"");
     let t = format!("{q}.\"{table}\"");
     let f = format!("{q}.\"{table}_fence\"");
@@ -36,6 +79,7 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
     let keep_fn = format!("{q}.\"{table}_keep\"");
     let refuse_fn = format!("{q}.\"{table}_old\"");
     let functions = super::share_fns::functions_sql(&q, table);
+    let records = records_sql(&r);
     format!(
         "BEGIN;
          SELECT pg_advisory_xact_lock({lock_id});
@@ -78,10 +122,7 @@ pub(super) fn create_sql(schema: &str, table: &str, lock_id: i64) -> String {
              expires_at  timestamptz NOT NULL,
              PRIMARY KEY (key, token)
          );
-         CREATE TABLE IF NOT EXISTS {r} (
-             key   text   PRIMARY KEY,
-             value bigint NOT NULL
-         );
+         {records}
          -- Per-key fences. The old counter row is locked first, so that no
          -- client of the old layout draws from it while row 1 is made.
          SELECT value FROM {f} WHERE id = 0 FOR UPDATE;

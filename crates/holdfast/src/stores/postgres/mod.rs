@@ -239,11 +239,13 @@ impl Backend for PostgresBackend {
         let released = match rows.first() {
             Some(row) => {
                 if row.try_get::<_, bool>(2).map_err(map_err)? {
-                    // A held share: its key's gate comes down to the shares left.
-                    if let Err(e) = self.shrink_gate(key.as_str()).await {
-                        tracing::warn!(key = %key, error = %e, "could not shrink the key's gate after a share was \
-                            released; exclusive grants wait until the released share's lease would have ended");
-                    }
+                    // A held share released (or nothing found on a gated key:
+                    // see `release` in `statements`): the key's gate comes
+                    // down to the shares left. If it cannot, the release
+                    // fails, so that it is retried: the retry finds nothing
+                    // and shrinks the gate (left up, it would refuse every
+                    // exclusive grant until the released share's expiry).
+                    self.shrink_gate(key.as_str()).await?;
                 }
                 // With a live listener the NOTIFY wakes one waiter here as in
                 // every other client; without one, wake a local waiter directly.

@@ -46,9 +46,6 @@ pub(super) struct Calls {
     pub(super) shrink_gate: String,
     /// `$1 key .. $8 reserve` -> `(GRANTED, fence)`, `(BUSY, ms left)` or `(CONFLICT, limit)`.
     pub(super) share_acquire: String,
-    /// Creates (or replaces) the two functions alone, under the namespace's
-    /// advisory lock: no table lock, for a namespace in use.
-    pub(super) create: String,
 }
 
 impl Calls {
@@ -61,11 +58,6 @@ impl Calls {
             ],
             shrink_gate: format!("SELECT {}($1, $2)", f(GATE_FN)),
             share_acquire: format!("SELECT * FROM {}($1, $2, $3, $4, $5, $6, $7, $8)", f(SHARE_FN)),
-            create: format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({}); {} COMMIT;",
-                config.namespace_hash() as i64,
-                functions_sql(&format!("\"{}\"", config.schema), &config.table)
-            ),
         }
     }
 }

@@ -110,7 +110,7 @@ impl PostgresBackend {
                     };
                     return Err(Error::backend(STORE, false, what));
                 }
-                c.client.batch_execute(&i.sql.create).await.map_err(map_err)?;
+                c.client.batch_execute(&i.sql.create.whole).await.map_err(map_err)?;
                 i.share_fns.store(true, Ordering::Relaxed);
             } else {
                 // A namespace made before records or the functions of
@@ -121,11 +121,9 @@ impl PostgresBackend {
                 let records: bool = row.try_get(3).map_err(map_err)?;
                 let mut functions: bool = row.try_get(5).map_err(map_err)?;
                 if i.config.create && !(records && functions) {
-                    // The functions alone touch no table: on a namespace in
-                    // use, the whole DDL's table locks deadlocked with
-                    // other clients' statements (SQLSTATE 40P01).
-                    let ddl = if records { &i.sql.fns.create } else { &i.sql.create };
-                    match c.client.batch_execute(ddl).await {
+                    // Not the whole DDL: its table locks stall a namespace
+                    // in use, or deadlock in it (see `ddl::Ddl::additions`).
+                    match c.client.batch_execute(&i.sql.create.additions).await {
                         Ok(()) => functions = true,
                         // A role that may use the tables but not change
                         // them (`create` left at its default): without the

@@ -26,10 +26,9 @@ pub(super) struct Statements {
     pub sessions_regclass: String,
     /// The calls of the functions of shared leases (see `share_fns`).
     pub fns: super::share_fns::Calls,
-    /// Creates the schema, the tables, the counter rows and the triggers of
-    /// per-key fences, or migrates a namespace of an earlier version; run
-    /// in one transaction under a transaction-scoped advisory lock (see `ddl`).
-    pub create: String,
+    /// The namespace's DDL: the whole (creates, or migrates a namespace of
+    /// an earlier version), and the additions that take no table lock.
+    pub create: super::ddl::Ddl,
     /// `$1 key, $2 token, $3 ttl_ms, $4 label, $5 register (bool), $6 others wait (bool),
     /// $7 fence floor, $8 the client's session, $9 a new session id` ->
     /// `(granted fence, own fence, holder ms left, registered, run again,
@@ -50,8 +49,9 @@ pub(super) struct Statements {
     pub acquire_free_lean: String,
     /// `$1 key, $2 token, $3 channel, $4 the sessions the releasing client
     /// owns the token's row in (a row of any other counts a removal)` ->
-    /// one row `(was unexpired, _, a held share)` if the token held the key,
-    /// a share or a reservation.
+    /// one row `(was unexpired, _, the gate is to shrink)` if the token held
+    /// the key, a share or a reservation (to shrink after a held share), or
+    /// `(false, _, true)` if it held nothing on a key whose row is a gate.
     pub release: String,
     /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed,
     /// of rows without a session (shares, writers, earlier versions' rows).
@@ -125,7 +125,7 @@ impl Statements {
             records_regclass: r.clone(),
             sessions_regclass: ss.clone(),
             fns: super::share_fns::Calls::new(config),
-            create: super::ddl::create_sql(&config.schema, &config.table, lock_id),
+            create: super::ddl::Ddl::new(&config.schema, &config.table, lock_id),
             // cur: the key's lease row, if any, live or not (the statement's
             //    snapshot), its `expires_at` the time it is held until (its
             //    session's expiry, see `session`): a released row stays,
@@ -187,6 +187,10 @@ impl Statements {
             // A share or a reservation released: the waiters are told (a
             // freed share, or a writer that stopped waiting, may admit them);
             // the caller then shrinks the key's gate row (see `shares`).
+            // A release that finds nothing on a gated key shrinks it too: it
+            // may be the retry of a release applied whose reply was lost
+            // (the share deleted, the gate left up to the share's expiry,
+            // every exclusive grant refused until then).
             // c: a row of a session that is not the releasing client's
             //    counts a removal in it (first: `d` waits for it), so that
             //    its client hears of it (model 9).
@@ -207,8 +211,12 @@ impl Statements {
                  )
                  SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END, false FROM d
                  UNION ALL
-                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s",
-                u = until("l")
+                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s
+                 UNION ALL
+                 SELECT false, NULL, true FROM {t}
+                 WHERE key = $1 AND {is_gate} AND NOT EXISTS (SELECT 1 FROM d) AND NOT EXISTS (SELECT 1 FROM s)",
+                u = until("l"),
+                is_gate = super::gate::gate_sql("token", true)
             ),
             // Shares renew like grants, and move their key's gate row up
             // (the lease row is the gate only while shares hold the key).
