@@ -13,7 +13,7 @@
 use std::any::Any;
 use std::time::{Duration, Instant};
 
-use holdfast::{Client, ClientOptions, MutexGuard};
+use holdfast::{Client, ClientOptions, Error, MutexGuard};
 
 use super::fresh_key;
 
@@ -132,12 +132,78 @@ pub async fn m3_member_back_again(c: &Composite) {
     }
 }
 
+/// M4: permits through a member's outage and return, for a composite that
+/// declares shared leases (a semaphore takes its own path through every
+/// composite): a member is down when the clients are built; a semaphore of
+/// 2 grants two permits (one to each client) and refuses a third to
+/// either, then again and again as the member comes back (and a fallback
+/// chain fails back to it).
+pub async fn m4_permits_through_an_outage(c: &Composite) {
+    (c.stop)(c.member);
+    let (a, b) = (composite_client(c, "m4-a").await, composite_client(c, "m4-b").await);
+    if !a.capabilities().shared_leases {
+        eprintln!("m4_permits_through_an_outage: the composite declares no shared leases");
+        return;
+    }
+    let key = fresh_key("m4");
+    permits_bounded(&a, &b, &key, "m4 during the outage").await;
+    (c.start)(c.member);
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut round = 0;
+    while Instant::now() < until {
+        let (x, y) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        permits_bounded(x, y, &key, "m4 as the member returns").await;
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One permit of `key`'s semaphore of 2 to each of `a` and `b` through the
+/// outage; a third is refused to both while neither is lost (a switch of a
+/// fallback chain loses the holders of the epoch before, as documented:
+/// then a third permit is no double grant); then both are released.
+async fn permits_bounded(a: &Client, b: &Client, key: &str, what: &str) {
+    let take = async |c: &Client, which: &str| {
+        c.semaphore(key, 2)
+            .acquire_timeout(THROUGH_OUTAGE)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no permit for {which}: {e}"))
+    };
+    let (pa, pb) = (take(a, "a").await, take(b, "b").await);
+    assert_ne!(pa.fence(), pb.fence(), "{what}: two permits of one fence");
+    for c in [a, b] {
+        let third = tokio::time::timeout(THROUGH_OUTAGE, c.semaphore(key, 2).try_acquire())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: a try hung"));
+        match third {
+            Ok(None) => {}
+            // Both unlost after the third grant: both were during it.
+            Ok(Some(p)) if !pa.is_lost() && !pb.is_lost() => {
+                panic!("{what}: three permits of 2 (fences {}, {}, {})", pa.fence(), pb.fence(), p.fence())
+            }
+            Ok(Some(p)) => eprintln!("{what}: a permit lost to a switch; fence {} granted after it", p.fence()),
+            // Not a grant (a fallback chain's switch, see `grant_excluding`).
+            Err(e) if e.is_retryable() => {}
+            Err(e) => panic!("{what}: the try of a full semaphore failed: {e}"),
+        }
+    }
+    for p in [pa, pb] {
+        let lost = p.is_lost();
+        match p.release().await {
+            Ok(()) => {}
+            Err(Error::Lost { .. }) if lost => {}
+            Err(e) => panic!("{what}: release: {e}"),
+        }
+    }
+}
+
 /// Expands to one `#[test]` per member clause, each on a fresh composite
 /// from `$start` (a `fn() -> Composite`), named like `redlock::m1_member_down_at_start`.
 #[macro_export]
 macro_rules! member_clauses {
     ($start:path) => {
-        $crate::member_clauses!(@clauses $start; m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again);
+        $crate::member_clauses!(@clauses $start;
+            m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again, m4_permits_through_an_outage);
     };
     (@clauses $start:path; $($clause:ident),*) => {
         $(

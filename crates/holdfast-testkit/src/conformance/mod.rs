@@ -45,7 +45,9 @@ pub use fence_floor::c2_fence_floor;
 pub use lost_replies::{
     f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
 };
-pub use members::{Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again};
+pub use members::{
+    Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again, m4_permits_through_an_outage,
+};
 pub use release::c4_release_repeated;
 pub use scale::{queue_tasks_in_order, s1_hot_key_every_waiter_acquires};
 pub use shared::{
