@@ -62,6 +62,16 @@ impl Calls {
     }
 }
 
+/// The setting both functions run with (as `pg_proc.proconfig` lists it).
+/// Their reads of a key's shares must be plain index scans: a plan made
+/// before the shares table was first analyzed (a new namespace, its first
+/// minute or until autovacuum comes) was a bitmap scan, which never marks
+/// the index entries of released shares dead, so every call walked every
+/// share the key ever had until a vacuum (1,350 permits a second where the
+/// same namespace, analyzed, gave 3,800); a plain index scan marks them as
+/// it passes.
+pub(super) const PLAN_SETTING: &str = "enable_bitmapscan=off";
+
 /// `CREATE OR REPLACE` of both functions; `q` the quoted schema, `table`
 /// the checked table name (at most 57 bytes: the names stay within 63).
 pub(super) fn functions_sql(q: &str, table: &str) -> String {
@@ -74,7 +84,7 @@ pub(super) fn functions_sql(q: &str, table: &str) -> String {
     let left = "(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::int8";
     format!(
         "CREATE OR REPLACE FUNCTION {q}.\"{table}{GATE_FN}\"(k text, channel text) RETURNS boolean
-         LANGUAGE plpgsql VOLATILE AS $fn$
+         LANGUAGE plpgsql VOLATILE SET enable_bitmapscan = off AS $fn$
          DECLARE w boolean;
          BEGIN
              PERFORM 1 FROM {t} WHERE key = k FOR UPDATE;
@@ -89,7 +99,7 @@ pub(super) fn functions_sql(q: &str, table: &str) -> String {
          CREATE OR REPLACE FUNCTION {q}.\"{table}{SHARE_FN}\"(
              k text, tok bytea, m smallint, wt bigint, lim bigint, ttl_ms bigint, lbl text, reserve boolean,
              OUT o_kind smallint, OUT o_value bigint)
-         LANGUAGE plpgsql VOLATILE AS $fn$
+         LANGUAGE plpgsql VOLATILE SET enable_bitmapscan = off AS $fn$
          DECLARE
              g_token bytea; g_fence bigint; g_exp timestamptz; g_session bytea; g_wanted boolean;
              g_live boolean; g_until timestamptz;

@@ -76,6 +76,8 @@ impl PostgresBackend {
                             AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($2) AND tgname = $6)
                             AND to_regclass($7) IS NOT NULL AND EXISTS (
                                 SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'session'),
+                            (SELECT count(*) FROM pg_proc WHERE oid IN (to_regprocedure($8), to_regprocedure($9))
+                                AND $10 = ANY(proconfig)) = 2,
                             to_regprocedure($8) IS NOT NULL AND to_regprocedure($9) IS NOT NULL",
                     &[
                         (&i.sql.lease_regclass, Type::TEXT),
@@ -87,6 +89,7 @@ impl PostgresBackend {
                         (&i.sql.sessions_regclass, Type::TEXT),
                         (&i.sql.fns.sigs[0], Type::TEXT),
                         (&i.sql.fns.sigs[1], Type::TEXT),
+                        (&super::share_fns::PLAN_SETTING, Type::TEXT),
                     ],
                 )
                 .await
@@ -119,19 +122,22 @@ impl PostgresBackend {
                 // without `create` it stays as it is (record calls fail
                 // naming the table).
                 let records: bool = row.try_get(3).map_err(map_err)?;
-                let mut functions: bool = row.try_get(5).map_err(map_err)?;
-                if i.config.create && !(records && functions) {
+                // Functions of this version (with `PLAN_SETTING`), and
+                // functions of any version (an earlier one's work, slower).
+                let current: bool = row.try_get(5).map_err(map_err)?;
+                let mut functions: bool = row.try_get(6).map_err(map_err)?;
+                if i.config.create && !(records && current) {
                     // Not the whole DDL: its table locks stall a namespace
                     // in use, or deadlock in it (see `ddl::Ddl::additions`).
                     match c.client.batch_execute(&i.sql.create.additions).await {
                         Ok(()) => functions = true,
                         // A role that may use the tables but not change
                         // them (`create` left at its default): without the
-                        // functions alone it works as before.
+                        // functions, or with an earlier version's, it works.
                         Err(e) if records => {
                             let _ = c.client.batch_execute("ROLLBACK").await;
-                            tracing::warn!(error = %PgError(e), "could not add the functions of shared leases to \
-                                the namespace (semaphores and read-write locks run slower without them): connect \
+                            tracing::warn!(error = %PgError(e), "could not add or update the functions of shared \
+                                leases in the namespace (semaphores and read-write locks run slower): connect \
                                 once as the tables' owner, or set create=false");
                         }
                         Err(e) => return Err(map_err(e)),
