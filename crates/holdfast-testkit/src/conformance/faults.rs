@@ -137,14 +137,6 @@ impl Proxied {
         })
     }
 
-    /// Acquires `key` through the proxy while it forwards.
-    async fn hold(&self, key: &str) -> holdfast::MutexGuard {
-        match self.hold_as(key, Ask::Mutex).await {
-            Held::Guard(g) => g,
-            Held::Permit(_) => unreachable!("a mutex was asked for"),
-        }
-    }
-
     /// Acquires `key` (its mutex, or a permit) through the proxy while it forwards.
     pub(super) async fn hold_as(&self, key: &str, ask: Ask) -> Held {
         let wait = self.op_timeout * 2;
@@ -230,6 +222,21 @@ impl StatusProbe {
 /// session until the process exits).
 pub async fn f3_release_while_unreachable(store: &Store) {
     let Some(target) = target(store, "f3_release_while_unreachable") else { return };
+    release_while_unreachable(store, target, Ask::Mutex).await;
+}
+
+/// F3 for a permit (a semaphore of one), whose release takes its own path
+/// on most stores.
+pub async fn f3_shared_release_while_unreachable(store: &Store) {
+    let Some(target) = target(store, "f3_shared_release_while_unreachable") else { return };
+    if !client(store, "f3s-probe").await.capabilities().shared_leases {
+        eprintln!("f3_shared_release_while_unreachable: the store declares no shared leases");
+        return;
+    }
+    release_while_unreachable(store, target, Ask::Permit).await;
+}
+
+async fn release_while_unreachable(store: &Store, target: &ProxyTarget, ask: Ask) {
     let b = client(store, "f3-b").await;
     let a = Proxied::start(target, "f3-a").await;
     let outage = Duration::from_secs(3);
@@ -237,14 +244,20 @@ pub async fn f3_release_while_unreachable(store: &Store) {
     for refuse in [false, true] {
         let variant = if refuse { "store refusing connections" } else { "store silent" };
         let key = fresh_key("f3");
-        let guard = a.hold(&key).await;
+        a.warm_up_for(Some(&key), ask).await;
+        let held = a.hold_as(&key, ask).await;
         if refuse {
             a.proxy.refuse();
             a.proxy.cut();
         } else {
             a.proxy.blackhole();
         }
-        let release = tokio::spawn(guard.release());
+        let release = tokio::spawn(async move {
+            match held {
+                Held::Guard(g) => g.release().await,
+                Held::Permit(p) => p.release().await,
+            }
+        });
         tokio::time::sleep(outage).await;
         a.heal();
         if !free_within(&b, &key, FREED_AFTER_OUTAGE).await {

@@ -40,7 +40,10 @@ pub use child::{
 };
 pub use clauses::*;
 pub use election::c16_election_safety;
-pub use faults::{f3_release_while_unreachable, f4_hung_store_while_waiting, f5_silent_store_at_the_deadline};
+pub use faults::{
+    f3_release_while_unreachable, f3_shared_release_while_unreachable, f4_hung_store_while_waiting,
+    f5_silent_store_at_the_deadline,
+};
 pub use fence_floor::c2_fence_floor;
 pub use lost_replies::{
     f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
@@ -180,7 +183,8 @@ macro_rules! conformance_suite {
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
-            f3_release_while_unreachable, f4_hung_store_while_waiting, f5_silent_store_at_the_deadline,
+            f3_release_while_unreachable, f3_shared_release_while_unreachable, f4_hung_store_while_waiting,
+            f5_silent_store_at_the_deadline,
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
