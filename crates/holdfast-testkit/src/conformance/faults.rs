@@ -49,6 +49,17 @@ pub(super) fn target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarg
     target
 }
 
+/// [`target`] for a clause of shared leases: `None` also (said so) when the
+/// store declares none.
+pub(super) async fn shared_target<'a>(store: &'a Store, clause: &str) -> Option<&'a ProxyTarget> {
+    let target = target(store, clause)?;
+    if !client(store, &format!("{clause}-probe")).await.capabilities().shared_leases {
+        eprintln!("{clause}: the store declares no shared leases");
+        return None;
+    }
+    Some(target)
+}
+
 /// A client that reaches the store through a fault proxy.
 pub(super) struct Proxied {
     pub(super) proxy: FaultProxy,
@@ -228,11 +239,7 @@ pub async fn f3_release_while_unreachable(store: &Store) {
 /// F3 for a permit (a semaphore of one), whose release takes its own path
 /// on most stores.
 pub async fn f3_shared_release_while_unreachable(store: &Store) {
-    let Some(target) = target(store, "f3_shared_release_while_unreachable") else { return };
-    if !client(store, "f3s-probe").await.capabilities().shared_leases {
-        eprintln!("f3_shared_release_while_unreachable: the store declares no shared leases");
-        return;
-    }
+    let Some(target) = shared_target(store, "f3_shared_release_while_unreachable").await else { return };
     release_while_unreachable(store, target, Ask::Permit).await;
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use holdfast::{Client, Error};
 
-use super::faults::{Ask, FREED_WITHIN, Held, Proxied, StatusProbe, TTL, free_within, freed, target};
+use super::faults::{Ask, FREED_WITHIN, Held, Proxied, StatusProbe, TTL, free_within, freed, shared_target, target};
 use super::{ProxyTarget, Store, client, fresh_key};
 
 /// F1 (C9, lost reply): an acquire the store applied but whose reply was lost
@@ -37,12 +37,8 @@ pub async fn f1_lost_acquire_reply(store: &Store) {
 /// shared leases, Redis's admission script, the queue of shares on etcd
 /// and ZooKeeper), so F1's mutex sweep does not cover it.
 pub async fn f1_lost_shared_acquire_reply(store: &Store) {
-    let Some(target) = target(store, "f1_lost_shared_acquire_reply") else { return };
+    let Some(target) = shared_target(store, "f1_lost_shared_acquire_reply").await else { return };
     let b = client(store, "f1s-b").await;
-    if !b.capabilities().shared_leases {
-        eprintln!("f1_lost_shared_acquire_reply: the store declares no shared leases");
-        return;
-    }
     let a = Proxied::start(target, "f1s-a").await;
     let failures: Vec<String> = [
         acquire_with_replies_lost(&a, &b, Ask::Permit, None).await,
@@ -143,11 +139,7 @@ pub async fn f2_lost_release_reply(store: &Store) {
 /// F2 for a permit (a semaphore of one): its release takes its own path on
 /// most stores (on PostgreSQL the share's delete and then its key's gate).
 pub async fn f2_lost_shared_release_reply(store: &Store) {
-    let Some(target) = target(store, "f2_lost_shared_release_reply") else { return };
-    if !client(store, "f2s-probe").await.capabilities().shared_leases {
-        eprintln!("f2_lost_shared_release_reply: the store declares no shared leases");
-        return;
-    }
+    let Some(target) = shared_target(store, "f2_lost_shared_release_reply").await else { return };
     release_with_reply_lost(store, target, Ask::Permit).await;
 }
 

@@ -187,10 +187,8 @@ impl Statements {
             // A share or a reservation released: the waiters are told (a
             // freed share, or a writer that stopped waiting, may admit them);
             // the caller then shrinks the key's gate row (see `shares`).
-            // A release that finds nothing on a gated key shrinks it too: it
-            // may be the retry of a release applied whose reply was lost
-            // (the share deleted, the gate left up to the share's expiry,
-            // every exclusive grant refused until then).
+            // Nothing found on a gated key: the caller shrinks it too (the
+            // retry of a release applied whose reply was lost).
             // c: a row of a session that is not the releasing client's
             //    counts a removal in it (first: `d` waits for it), so that
             //    its client hears of it (model 9).
