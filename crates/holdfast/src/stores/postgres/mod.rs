@@ -2,6 +2,7 @@
 //! per-namespace counter in the same statement, wake-ups by LISTEN/NOTIFY.
 #![doc = include_str!("docs.md")]
 
+mod acquire_sql;
 mod admin;
 mod config;
 mod ddl;
