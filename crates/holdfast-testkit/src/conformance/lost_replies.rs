@@ -171,3 +171,32 @@ async fn release_with_reply_lost(store: &Store, target: &ProxyTarget, ask: Ask) 
     a.heal();
     freed(&b, &key, FREED_WITHIN, "after a release whose reply was lost").await;
 }
+
+/// F2 for a permit whose release's connection is cut part-way: the proxy
+/// lets 0, 1, 2, ... reply chunks through and then closes the connection,
+/// so every step of a release that takes several (PostgreSQL: the share's
+/// delete, then its gate's shrink in a second call) is cut at some point.
+/// Whatever the release answers, the key must come free for another client
+/// within seconds of the network's return: a step that never ran is the
+/// release's retry's to do, not the share's 30 s TTL's.
+pub async fn f2_shared_release_cut_part_way(store: &Store) {
+    let Some(target) = shared_target(store, "f2_shared_release_cut_part_way").await else { return };
+    let b = client(store, "f2c-b").await;
+    let a = Proxied::start(target, "f2c-a").await;
+    let mut failures = Vec::new();
+    for replies in 0..=MAX_REPLIES_LET_THROUGH {
+        let key = fresh_key("f2c");
+        a.warm_up_for(Some(&key), Ask::Permit).await;
+        let Held::Permit(permit) = a.hold_as(&key, Ask::Permit).await else { unreachable!("a permit was asked for") };
+        a.proxy.cut_after_replies(replies);
+        match a.bounded("release with its connection cut", a.op_timeout * 2, permit.release()).await {
+            Ok(()) | Err(Error::Backend { .. }) => {}
+            Err(e) => panic!("release cut after {replies} replies: unexpected error {e:?}"),
+        }
+        a.heal();
+        if !free_within(&b, &key, FREED_WITHIN).await {
+            failures.push(format!("cut after {replies} replies: key still held {FREED_WITHIN:?} later"));
+        }
+    }
+    assert!(failures.is_empty(), "a permit's release cut part-way, TTL 30 s: {}", failures.join("; "));
+}

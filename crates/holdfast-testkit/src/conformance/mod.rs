@@ -47,6 +47,7 @@ pub use faults::{
 pub use fence_floor::c2_fence_floor;
 pub use lost_replies::{
     f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
+    f2_shared_release_cut_part_way,
 };
 pub use members::{
     Composite, m1_member_down_at_start, m2_member_down_mid_run, m3_member_back_again, m4_permits_through_an_outage,
@@ -183,7 +184,7 @@ macro_rules! conformance_suite {
             c6_waiting, c7_fairness, c8_reentrancy, c9_cancel_safety, c10_bad_input, c11_drop,
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
-            f3_release_while_unreachable, f3_shared_release_while_unreachable, f4_hung_store_while_waiting,
+            f2_shared_release_cut_part_way, f3_release_while_unreachable, f3_shared_release_while_unreachable, f4_hung_store_while_waiting,
             f5_silent_store_at_the_deadline,
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
