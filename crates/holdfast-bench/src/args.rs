@@ -61,8 +61,8 @@ pub struct Args {
     /// Fair (FIFO) locks.
     #[arg(long)]
     pub fair: bool,
-    /// Workloads, comma-separated: uncontended, contended, contended-think, many-leases
-    /// [default: all of them, or none with --held or --hot].
+    /// Workloads, comma-separated: uncontended, contended, contended-think, semaphore,
+    /// rwlock, readers, many-leases [default: all of them, or none with --held or --hot].
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<Workload>,
     /// Rounds per workload and subject, interleaved; the median round is kept.

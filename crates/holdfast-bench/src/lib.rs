@@ -21,6 +21,9 @@
 //!   waiting, a tiny critical section, release.
 //! - [`Workload::ContendedThink`]: the same with a think time (default 1 ms)
 //!   after each release, so that the lock really passes between tasks.
+//! - [`Workload::Readers`]: T tasks (default 64), each taking a read lock of
+//!   its own key in a loop (the floor: its read-write lock where it has one,
+//!   else its mutex on the same keys).
 //! - [`Workload::ManyLeases`]: one client holding N leases (default 10,000)
 //!   with renewal on: renewal round trips per renewal period, and the
 //!   client's resident memory for them.
@@ -121,18 +124,28 @@ pub enum Workload {
     Semaphore,
     /// T tasks (default 32) on one read-write lock, one write in ten cycles.
     RwLock,
+    /// T tasks (default 64), each taking a read lock of its own key: what a
+    /// read-write lock per resource costs where nobody writes (and whether
+    /// shares of different keys wait for each other).
+    Readers,
 }
 
 impl Workload {
     /// The workloads `holdfast bench` runs unless told otherwise, in the order they run.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::ContendedThink,
         Workload::Semaphore,
         Workload::RwLock,
+        Workload::Readers,
         Workload::ManyLeases,
     ];
+
+    /// Whether each task has a key of its own (else they share one).
+    pub fn own_keys(self) -> bool {
+        matches!(self, Workload::Uncontended | Workload::Readers)
+    }
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -145,6 +158,7 @@ impl Workload {
             Workload::Hot => "hot",
             Workload::Semaphore => "semaphore",
             Workload::RwLock => "rwlock",
+            Workload::Readers => "readers",
         }
     }
 }
@@ -159,7 +173,7 @@ impl FromStr for Workload {
     type Err = Error;
 
     /// Parses `uncontended`, `contended`, `contended-think` (or `think`),
-    /// `semaphore`, `rwlock`, `many-leases` (or `leases`).
+    /// `semaphore`, `rwlock`, `readers`, `many-leases` (or `leases`).
     fn from_str(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "uncontended" | "a" => Ok(Workload::Uncontended),
@@ -168,11 +182,12 @@ impl FromStr for Workload {
             "many-leases" | "leases" | "c" => Ok(Workload::ManyLeases),
             "semaphore" => Ok(Workload::Semaphore),
             "rwlock" | "read-write" => Ok(Workload::RwLock),
+            "readers" => Ok(Workload::Readers),
             other => Err(Error::invalid(
                 "workload",
                 format!(
                     "unknown workload {other:?}; known: uncontended, contended, contended-think, semaphore, rwlock, \
-                     many-leases"
+                     readers, many-leases"
                 ),
             )),
         }
@@ -393,9 +408,10 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             Workload::Uncontended => (opts.tasks_uncontended, Mix::Exclusive),
             Workload::Semaphore => (opts.tasks_semaphore, Mix::Semaphore { permits: opts.permits }),
             Workload::RwLock => (opts.tasks_rwlock, Mix::ReadWrite { write_every: 10 }),
+            Workload::Readers => (opts.tasks_uncontended, Mix::Read),
             _ => (opts.tasks_contended, Mix::Exclusive),
         };
-        let shares = matches!(workload, Workload::Semaphore | Workload::RwLock);
+        let shares = matches!(workload, Workload::Semaphore | Workload::RwLock | Workload::Readers);
         if shares && !client.capabilities().shared_leases {
             notes.push(format!("{workload}: not run: the {} store has no shared leases yet", client.store_name()));
             continue;
@@ -407,13 +423,23 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             }
             has
         });
+        // A floor without read-write locks takes each task's own key alone:
+        // with nobody else on the key, that is the least a read lock costs.
+        let floor_mix = match floor {
+            Some(f) if mix == Mix::Read && !f.has_rw() => {
+                notes.push(format!("{workload}: the floor takes each key with its mutex (no read-write floor)"));
+                Mix::Exclusive
+            }
+            _ => mix,
+        };
         let mut hf_rounds = Vec::new();
         let mut floor_rounds = Vec::new();
         for round in 0..opts.rounds {
-            let spec = |subject: &str| CycleSpec::round_of(opts, (workload, tasks, mix), &run_id, round, subject);
-            hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast"), counter.as_deref(), &progress).await?);
+            let spec = |subject: &str, mix| CycleSpec::round_of(opts, (workload, tasks, mix), &run_id, round, subject);
+            hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast", mix), counter.as_deref(), &progress).await?);
             if let Some(floor) = floor {
-                floor_rounds.push(run_cycles(floor.clone(), &spec("floor"), counter.as_deref(), &progress).await?);
+                let spec = spec("floor", floor_mix);
+                floor_rounds.push(run_cycles(floor.clone(), &spec, counter.as_deref(), &progress).await?);
             }
         }
         results.push(stats::median_by(hf_rounds, |r| r.cycles_per_sec));

@@ -21,7 +21,7 @@ const TICK: Duration = Duration::from_millis(250);
 /// [`Workload::ContendedThink`]) for one subject.
 #[derive(Debug, Clone)]
 pub struct CycleSpec {
-    /// Which workload: uncontended gives each task its own key, the others share one.
+    /// Which workload: uncontended and readers give each task its own key, the others share one.
     pub workload: Workload,
     /// Who is measured, for the report (`holdfast`, `floor`, `rslock`, ...).
     pub subject: String,
@@ -33,7 +33,7 @@ pub struct CycleSpec {
     pub max_cycles: Option<u64>,
     /// Sleep after each release (zero: none).
     pub think_time: Duration,
-    /// Keys are `{key_prefix}/{task}` (uncontended) or `{key_prefix}/shared`.
+    /// Keys are `{key_prefix}/{task}` (own keys) or `{key_prefix}/shared`.
     pub key_prefix: String,
     /// What each cycle asks for.
     pub mix: Mix,
@@ -74,6 +74,8 @@ pub enum Mix {
         /// The permit count.
         permits: u32,
     },
+    /// A read share, every cycle.
+    Read,
     /// A read share, and the write side once in `write_every` cycles.
     ReadWrite {
         /// One write in this many cycles (10: 10% writes).
@@ -87,6 +89,7 @@ impl Mix {
         match self {
             Mix::Exclusive => Role::Exclusive,
             Mix::Semaphore { permits } => Role::Permit { permits },
+            Mix::Read => Role::Read,
             Mix::ReadWrite { write_every } => {
                 let every = u64::from(write_every.max(1));
                 if (task as u64 + n) % every == 0 { Role::Write } else { Role::Read }
@@ -164,7 +167,7 @@ async fn cycle_task<L: Locker>(
     spec: Arc<CycleSpec>,
     barrier: Arc<Barrier>,
 ) -> Result<TaskOutcome> {
-    let contended = spec.workload != Workload::Uncontended;
+    let contended = !spec.workload.own_keys();
     let mut out = TaskOutcome { acquire: histogram()?, cycles: Vec::new(), count: 0 };
     barrier.wait().await;
     let fail = |e: Error| {
@@ -211,7 +214,7 @@ pub async fn run_cycles<L: Locker>(
     progress: &impl Fn(ProgressEvent),
 ) -> Result<WorkloadResult> {
     let spec = Arc::new(spec.clone());
-    let contended = spec.workload != Workload::Uncontended;
+    let contended = !spec.workload.own_keys();
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         claimed: AtomicU64::new(0),

@@ -48,7 +48,7 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
     let report = run(&opts, |e| events.lock().unwrap().push(e)).await.unwrap();
 
     check_invariants(&report, &["holdfast", "floor"]);
-    for workload in [Workload::Semaphore, Workload::RwLock] {
+    for workload in [Workload::Semaphore, Workload::RwLock, Workload::Readers] {
         for subject in ["holdfast", "floor"] {
             let r = report.result(workload, subject).unwrap_or_else(|| panic!("no {workload} result for {subject}"));
             assert!(r.cycles > 0 && r.tasks_never_acquired == 0, "{workload}/{subject}: {r:?}");
@@ -57,8 +57,14 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
         }
     }
     assert!(report.notes.is_empty(), "{:?}", report.notes);
-    let workloads =
-        [Workload::Uncontended, Workload::Contended, Workload::ContendedThink, Workload::Semaphore, Workload::RwLock];
+    let workloads = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::ContendedThink,
+        Workload::Semaphore,
+        Workload::RwLock,
+        Workload::Readers,
+    ];
     assert_eq!(report.ratios.len(), workloads.len(), "one holdfast/floor ratio per cycle workload");
     assert!(report.ratios.iter().all(|r| r.baseline == "floor" && r.ratio > 0.0));
 
@@ -72,13 +78,13 @@ async fn every_workload_runs_on_sqlite_with_invariants() {
 
     let events = events.into_inner().unwrap();
     let finished = events.iter().filter(|e| matches!(e, ProgressEvent::Finished { .. })).count();
-    assert_eq!(finished, 5 * 2 + 1, "a Finished event per workload and subject: {events:?}");
+    assert_eq!(finished, 6 * 2 + 1, "a Finished event per workload and subject: {events:?}");
 
     let json = serde_json::to_string(&report).unwrap();
     // serde_json may round a float's last digit, so compare the rest exactly.
     let back: BenchReport = serde_json::from_str(&json).unwrap();
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(1.0);
-    assert_eq!((back.results.len(), back.leases.len(), back.ratios.len()), (10, 1, 5));
+    assert_eq!((back.results.len(), back.leases.len(), back.ratios.len()), (12, 1, 6));
     for (b, r) in back.results.iter().zip(&report.results) {
         assert_eq!((b.workload, &b.subject, b.cycles, b.overlaps), (r.workload, &r.subject, r.cycles, r.overlaps));
         assert!(close(b.cycles_per_sec, r.cycles_per_sec));
@@ -106,6 +112,7 @@ async fn fair_mode_and_bad_options_are_typed_errors() {
     let opts = BenchOptions::new("nope://x");
     assert!(matches!(run(&opts, |_| {}).await, Err(holdfast::Error::InvalidInput { .. })));
     assert!("think".parse::<Workload>().is_ok() && "bogus".parse::<Workload>().is_err());
+    assert_eq!("readers".parse::<Workload>().ok(), Some(Workload::Readers));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

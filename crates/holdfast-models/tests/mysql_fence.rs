@@ -42,6 +42,15 @@ fn a_the_shipped_layout_holds_over_a_complete_exploration() {
 }
 
 #[test]
+fn a_the_layout_shipped_before_holds_too() {
+    let checker = FenceModel::new(FenceVariant::SharesUnderCounter).checker().spawn_dfs().join();
+    assert!(checker.is_done());
+    for property in [MUTUAL_EXCLUSION, FENCES_INCREASE] {
+        assert!(checker.discovery(property).is_none(), "SharesUnderCounter: {property} violated");
+    }
+}
+
+#[test]
 fn b_a_sweep_without_the_counter_raise_repeats_a_fence() {
     let model = FenceModel::new(FenceVariant::SweepWithoutRaise).with_kinds(&[Kind::New], 3, 0);
     assert_counterexamples(model, &[FENCES_INCREASE]);
@@ -62,6 +71,12 @@ fn d_shares_from_the_counter_go_below_the_key_fence() {
 #[test]
 fn e_a_gate_overwritten_by_an_older_share_repeats_a_fence() {
     let model = FenceModel::new(FenceVariant::GateOverwrite).with_kinds(&[Kind::New, Kind::New], 2, 0);
+    assert_counterexamples(model, &[FENCES_INCREASE]);
+}
+
+#[test]
+fn e_a_gate_not_raised_to_a_share_from_it_repeats_a_fence() {
+    let model = FenceModel::new(FenceVariant::GateNotRaised).with_kinds(&[Kind::New, Kind::New, Kind::New], 1, 0);
     assert_counterexamples(model, &[FENCES_INCREASE]);
 }
 

@@ -114,8 +114,10 @@ impl FenceModel {
         Some(())
     }
 
-    /// `ShareGrant`: unless an exclusive holder is live, a share with the
-    /// greater of the counter's next and the row's next; the gate keeps the
+    /// `ShareGrant`: unless an exclusive holder is live, a share fenced
+    /// from the key's row when it has one (the row's fence + 1, under the
+    /// row's lock alone), else from the counter (under the counter's lock,
+    /// which every insert of a row takes first); the gate keeps the
     /// greatest fence.
     pub(super) fn share_grant(&self, s: &mut FenceState, c: u8) -> Option<()> {
         if s.live_holder().is_some() {
@@ -124,15 +126,22 @@ impl FenceModel {
         let row_fence = s.row.map(|r| r.fence);
         let fence = match (self.variant, row_fence) {
             (FenceVariant::SharesFromCounter, _) | (_, None) => s.counter + 1,
-            (_, Some(r)) => (s.counter + 1).max(r + 1),
+            (FenceVariant::SharesUnderCounter, Some(r)) => (s.counter + 1).max(r + 1),
+            (_, Some(r)) => r + 1,
         };
         if row_fence.is_some_and(|r| r > s.counter) {
             s.share_over_raised_row = true;
         }
-        s.counter = fence;
+        // Only a draw from the counter moves it.
+        let drew = row_fence.is_none()
+            || matches!(self.variant, FenceVariant::SharesFromCounter | FenceVariant::SharesUnderCounter);
+        if drew {
+            s.counter = fence;
+        }
         Self::grant(s, c, fence, true);
         let gate_fence = match (self.variant, row_fence) {
             (FenceVariant::SharesFromCounter | FenceVariant::GateOverwrite, _) | (_, None) => fence,
+            (FenceVariant::GateNotRaised, Some(r)) => r,
             (_, Some(r)) => r.max(fence),
         };
         s.shares[c as usize] = Some(Share { fence, live: true });
