@@ -36,9 +36,9 @@ impl MysqlBackend {
         crate::backend::held_statuses(self, keys.into_iter().filter_map(|k| String::from_utf8(k).ok())).await
     }
 
-    /// One transaction: the namespace's fence counter locked first (as every
-    /// grant and gate change takes it first: no deadlock, no grant of the
-    /// namespace until commit), then the key's lease row (the exclusive
+    /// One transaction: the namespace's fence counter locked first (as
+    /// every transaction that takes it does, before any row: no deadlock;
+    /// no grant of a key without a row until commit), then the key's lease row (the exclusive
     /// holder, or the shares' gate) and its held shares deleted
     /// (reservations stay), and the counter raised to the highest fence
     /// deleted, so the key's next grant, which draws from the counter (the
