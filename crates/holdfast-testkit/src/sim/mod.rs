@@ -58,8 +58,9 @@ pub struct SimConfig {
     pub poll: holdfast::backend::wait::PollBounds,
     /// The most leases per renew call.
     pub renew_slice: usize,
-    /// How far one fence counter reaches: per key, or the whole store (as
-    /// a SQLite file or a PostgreSQL or MySQL namespace keeps it).
+    /// How far one fence counter reaches: per key (Redis), the whole store
+    /// (a SQLite file), or per key over one for the store (a PostgreSQL or
+    /// MySQL namespace).
     pub counter_scope: CounterScope,
 }
 

@@ -80,8 +80,8 @@ pub struct RunConfig {
     pub shares: bool,
     /// The fence counter scope of store `s` is `counter_scopes[s % len]`:
     /// by default the first store keeps a counter per key (as Redis), the
-    /// second one for the store (as a SQLite file or a MySQL namespace) and
-    /// the third per key over one for the store (as a PostgreSQL namespace).
+    /// second one for the store (as a SQLite file) and the third per key
+    /// over one for the store (as a PostgreSQL or MySQL namespace).
     pub counter_scopes: Vec<CounterScope>,
 }
 

@@ -1,8 +1,8 @@
 //! What a simulated store keeps: per key, its leases and reservations with
 //! expiries on the store's own clock and the record kept with it, and the
 //! fence counter: one per key, one for the whole store as SQLite keeps
-//! per file and MySQL per namespace, or PostgreSQL's per key over one per
-//! namespace ([`CounterScope`]).
+//! per file, or PostgreSQL's and MySQL's per key over one per namespace
+//! ([`CounterScope`]).
 //! Every method is one atomic store operation, applied when a request
 //! arrives over its link.
 
@@ -55,11 +55,13 @@ pub enum CounterScope {
     /// One counter per key (Redis: a lock hash's last fence).
     #[default]
     PerKey,
-    /// One counter for every key of the store: SQLite's per file,
-    /// MySQL's per namespace. A grant or a raised floor on one key moves
-    /// every key's later fences.
+    /// One counter for every key of the store: SQLite's per file (and
+    /// MySQL's per namespace, for mutexes until 2026-11-29 and for shares
+    /// until 2026-12-01). A grant or a raised floor on one key moves every
+    /// key's later fences.
     PerStore,
-    /// PostgreSQL's per-key fences: a key's counter lives with its row,
+    /// PostgreSQL's and MySQL's per-key fences (every mode of lease, on
+    /// MySQL since 2026-12-01): a key's counter lives with its row,
     /// which a release keeps; a key without a row (never used, or swept)
     /// draws its first fence from the store's counter, and a swept row
     /// raises the store's counter to its fence. Here every key without a
@@ -113,7 +115,7 @@ impl StoreState {
     }
 
     /// [`CounterScope::KeyRows`]: deletes every key without a live row,
-    /// raising the store's counter to its fence (PostgreSQL's sweep).
+    /// raising the store's counter to its fence (PostgreSQL's and MySQL's sweep).
     fn sweep(&mut self, now: Duration) {
         if self.scope != CounterScope::KeyRows {
             return;

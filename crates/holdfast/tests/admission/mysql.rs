@@ -45,8 +45,10 @@ fn seed_sql(key: &str, case: &Case) -> String {
         let fence = if x.expired { MAX_ORDER } else { x.order };
         sql += &lease(binary(x.token), fence, at(ends_in_ms(x)));
     } else if let Some(latest) = shares.iter().max_by_key(|r| ends_in_ms(r)) {
-        let fence = shares.iter().map(|r| r.order).max().unwrap_or(0);
-        sql += &lease(GATE.to_owned(), fence, at(ends_in_ms(latest)));
+        // The gate keeps the key's fence: the highest it was granted, which
+        // a share's grant takes + 1 (and the table's orders stand for the
+        // key's history, as for an expired holder above).
+        sql += &lease(GATE.to_owned(), MAX_ORDER, at(ends_in_ms(latest)));
     }
     for r in case.rows.iter().filter(|r| !(r.held && r.mode.is_exclusive())) {
         let (m, w, lim) = admission::encode(r.mode);

@@ -296,6 +296,10 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
             order: fence,
         });
     }
+    // A key with a row: its next fence or place, above the row's fence
+    // (the highest the key was granted: the gate keeps its shares') and
+    // every live place, as the counter's draws were.
+    let next_in_row = row_fence.map(|f| rows.iter().map(|r| r.order).fold(f, u64::max).saturating_add(1));
     let (code, weight, limit) = admission::encode(mode);
     let ttl_us = micros(ttl);
     // The share row, held or a reservation, at `order` (its fence or place).
@@ -324,8 +328,8 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
             Shared::Granted(fence)
         }
         Decision::Grant => {
-            let fence = match row_fence {
-                Some(fence) => fence.saturating_add(1),
+            let fence = match next_in_row {
+                Some(fence) => fence,
                 None => {
                     tx.exec_drop(q.fence_next.as_str(), (0,)).await?;
                     let Some(fence) = tx.last_insert_id() else {
@@ -346,11 +350,10 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
         }
         Decision::Refuse { reserve: true, keep_order } if reserve => {
             // A new place: after every place and fence of the key, so that
-            // the key's waiters keep their order (places are compared with
-            // places only; the key's next fence is drawn from its row).
-            let place = match (keep_order, row_fence) {
+            // the key's waiters keep their order.
+            let place = match (keep_order, next_in_row) {
                 (Some(place), _) => place,
-                (None, Some(fence)) => rows.iter().map(|r| r.order).fold(fence, u64::max).saturating_add(1),
+                (None, Some(place)) => place,
                 (None, None) => {
                     tx.exec_drop(q.fence_next.as_str(), (0,)).await?;
                     tx.last_insert_id().unwrap_or(0)
