@@ -144,6 +144,28 @@ fn uncontended_cycle_is_two_writes() {
     });
 }
 
+/// An uncontended permit's cycle is two writes too: the share's put and its
+/// delete. A share admitted with nobody behind it does not rewrite its key
+/// (the mark that wakes a waiting share): it did on every grant, as etcd's
+/// count of the keys created after it counted the share's own key.
+#[test]
+fn uncontended_share_cycle_is_two_writes() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    rt().block_on(async {
+        let a = client(&url, "a").await;
+        let sem = a.semaphore("two-writes-shared", 4).ttl(Duration::from_secs(30));
+        let mut fences = Vec::new();
+        for _ in 0..20 {
+            let p = sem.acquire().await.expect("acquire");
+            fences.push(p.fence());
+            p.release().await.expect("release");
+        }
+        let gaps: Vec<u64> = fences.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
+    });
+}
+
 /// A guard's release, whatever the guard's kind.
 type Releasing = std::pin::Pin<Box<dyn std::future::Future<Output = holdfast::Result<()>> + Send>>;
 

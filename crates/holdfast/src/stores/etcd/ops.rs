@@ -245,31 +245,29 @@ pub(super) fn position(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
 }
 
 /// Our key (does it still exist, in which mode?), every key created before
-/// ours, oldest first (what a share's admission depends on), and how many
-/// were created after it (whether a share admitted now may have a waiter
-/// behind it to wake).
+/// ours, oldest first (what a share's admission depends on), and the newest
+/// key's name and revisions (created after ours: a share admitted now may
+/// have a waiter behind it to wake; see [`behind`]).
 pub(super) fn ahead(prefix: &[u8], own: &[u8], my_rev: i64) -> Txn {
     Txn::new().and_then([
         TxnOp::get(own.to_vec(), None),
         TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend).with_max_create_revision(my_rev - 1))),
-        TxnOp::get(
-            prefix.to_vec(),
-            Some(GetOptions::new().with_prefix().with_min_create_revision(my_rev + 1).with_count_only()),
-        ),
+        TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Descend).with_limit(1).with_keys_only())),
     ])
+}
+
+/// Whether [`ahead`]'s answer shows a key created after ours (revision
+/// `my_rev`). Read from the newest key itself: etcd's count of a range
+/// ignores its revision filters (a count of the keys created after ours
+/// counted ours too, so every admitted share rewrote its key to wake a
+/// waiter that was not there: a third write per cycle).
+pub(super) fn behind(resp: &TxnResponse, my_rev: i64) -> bool {
+    kvs(resp, 2).first().is_some_and(|kv| kv.create_revision() > my_rev)
 }
 
 /// Every key of a lock, oldest first.
 pub(super) fn queue(prefix: &[u8]) -> Txn {
     Txn::new().and_then([TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Ascend)))])
-}
-
-/// The count of the `n`th response of a transaction of ranges.
-pub(super) fn count(resp: &TxnResponse, n: usize) -> i64 {
-    match resp.op_responses().into_iter().nth(n) {
-        Some(TxnOpResponse::Get(g)) => g.count(),
-        _ => 0,
-    }
 }
 
 /// The header revision of a transaction's response.

@@ -50,7 +50,7 @@ impl Shared {
             }
             if admitted_in_queue(modes().chain([mode])) > ahead.len() {
                 let grant = self.granted(req, &session, &gone, my_rev, sent)?;
-                if ops::count(&resp, 2) > 0 && !ops::entry_of(&mine).marked {
+                if ops::behind(&resp, my_rev) && !ops::entry_of(&mine).marked {
                     // A share behind us may be waiting for our turn to come
                     // (one that joins later reads us as admitted).
                     self.mark_holding(&mine).await;
