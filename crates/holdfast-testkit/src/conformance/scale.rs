@@ -13,8 +13,16 @@ use super::clauses::{client, fresh_key};
 /// key for 8 s, and on until every task has acquired (at most 40 s: a store
 /// whose hand-offs are slow on a loaded machine needs longer to serve 512,
 /// one that starves a task never does). Every task acquires at least once
-/// (barging may happen, starvation may not), never two at once, and the
-/// busiest task is at most about three times ahead of the least busy.
+/// (barging may happen, starvation may not), never two at once, and within
+/// each client the busiest task is at most about three times ahead of the
+/// least busy: one process's waiters take turns.
+///
+/// Between the two clients no ratio is asserted: on a store that is not
+/// fair, processes barge, and on a loaded machine one client's tasks got
+/// up to 6.5x the other's (plain Redis 17..19 against 98..99 each, the
+/// fallback chain 14..15 against 95..96, with three busy loops on 2
+/// cores), while each client's own tasks stayed within 1-2 of each other.
+/// Fair modes have their own clause (C7) and tests.
 pub async fn s1_hot_key_every_waiter_acquires(store: &Store) {
     const TASKS: usize = 512;
     let run = Duration::from_secs(8);
@@ -66,14 +74,25 @@ pub async fn s1_hot_key_every_waiter_acquires(store: &Store) {
     }
     let (total, took): (u64, Duration) = (counts.iter().sum(), start.elapsed());
     let never = counts.iter().filter(|&&n| n == 0).count();
-    let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+    // Per client (task t ran on client t % 2): its tasks' fewest and most
+    // acquisitions, and their sum.
+    let per_client: Vec<(u64, u64, u64)> = (0..clients.len())
+        .map(|c| {
+            let mine = counts.iter().skip(c).step_by(clients.len());
+            (mine.clone().min().copied().unwrap_or(0), mine.clone().max().copied().unwrap_or(0), mine.sum())
+        })
+        .collect();
+    let shown: Vec<String> = per_client.iter().map(|(lo, hi, sum)| format!("{sum} in {lo}..{hi}")).collect();
     eprintln!(
-        "s1: {total} acquisitions by {TASKS} tasks in {took:?}; per task {min}..{max}; {never} never; longest wait {longest:?}"
+        "s1: {total} acquisitions by {TASKS} tasks in {took:?}; per client {}; {never} never; longest wait {longest:?}",
+        shown.join(", ")
     );
     assert_eq!(never, 0, "{never} of {TASKS} tasks never acquired in {took:?} ({total} acquisitions)");
     // Waiters of one process take turns: the busiest task is not many times
     // ahead of the least busy (before turns, 17 against 1 on Redis).
-    assert!(max <= 3 * min + 2, "per-task acquisitions {min}..{max}: waiters were passed over");
+    for (c, (lo, hi, _)) in per_client.iter().enumerate() {
+        assert!(*hi <= 3 * lo + 2, "client {c}'s tasks acquired {lo}..{hi} times: waiters were passed over");
+    }
 }
 
 /// Queues `n` tasks of `client` on `key`, 10 ms apart, each acquiring (with
