@@ -186,7 +186,14 @@ pub async fn c14_read_share_write_exclusion(store: &Store) {
                     let g = lock.read().acquire_timeout(Duration::from_secs(60)).await.expect("read");
                     raise(&most, readers.fetch_add(1, Ordering::SeqCst) + 1);
                     assert_eq!(writers.load(Ordering::SeqCst), 0, "a reader inside with a writer");
+                    // Until readers have been seen together, a reader stays
+                    // up to 200 ms for another: on a loaded machine a grant
+                    // can take longer than the 4 ms a reader holds.
+                    let stay = Instant::now() + Duration::from_millis(200);
                     tokio::time::sleep(Duration::from_millis(4)).await;
+                    while most.load(Ordering::SeqCst) < 2 && Instant::now() < stay {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                     readers.fetch_sub(1, Ordering::SeqCst);
                     g.release().await.expect("release");
                 }
