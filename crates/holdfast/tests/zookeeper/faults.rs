@@ -181,6 +181,16 @@ fn waiter_on_a_dead_ensemble_gets_the_store_error() {
 /// here) deletes it and reports the grant was held. Forgetting the node
 /// before the delete was confirmed left the key held for as long as the
 /// holder's client lived.
+///
+/// One outcome besides is right, and the test tells it from the defect: a
+/// client whose reconnection outlasts a quarter of its session timeout
+/// counts its grants lost and abandons the session. Its retry then rightly
+/// says "not held"; what must still be true is that the session was
+/// replaced (a lost session is never used again) and that the key frees
+/// well before the old session could expire, because abandoning it closes
+/// it. (Under the load of a full test run on 2 cores this test failed 3
+/// times in 13 with "did not find the grant", when it could not tell the
+/// two apart; it now prints which it saw, and how long the retry took.)
 #[test]
 fn release_lost_in_a_rolling_restart_completes() {
     use holdfast::backend::{AcquireRequest, Backend};
@@ -206,12 +216,17 @@ fn release_lost_in_a_rolling_restart_completes() {
     rt.block_on(backend.try_acquire(&req)).expect("try").expect("granted");
     let member = server.member_serving(session).expect("the member serving the holder");
     server.pause(member, true);
+    // `kill -s STOP` returns before every thread of the JVM has stopped: a
+    // delete sent at once could still be applied, and the retry would then
+    // rightly find nothing to delete.
+    std::thread::sleep(Duration::from_millis(200));
     let release = {
         let (backend, key) = (backend.clone(), key.clone());
         rt.spawn(async move { backend.release(&key, req.token).await })
     };
     std::thread::sleep(Duration::from_millis(300));
     server.kill(member);
+    let killed_at = Instant::now();
     match rt.block_on(release).expect("task") {
         Err(e) => assert!(e.is_retryable(), "a release cut by connection loss must be retryable: {e}"),
         Ok(held) => panic!("the delete sent to a stopped member succeeded: {held}"),
@@ -228,12 +243,33 @@ fn release_lost_in_a_rolling_restart_completes() {
             }
         }
     });
-    assert!(retried, "the retried release did not find the grant it had failed to delete");
-    // b's session may have been on the killed member too: it may need a retry.
+    // After a lost session the next one may take a moment to open.
+    let now = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match backend.session_id().await {
+                Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                id => return id.expect("session id"),
+            }
+        }
+    });
+    eprintln!("the retry ended {:?} after the kill: held {retried}", killed_at.elapsed());
+    if now == session {
+        assert!(retried, "the retried release did not find the grant it had failed to delete");
+    } else {
+        // Counted lost: the retry found no live session, or a new one.
+        assert!(!retried, "a release on a replaced session reported the old session's grant held");
+        eprintln!("the holder was disconnected past its grace and replaced its session; its grant was lost");
+    }
+    // b's session may have been on the killed member too: it may need a
+    // retry. 10 s, far below the 60 s session timeout: the key is freed by
+    // the release (or the abandoned session's close), not by an expiry.
     let took = rt.block_on(async {
-        for _ in 0..50 {
-            if let Ok(taken) = b.mutex(key.as_str()).try_acquire().await {
-                return taken;
+        for _ in 0..100 {
+            if let Ok(Some(taken)) = b.mutex(key.as_str()).try_acquire().await {
+                return Some(taken);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -241,7 +277,6 @@ fn release_lost_in_a_rolling_restart_completes() {
     });
     let took = took.expect("the key stayed held after the release completed");
     rt.block_on(took.release()).expect("release");
-    assert_eq!(rt.block_on(backend.session_id()).expect("session id"), session, "the session was replaced");
 }
 
 /// `renew` hears from the server: with the server hung it fails instead of
