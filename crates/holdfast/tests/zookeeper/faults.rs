@@ -231,52 +231,52 @@ fn release_lost_in_a_rolling_restart_completes() {
         Err(e) => assert!(e.is_retryable(), "a release cut by connection loss must be retryable: {e}"),
         Ok(held) => panic!("the delete sent to a stopped member succeeded: {held}"),
     }
-    let retried = rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match backend.release(&key, req.token).await {
-                Ok(held) => return held,
-                Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                Err(e) => panic!("release retry: {e}"),
-            }
-        }
-    });
+    let retried = rt.block_on(answered(Duration::from_secs(30), || backend.release(&key, req.token)));
+    let retried = retried.expect("release retry");
     // After a lost session the next one may take a moment to open.
-    let now = rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match backend.session_id().await {
-                Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-                id => return id.expect("session id"),
-            }
-        }
-    });
+    let now = rt.block_on(answered(Duration::from_secs(20), || backend.session_id())).expect("session id");
     eprintln!("the retry ended {:?} after the kill: held {retried}", killed_at.elapsed());
-    if now == session {
+    // b's session may have been on the killed member too: it may need a retry.
+    let try_b = || async { b.mutex(key.as_str()).try_acquire().await };
+    let took = if now == session {
         assert!(retried, "the retried release did not find the grant it had failed to delete");
+        rt.block_on(answered(Duration::from_secs(5), try_b)).expect("try_acquire")
     } else {
         // Counted lost: the retry found no live session, or a new one.
         assert!(!retried, "a release on a replaced session reported the old session's grant held");
         eprintln!("the holder was disconnected past its grace and replaced its session; its grant was lost");
-    }
-    // b's session may have been on the killed member too: it may need a
-    // retry. 10 s, far below the 60 s session timeout: the key is freed by
-    // the release (or the abandoned session's close), not by an expiry.
-    let took = rt.block_on(async {
-        for _ in 0..100 {
-            if let Ok(Some(taken)) = b.mutex(key.as_str()).try_acquire().await {
-                return Some(taken);
+        // Freed by the abandoned session's close: within 10 s, far below
+        // the 60 s session timeout, so not by an expiry.
+        rt.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match answered(Duration::from_secs(5), try_b).await.expect("try_acquire") {
+                    None if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                    taken => return taken,
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        None
-    });
+        })
+    };
     let took = took.expect("the key stayed held after the release completed");
     rt.block_on(took.release()).expect("release");
+}
+
+/// `call`'s first answer that is not a retryable error (a connection moving
+/// to another member), trying again every 100 ms for up to `within`.
+async fn answered<T, F, Fut>(within: Duration, mut call: F) -> holdfast::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = holdfast::Result<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match call().await {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// `renew` hears from the server: with the server hung it fails instead of
