@@ -133,14 +133,13 @@ fn uncontended_cycle_is_two_writes() {
     rt().block_on(async {
         let a = client(&url, "a").await;
         let m = a.mutex("two-writes").ttl(Duration::from_secs(30));
-        let mut fences = Vec::new();
-        for _ in 0..20 {
+        assert_two_writes_a_cycle(|| async {
             let g = m.acquire().await.expect("acquire");
-            fences.push(g.fence());
+            let fence = g.fence();
             g.release().await.expect("release");
-        }
-        let gaps: Vec<u64> = fences.windows(2).map(|w| w[1] - w[0]).collect();
-        assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
+            fence
+        })
+        .await;
     });
 }
 
@@ -155,15 +154,29 @@ fn uncontended_share_cycle_is_two_writes() {
     rt().block_on(async {
         let a = client(&url, "a").await;
         let sem = a.semaphore("two-writes-shared", 4).ttl(Duration::from_secs(30));
-        let mut fences = Vec::new();
-        for _ in 0..20 {
+        assert_two_writes_a_cycle(|| async {
             let p = sem.acquire().await.expect("acquire");
-            fences.push(p.fence());
+            let fence = p.fence();
             p.release().await.expect("release");
-        }
-        let gaps: Vec<u64> = fences.windows(2).map(|w| w[1] - w[0]).collect();
-        assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
+            fence
+        })
+        .await;
     });
+}
+
+/// Runs 20 cycles (each answers its grant's fence, an etcd revision) and
+/// asserts that consecutive fences differ by exactly two: two writes a cycle.
+async fn assert_two_writes_a_cycle<F, Fut>(mut cycle: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    let mut fences = Vec::new();
+    for _ in 0..20 {
+        fences.push(cycle().await);
+    }
+    let gaps: Vec<u64> = fences.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.iter().all(|&g| g == 2), "writes per cycle: {gaps:?}");
 }
 
 /// A guard's release, whatever the guard's kind.
