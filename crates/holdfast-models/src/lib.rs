@@ -38,6 +38,9 @@
 //!   it: the `wanted` mark, written only when it is off (issue 33).
 //! - [`pg_share_gate`]: how a PostgreSQL shared acquire sees the permits
 //!   held: the shares read in a snapshot taken under the gate row's lock.
+//! - [`share_handover`]: the Redis store's local hand-over of a permit: a
+//!   release of a shared lease that passes it to a waiting task of the same
+//!   process by the semaphore's admission rule, reservations included.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -60,6 +63,7 @@ pub mod pg_wakeup;
 pub mod redis_cycle;
 pub mod redlock;
 pub mod register;
+pub mod share_handover;
 pub mod share_lanes;
 pub mod sql_session;
 pub mod trace;
