@@ -16,6 +16,8 @@ mod faults;
 mod handover;
 #[path = "redis/replicas.rs"]
 mod replicas;
+#[path = "redis/share_handover.rs"]
+mod share_handover;
 #[path = "redis/wakeups.rs"]
 mod wakeups;
 

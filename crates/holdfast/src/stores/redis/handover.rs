@@ -5,10 +5,18 @@
 //! paths were model-checked first (holdfast-models' `handover`).
 //!
 //! - A task that waits for a key (non-fair, exclusive: a mutex's
-//!   `acquire`) leaves an **offer** here: its own token, TTL and label,
-//!   and the sending half of a oneshot. Fair waiters are served by the fair
-//!   queue's own hand-off, writers and shares by their reservations: they
-//!   leave no offer.
+//!   `acquire`; or a share: a permit, a read lease) leaves an **offer**
+//!   here: its own token, TTL, label and mode, and the sending half of a
+//!   oneshot. Fair waiters are served by the fair queue's own hand-off,
+//!   writers by their reservations: they leave no offer.
+//! - A share is handed by `share_hand_over.lua` (model `share_handover`):
+//!   if the releasing token holds a live share, the store releases it and
+//!   admits the waiter by the rule of every shared acquire, in the same
+//!   call. It grants only what the waiter's own attempt would be granted
+//!   then, so another client's reservation is never passed over and no
+//!   bound is needed; not admitted, the call is the share's release (the
+//!   lock's channel told) and the waiter waits on. The failure paths below
+//!   are the mutex's.
 //! - [`Backend::release`](crate::backend::Backend::release) of that key
 //!   takes the oldest offer and runs the hand-over: if the releasing token
 //!   holds an unexpired lease, no fair waiter is queued and fewer than
@@ -43,10 +51,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::keys::{H, key_parts};
+use super::keys::{H, key_parts, lock_keys};
 use super::{RedisBackend, ms};
 use crate::backend::wait::{self, Attempt, KeyWaiters};
-use crate::backend::{AcquireRequest, Grant};
+use crate::backend::{AcquireRequest, Grant, LeaseMode, admission};
 use crate::lease::release::Release;
 use crate::lease::{Horizon, drift_margin};
 use crate::vocabulary::error::Result;
@@ -78,6 +86,8 @@ struct Offer {
     token: OwnerToken,
     ttl: Duration,
     label: String,
+    /// Exclusive (`hand_over.lua`) or shared (`share_hand_over.lua`).
+    mode: LeaseMode,
     tx: oneshot::Sender<Handed>,
 }
 
@@ -100,7 +110,7 @@ impl Offers {
     fn offer(self: &Arc<Self>, req: &AcquireRequest, first: bool) -> OfferGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let offer = Offer { id, token: req.token, ttl: req.ttl, label: req.label.clone(), tx };
+        let offer = Offer { id, token: req.token, ttl: req.ttl, label: req.label.clone(), mode: req.mode, tx };
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let queue = keys.entry(req.key.as_str().to_owned()).or_default();
         if first {
@@ -158,8 +168,8 @@ impl Drop for OfferGuard {
 }
 
 impl RedisBackend {
-    /// A non-fair exclusive wait ([`wait::until_granted`]) that also takes
-    /// a grant handed over by a releasing task of this client.
+    /// A non-fair exclusive or a shared wait ([`wait::until_granted`]) that
+    /// also takes a grant handed over by a releasing task of this client.
     ///
     /// # Cancel safety
     ///
@@ -167,7 +177,7 @@ impl RedisBackend {
     /// releaser took the offer.
     pub(super) async fn wait_or_take(&self, req: &AcquireRequest, wakeup: &KeyWaiters) -> Result<Grant> {
         let mut offer = self.inner.offers.offer(req, false);
-        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, || self.attempt(req, true));
+        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, || self.attempt_waiting(req));
         tokio::pin!(waited);
         loop {
             tokio::select! {
@@ -187,7 +197,7 @@ impl RedisBackend {
                     // attempt finds it (as a retry by the holder). After a
                     // plain release the lock's channel wakes the waiters.
                     if unknown {
-                        if let Attempt::Granted(grant) = self.attempt(req, true).await? {
+                        if let Attempt::Granted(grant) = self.attempt_waiting(req).await? {
                             return Ok(grant);
                         }
                     }
@@ -219,13 +229,24 @@ impl RedisBackend {
     }
 
     /// One hand-over call: `(1, fence)` handed, `(0, 1)` released (the
-    /// bound), `(0, 0)` nothing changed.
+    /// bound, or a share not admitted), `(0, 0)` nothing changed.
     async fn hand_over_call(&self, key: &LockKey, from: OwnerToken, offer: &Offer) -> Result<(i64, i64)> {
         let config = &self.inner.config;
-        let mut inv = self.inner.scripts.hand_over.call(1);
-        inv.key_parts(&key_parts(&config.prefix, key, H));
-        inv.arg(&from.hex_digits()[..]).arg(&offer.token.hex_digits()[..]).arg(ms(offer.ttl)).arg(&offer.label);
-        inv.arg(ms(config.fence_keep)).arg(HAND_OVER_BOUND);
+        let mut inv = if offer.mode == LeaseMode::Exclusive {
+            let mut inv = self.inner.scripts.hand_over.call(1);
+            inv.key_parts(&key_parts(&config.prefix, key, H));
+            inv.arg(&from.hex_digits()[..]).arg(&offer.token.hex_digits()[..]).arg(ms(offer.ttl)).arg(&offer.label);
+            inv.arg(ms(config.fence_keep)).arg(HAND_OVER_BOUND);
+            inv
+        } else {
+            let [h, _, _, s] = lock_keys(&config.prefix, key);
+            let (_, weight, limit) = admission::encode(offer.mode);
+            let mut inv = self.inner.scripts.share_hand_over.call(2);
+            inv.key(h).key(s);
+            inv.arg(&from.hex_digits()[..]).arg(&offer.token.hex_digits()[..]).arg(ms(offer.ttl)).arg(&offer.label);
+            inv.arg(weight).arg(limit).arg(ms(config.fence_keep));
+            inv
+        };
         inv.arg_parts(&self.inner.notifier.naming().lock_channel_parts(key.as_str()));
         let generation = self.track(&self.inner.conn, &mut inv);
         let outcome: (i64, i64) = self.invoke(&inv).await?;

@@ -26,7 +26,7 @@ use super::link::Link;
 const COMMON: &str = include_str!("scripts/common.lua");
 
 /// Every script: its name and body.
-const BODIES: [(&str, &str); 13] = [
+const BODIES: [(&str, &str); 14] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("fair_acquire", include_str!("scripts/fair_acquire.lua")),
     ("shared_acquire", include_str!("scripts/shared_acquire.lua")),
@@ -40,6 +40,7 @@ const BODIES: [(&str, &str); 13] = [
     ("write_record", include_str!("scripts/write_record.lua")),
     ("shrink", include_str!("scripts/shrink.lua")),
     ("hand_over", include_str!("scripts/hand_over.lua")),
+    ("share_hand_over", include_str!("scripts/share_hand_over.lua")),
 ];
 
 fn source(body: &str) -> String {
@@ -144,6 +145,7 @@ pub(super) struct Scripts {
     pub(super) write_record: LuaScript,
     pub(super) shrink: LuaScript,
     pub(super) hand_over: LuaScript,
+    pub(super) share_hand_over: LuaScript,
     /// The function library's source.
     library: Arc<str>,
     /// `FCALL` (the library loaded at connect) rather than `EVALSHA`.
@@ -196,6 +198,7 @@ impl Scripts {
             write_record: script("write_record"),
             shrink: script("shrink"),
             hand_over: script("hand_over"),
+            share_hand_over: script("share_hand_over"),
             library,
             functions,
         }

@@ -277,11 +277,21 @@ impl RedisBackend {
         // release between a busy attempt and here is seen by that attempt.
         let _watch = notifier.watch_key(req.key.as_str(), self.inner.config.timeout).await;
         let wakeup = self.inner.notifier.key_wakeup(req.key.as_str());
-        if req.mode == LeaseMode::Exclusive {
-            // A releasing task of this client may hand the key over.
-            self.wait_or_take(req, &wakeup).await
-        } else {
+        if req.mode == LeaseMode::Writer {
             wait::until_granted(&wakeup, req, self.inner.config.poll, || self.attempt_shared(req, true)).await
+        } else {
+            // A releasing task of this client may hand the key (or a share
+            // of it) over.
+            self.wait_or_take(req, &wakeup).await
+        }
+    }
+
+    /// One attempt of a waiting acquire, exclusive or not.
+    async fn attempt_waiting(&self, req: &AcquireRequest) -> Result<Attempt> {
+        if req.mode == LeaseMode::Exclusive {
+            self.attempt(req, true).await
+        } else {
+            self.attempt_shared(req, true).await
         }
     }
 }

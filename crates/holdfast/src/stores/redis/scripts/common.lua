@@ -187,13 +187,14 @@ end
 -- 0.6). o, ofence: the exclusive holder in H and its fence, or nil (a held
 -- exclusive lease, looked at after S's entries). Deletes expired entries as
 -- read_shares does. Returns 'held', fence | 'grant' | 'refuse', own place or
--- nil | 'conflict', the other limit; and the latest expiry of a held entry
--- (0 if none).
+-- nil | 'conflict', the other limit; the latest expiry of a held entry (0
+-- if none); the others' reservations (place, mode, weight, flat, in no
+-- order); and the weight of the others' held shares.
 local function decide_shares(sk, token, m, w, lim, now_ms, o, ofence)
   local kv = redis.call('HGETALL', sk)
   local latest, own, own_held, conflict = 0, nil, nil, nil
   local blocked = o ~= nil and o ~= token -- another's lease that excludes shares
-  local other_held, taken = blocked, w
+  local other_held, held_w = blocked, 0
   local res = {} -- others' reservations: place, mode, weight
   for i = 1, #kv, 2 do
     local t = kv[i]
@@ -213,7 +214,7 @@ local function decide_shares(sk, token, m, w, lim, now_ms, o, ofence)
       if held == '1' then
         if x > latest then latest = x end
         other_held = true
-        if rm == '2' then taken = taken + tonumber(rw) else blocked = true end
+        if rm == '2' then held_w = held_w + tonumber(rw) else blocked = true end
       else
         res[#res + 1] = tonumber(ord)
         res[#res + 1] = rm
@@ -221,25 +222,26 @@ local function decide_shares(sk, token, m, w, lim, now_ms, o, ofence)
       end
     end
   end
-  if own_held then return 'held', own_held, latest end
-  if o ~= nil and o == token then return 'held', ofence, latest end
+  local taken = w + held_w
+  if own_held then return 'held', own_held, latest, res, held_w end
+  if o ~= nil and o == token then return 'held', ofence, latest, res, held_w end
   if m ~= 2 then
-    if other_held then return 'refuse', own, latest end
-    return 'grant', nil, latest
+    if other_held then return 'refuse', own, latest, res, held_w end
+    return 'grant', nil, latest, res, held_w
   end
-  if conflict then return 'conflict', conflict, latest end
-  if blocked then return 'refuse', own, latest end
+  if conflict then return 'conflict', conflict, latest, res, held_w end
+  if blocked then return 'refuse', own, latest, res, held_w end
   for i = 1, #res, 3 do
     if own == nil or res[i] < own then
       if res[i + 1] == '2' then
         taken = taken + res[i + 2]
       elseif res[i + 1] == '1' then
-        return 'refuse', own, latest
+        return 'refuse', own, latest, res, held_w
       end
     end
   end
-  if taken <= lim then return 'grant', nil, latest end
-  return 'refuse', own, latest
+  if taken <= lim then return 'grant', nil, latest, res, held_w end
+  return 'refuse', own, latest, res, held_w
 end
 
 -- A retry by the token that holds the lock (its reply was lost, or it was

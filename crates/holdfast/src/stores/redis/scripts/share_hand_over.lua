@@ -1,0 +1,80 @@
+-- Hand-over of a shared lease (a permit, a read lease): a holder's release
+-- and the admission of a waiting share of the same client, in one call
+-- (issue 33; model-checked in holdfast-models' share_handover). KEYS: H, S.
+-- ARGV: from (the releasing token), to (the waiter's own token), the
+-- waiter's ttl_ms, label, weight and limit, fence_keep_ms, lock channel.
+-- Returns {1, fence}: to holds a share with a new fence and a lease of
+-- ttl_ms from now, from holds nothing. {0, 1}: from released as a share's
+-- release does, to not admitted (a reservation of another request comes
+-- first, or its request does not fit): the lock's channel is told. {0, 0}:
+-- nothing changed (from holds no live share): the client releases by
+-- release.lua.
+-- The admission is decide_shares, the rule of every shared acquire, run
+-- right after from's release: a hand-over grants only what the waiter's own
+-- attempt would be granted at that moment, so it never passes over another
+-- client's reservation and needs no bound of its own. It tells the lock's
+-- channel whenever another reserved request may now be admitted (a permit
+-- left free beside the handed one), which a release would have told.
+local h, sk, from, to = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local ttl, label, w, lim = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local keep = tonumber(ARGV[7])
+local s = read_lock(h)
+local us = now_us()
+local now = math.floor(us / 1000)
+
+-- Refreshes to's held entry to a lease of ttl from now (its waiter counts
+-- the lease from before this call was sent) and returns its grant.
+local function regrant_share(v)
+  local r = parse_share(to, v)
+  r.x = now + ttl
+  redis.call('HSET', sk, to, share_entry(r))
+  local sx = s.sx
+  if r.x > sx then sx = r.x end
+  redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
+  return {1, r.ord}
+end
+
+local fv = redis.call('HGET', sk, from)
+local fr = fv and parse_share(from, fv)
+if not (fr and fr.held and fr.x > now) then
+  -- Only a live share is handed on: a late copy of this call after from's
+  -- release must not admit to. A copy sent again after a lost connection,
+  -- whose first copy handed the share, finds to's grant: the same grant.
+  if s.r == from then
+    local tv = redis.call('HGET', sk, to)
+    local tr = tv and parse_share(to, tv)
+    if tr and tr.held and tr.x > now then return regrant_share(tv) end
+  end
+  return {0, 0}
+end
+redis.call('HDEL', sk, from)
+local o = holder(s, now)
+local d, _, latest, res, held_w = decide_shares(sk, to, 2, w, lim, now, o, o and holder_fence(s))
+if d == 'held' and o ~= to then
+  -- to's own attempt was granted meanwhile: that grant, counted from now;
+  -- from's share is released as by a release, which tells the channel.
+  wake_waiters(s.w, now, ARGV[8])
+  return regrant_share(redis.call('HGET', sk, to))
+end
+if d == 'grant' then
+  local f = next_fence(s, us)
+  local x = now + ttl
+  redis.call('HSET', sk, to, share_entry({ held = true, m = 2, w = w, l = lim, ord = f, x = x, label = label }))
+  if x > latest then latest = x end
+  redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from)))
+  -- A release tells the channel; a hand-over only when the first
+  -- reservation in line (another request's) fits beside the shares now
+  -- held, as its own attempt would be admitted: requests behind it count
+  -- it ahead of them, and a writer fits only when no share is held. Else a
+  -- waiter woken here would only be refused.
+  local head = nil
+  for i = 1, #res, 3 do
+    if head == nil or res[i] < res[head] then head = i end
+  end
+  if head and res[head + 1] == '2' and held_w + w + res[head + 2] <= lim then wake_waiters(s.w, now, ARGV[8]) end
+  return {1, f}
+end
+-- Not admitted: from's release as release.lua makes it.
+if s.e ~= 0 then redis.call('HSET', h, 'sx', int(latest), 'r', from) end
+wake_waiters(s.w, now, ARGV[8])
+return {0, 1}
