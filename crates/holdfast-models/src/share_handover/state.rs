@@ -4,8 +4,8 @@
 
 use std::fmt;
 
-/// A token: the task and which of its acquisitions (each draws a new one).
-pub type Token = (u8, u8);
+// The task view and the releaser's stages are the mutex hand-over's (model 6).
+pub use crate::handover::{Stage, Task, Token};
 
 /// One entry of the share hash `S`: a permit (held) or a reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -92,36 +92,6 @@ impl Store {
     }
 }
 
-/// Where a task is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Task {
-    /// Holds nothing; may start an acquisition while it has some left.
-    Idle,
-    /// Waits with `token`. `taken`: a releaser of its process took its
-    /// offer and a hand-over call for it is under way, so the task does not
-    /// return its own grant (`own`: fence and lease end, real time) before
-    /// that call's outcome is known.
-    Waiting {
-        /// The acquisition's token.
-        token: Token,
-        /// A hand-over to this task is under way.
-        taken: bool,
-        /// A grant its own attempt got meanwhile.
-        own: Option<(u8, u8)>,
-    },
-    /// Holds a permit with `token` and `fence`, counting it until `until`.
-    Holding {
-        /// The grant's token.
-        token: Token,
-        /// The grant's fence.
-        fence: u8,
-        /// The lease's end as the task counts it (real time).
-        until: u8,
-    },
-    /// Its acquire future was dropped (cancelled); it does nothing more.
-    Gone,
-}
-
 /// What the store did with the hand-over call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
@@ -134,21 +104,6 @@ pub enum Outcome {
     Released,
     /// Nothing changed: the releaser held no live permit.
     Nothing,
-}
-
-/// The releaser's side of a hand-over call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Stage {
-    /// Waiting for the reply.
-    Sent,
-    /// The call failed without a reply: the releaser releases its own
-    /// token next.
-    TimedOut,
-    /// Its own release is confirmed: it tells the waiter next (or releases
-    /// the waiter's token if the waiter is gone).
-    Settling,
-    /// The releaser is done; only a late request may still be applied.
-    Settled,
 }
 
 /// The hand-over call in flight (one at most).
