@@ -218,6 +218,15 @@ impl RedisBackend {
         }
     }
 
+    /// One attempt of a waiting acquire, exclusive or shared.
+    async fn attempt_waiting(&self, req: &AcquireRequest) -> Result<Attempt> {
+        if req.mode == LeaseMode::Exclusive {
+            self.attempt(req, true).await
+        } else {
+            self.attempt_shared(req, true).await
+        }
+    }
+
     /// [`Backend::release`]: a hand-over when a task of this client waits
     /// for the key, else the plain release.
     pub(super) async fn release_or_hand_over(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {

@@ -285,15 +285,6 @@ impl RedisBackend {
             self.wait_or_take(req, &wakeup).await
         }
     }
-
-    /// One attempt of a waiting acquire, exclusive or not.
-    async fn attempt_waiting(&self, req: &AcquireRequest) -> Result<Attempt> {
-        if req.mode == LeaseMode::Exclusive {
-            self.attempt(req, true).await
-        } else {
-            self.attempt_shared(req, true).await
-        }
-    }
 }
 
 /// The holder's time left from a refusal's reply (negative: unknown).

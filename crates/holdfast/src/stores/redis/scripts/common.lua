@@ -244,6 +244,19 @@ local function decide_shares(sk, token, m, w, lim, now_ms, o, ofence)
   return 'refuse', own, latest, res, held_w
 end
 
+-- A retry by a share's holder (its reply was lost, or a hand-over found
+-- its own grant): its entry whole, its lease counted from now (the client
+-- counts it from before the call was sent). v: the entry as read.
+local function regrant_share(h, sk, s, token, v, now_ms, ttl_ms, keep_ms)
+  local r = parse_share(token, v)
+  r.x = now_ms + ttl_ms
+  redis.call('HSET', sk, token, share_entry(r))
+  local sx = s.sx
+  if r.x > sx then sx = r.x end
+  redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep_ms, 'sx', int(sx))))
+  return {1, r.ord}
+end
+
 -- A retry by the token that holds the lock (its reply was lost, or it was
 -- handed the lock with a short claim window): the same grant, its lease
 -- counted from now, as the client counts it from the retry.

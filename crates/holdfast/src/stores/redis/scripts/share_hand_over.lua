@@ -22,18 +22,6 @@ local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 
--- Refreshes to's held entry to a lease of ttl from now (its waiter counts
--- the lease from before this call was sent) and returns its grant.
-local function regrant_share(v)
-  local r = parse_share(to, v)
-  r.x = now + ttl
-  redis.call('HSET', sk, to, share_entry(r))
-  local sx = s.sx
-  if r.x > sx then sx = r.x end
-  redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
-  return {1, r.ord}
-end
-
 local fv = redis.call('HGET', sk, from)
 local fr = fv and parse_share(from, fv)
 if not (fr and fr.held and fr.x > now) then
@@ -43,7 +31,7 @@ if not (fr and fr.held and fr.x > now) then
   if s.r == from then
     local tv = redis.call('HGET', sk, to)
     local tr = tv and parse_share(to, tv)
-    if tr and tr.held and tr.x > now then return regrant_share(tv) end
+    if tr and tr.held and tr.x > now then return regrant_share(h, sk, s, to, tv, now, ttl, keep) end
   end
   return {0, 0}
 end
@@ -54,7 +42,7 @@ if d == 'held' and o ~= to then
   -- to's own attempt was granted meanwhile: that grant, counted from now;
   -- from's share is released as by a release, which tells the channel.
   wake_waiters(s.w, now, ARGV[8])
-  return regrant_share(redis.call('HGET', sk, to))
+  return regrant_share(h, sk, s, to, redis.call('HGET', sk, to), now, ttl, keep)
 end
 if d == 'grant' then
   local f = next_fence(s, us)

@@ -15,14 +15,8 @@ local o = holder(s, now)
 local d, v, latest = decide_shares(sk, token, m, w, lim, now, o, o and holder_fence(s))
 if d == 'held' then
   if o == token then return regrant(h, s, now, ttl, keep) end
-  -- A retry by a share's holder (rare: its reply was lost): its entry whole.
-  local r = parse_share(token, redis.call('HGET', sk, token))
-  r.x = now + ttl
-  redis.call('HSET', sk, token, share_entry(r))
-  local sx = s.sx
-  if r.x > sx then sx = r.x end
-  redis.call('PEXPIREAT', sk, int(write(h, s, r.x, keep, 'sx', int(sx))))
-  return {1, r.ord}
+  -- A retry by a share's holder (rare: its reply was lost).
+  return regrant_share(h, sk, s, token, redis.call('HGET', sk, token), now, ttl, keep)
 end
 if d == 'grant' then
   local f = next_fence(s, us)
