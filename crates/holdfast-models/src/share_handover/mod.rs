@@ -248,9 +248,10 @@ impl ShareHandOverModel {
             s.store.remove(fl.from);
             let keep = from.filter(|_| self.variant == ShareHandOverVariant::KeepFence).map(|e| e.ord);
             match s.store.admission(fl.to, self.limit) {
-                // The waiter's own attempt was granted meanwhile: that grant
-                // (the script records no release here).
+                // The waiter's own attempt was granted meanwhile: that grant,
+                // the releaser's release recorded.
                 Admission::Held(fence) => {
+                    s.store.r = Some(fl.from);
                     self.regrant(s, fl.to, fence);
                     s.woken = true;
                     Outcome::Handed(fence)

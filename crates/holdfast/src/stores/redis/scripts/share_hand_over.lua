@@ -40,7 +40,9 @@ local o = holder(s, now)
 local d, _, latest, res, held_w = decide_shares(sk, to, 2, w, lim, now, o, o and holder_fence(s))
 if d == 'held' and o ~= to then
   -- to's own attempt was granted meanwhile: that grant, counted from now;
-  -- from's share is released as by a release, which tells the channel.
+  -- from's share is released as by a release (recorded, so that a copy of
+  -- this call finds the grant), which tells the channel.
+  if s.e ~= 0 then redis.call('HSET', h, 'r', from) end
   wake_waiters(s.w, now, ARGV[8])
   return regrant_share(h, sk, s, to, redis.call('HGET', sk, to), now, ttl, keep)
 end
