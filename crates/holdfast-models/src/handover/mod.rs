@@ -29,7 +29,7 @@
 
 mod state;
 
-pub use state::{Flight, HandOverState, Outcome, Stage, Store, Task, Token, task_name};
+pub use state::{Flight, HandOverState, Outcome, Stage, Store, Task, Token, task_name, write_tasks};
 
 use std::fmt;
 

@@ -154,6 +154,32 @@ fn tok(t: Token) -> String {
     format!("{}#{}", task_name(t.0), t.1)
 }
 
+/// Writes each task's phase into a trace line ("; A0 waits A0#1 (offer
+/// taken)"), naming tasks by `name`: this model's and `share_handover`'s.
+pub fn write_tasks(f: &mut fmt::Formatter<'_>, tasks: &[Task], name: fn(u8) -> &'static str) -> fmt::Result {
+    let tok = |t: Token| format!("{}#{}", name(t.0), t.1);
+    for (i, t) in tasks.iter().enumerate() {
+        let name = name(i as u8);
+        match t {
+            Task::Idle => {}
+            Task::Waiting { token, taken, own } => {
+                write!(f, "; {name} waits {}", tok(*token))?;
+                if *taken {
+                    write!(f, " (offer taken)")?;
+                }
+                if let Some((fence, until)) = own {
+                    write!(f, " (own grant f={fence} until {until})")?;
+                }
+            }
+            Task::Holding { token, fence, until } => {
+                write!(f, "; {name} holds {} f={fence} until {until}", tok(*token))?
+            }
+            Task::Gone => write!(f, "; {name} cancelled")?,
+        }
+    }
+    Ok(())
+}
+
 impl fmt::Display for HandOverState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.store;
@@ -161,25 +187,7 @@ impl fmt::Display for HandOverState {
         if let Some((t, n)) = s.chain {
             write!(f, " hn={} {n}", tok(t))?;
         }
-        for (i, t) in self.tasks.iter().enumerate() {
-            let name = task_name(i as u8);
-            match t {
-                Task::Idle => {}
-                Task::Waiting { token, taken, own } => {
-                    write!(f, "; {name} waits {}", tok(*token))?;
-                    if *taken {
-                        write!(f, " (offer taken)")?;
-                    }
-                    if let Some((fence, until)) = own {
-                        write!(f, " (own grant f={fence} until {until})")?;
-                    }
-                }
-                Task::Holding { token, fence, until } => {
-                    write!(f, "; {name} holds {} f={fence} until {until}", tok(*token))?
-                }
-                Task::Gone => write!(f, "; {name} cancelled")?,
-            }
-        }
+        write_tasks(f, &self.tasks, task_name)?;
         if let Some(fl) = &self.flight {
             write!(f, "; hand-over {}->{} sent {} {:?} {:?}", tok(fl.from), tok(fl.to), fl.sent, fl.outcome, fl.stage)?;
         }

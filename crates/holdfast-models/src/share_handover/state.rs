@@ -5,6 +5,7 @@
 use std::fmt;
 
 // The task view and the releaser's stages are the mutex hand-over's (model 6).
+use crate::handover::write_tasks;
 pub use crate::handover::{Stage, Task, Token};
 
 /// One entry of the share hash `S`: a permit (held) or a reservation.
@@ -210,25 +211,7 @@ impl fmt::Display for ShareHandOverState {
             write!(f, "{sep}{} {kind} {} x={}", tok(e.token), e.ord, e.x)?;
         }
         write!(f, "}} f={} r={}", s.f, s.r.map_or("-".into(), tok))?;
-        for (i, t) in self.tasks.iter().enumerate() {
-            let name = task_name(i as u8);
-            match t {
-                Task::Idle => {}
-                Task::Waiting { token, taken, own } => {
-                    write!(f, "; {name} waits {}", tok(*token))?;
-                    if *taken {
-                        write!(f, " (offer taken)")?;
-                    }
-                    if let Some((fence, until)) = own {
-                        write!(f, " (own grant f={fence} until {until})")?;
-                    }
-                }
-                Task::Holding { token, fence, until } => {
-                    write!(f, "; {name} holds {} f={fence} until {until}", tok(*token))?
-                }
-                Task::Gone => write!(f, "; {name} cancelled")?,
-            }
-        }
+        write_tasks(f, &self.tasks, task_name)?;
         if let Some(fl) = &self.flight {
             write!(f, "; hand-over {}->{} sent {} {:?} {:?}", tok(fl.from), tok(fl.to), fl.sent, fl.outcome, fl.stage)?;
         }
