@@ -29,7 +29,18 @@
 //!   from other clients for more than the bound's hand-overs in a row.
 //! - While a releaser holds its offer, the waiter does not return a grant
 //!   of its own attempts before the hand-over's outcome is known (the same
-//!   token either way; a releaser told "gone" releases that token).
+//!   token either way; a releaser told "gone" releases that token). That
+//!   holds for every attempt, also one made after a taken offer came back
+//!   and was queued again (`OfferGuard::own_grant`).
+//! - A share's waiter whose offer is taken gives up its turn to ask (the
+//!   one local waiter of a key that asks the store, [`wait::until_granted`]):
+//!   its own attempt could only find the handed grant, and the next local
+//!   waiter asks meanwhile, so free permits are taken side by side. When the
+//!   offer comes back (not handed), the waiter asks at once and queues for
+//!   the turn again. In the model (`share_handover`) a waiting task may
+//!   attempt at any time or not at all, so the two rules only narrow what
+//!   it explores; the first is its rule for a taken offer. A mutex's waiter
+//!   keeps its turn: the next one's attempt could only be refused.
 //! - When the call fails without a reply, the releaser releases its own
 //!   token first and only then tells the waiter ([`Handed::Unknown`]),
 //!   which attempts with its own token at once: a hand-over applied meanwhile is found as a retry by the
@@ -67,6 +78,9 @@ use crate::vocabulary::key::{LockKey, OwnerToken};
 /// eight grants of this one.
 pub(super) const HAND_OVER_BOUND: u32 = 8;
 
+/// A waiting task's wait for its turn and its attempts, or nothing.
+type Waiting<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Grant>> + Send + 'a>>;
+
 /// What a releaser tells a waiter whose offer it took.
 pub(super) enum Handed {
     /// The store made the waiter's token the holder.
@@ -89,6 +103,8 @@ struct Offer {
     /// Exclusive (`hand_over.lua`) or shared (`share_hand_over.lua`).
     mode: LeaseMode,
     tx: oneshot::Sender<Handed>,
+    /// Told when a releaser takes the offer.
+    taken: Option<oneshot::Sender<()>>,
 }
 
 /// The offers of this client's waiting tasks, per key, oldest first.
@@ -110,7 +126,16 @@ impl Offers {
     fn offer(self: &Arc<Self>, req: &AcquireRequest, first: bool) -> OfferGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let offer = Offer { id, token: req.token, ttl: req.ttl, label: req.label.clone(), mode: req.mode, tx };
+        let (taken_tx, taken) = oneshot::channel();
+        let offer = Offer {
+            id,
+            token: req.token,
+            ttl: req.ttl,
+            label: req.label.clone(),
+            mode: req.mode,
+            tx,
+            taken: Some(taken_tx),
+        };
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let queue = keys.entry(req.key.as_str().to_owned()).or_default();
         if first {
@@ -118,16 +143,19 @@ impl Offers {
         } else {
             queue.push_back(offer)
         }
-        OfferGuard { offers: self.clone(), key: req.key.as_str().to_owned(), id, rx }
+        OfferGuard { offers: self.clone(), key: req.key.as_str().to_owned(), id, rx, taken }
     }
 
     /// Takes the oldest offer for `key`, if a task waits for it.
     fn take(&self, key: &str) -> Option<Offer> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let queue = keys.get_mut(key)?;
-        let offer = queue.pop_front();
+        let mut offer = queue.pop_front();
         if queue.is_empty() {
             keys.remove(key);
+        }
+        if let Some(taken) = offer.as_mut().and_then(|o| o.taken.take()) {
+            let _ = taken.send(());
         }
         offer
     }
@@ -151,6 +179,7 @@ struct OfferGuard {
     key: String,
     id: u64,
     rx: oneshot::Receiver<Handed>,
+    taken: oneshot::Receiver<()>,
 }
 
 impl OfferGuard {
@@ -158,6 +187,23 @@ impl OfferGuard {
     /// comes on `rx`).
     fn withdraw(&self) -> bool {
         self.offers.withdraw(&self.key, self.id)
+    }
+}
+
+impl OfferGuard {
+    /// The outcome of this task's own attempts: returned once the offer is
+    /// withdrawn, or once the releaser that took it has told its outcome
+    /// (either grant is this token's; the handed one is counted from the
+    /// earlier send). Returned before that, a releaser told "gone" would
+    /// release the token that this task holds.
+    async fn own_grant(&mut self, outcome: Result<Grant>) -> Result<Grant> {
+        if self.withdraw() {
+            return outcome;
+        }
+        match (&mut self.rx).await {
+            Ok(Handed::Granted(grant)) => Ok(grant),
+            _ => outcome,
+        }
     }
 }
 
@@ -177,8 +223,19 @@ impl RedisBackend {
     /// releaser took the offer.
     pub(super) async fn wait_or_take(&self, req: &AcquireRequest, wakeup: &KeyWaiters) -> Result<Grant> {
         let mut offer = self.inner.offers.offer(req, false);
-        let waited = wait::until_granted(wakeup, req, self.inner.config.poll, || self.attempt_waiting(req));
-        tokio::pin!(waited);
+        let poll = self.inner.config.poll;
+        let queue_for_turn =
+            || -> Waiting<'_> { Box::pin(wait::until_granted(wakeup, req, poll, || self.attempt_waiting(req))) };
+        let mut waited = queue_for_turn();
+        // Whether this task holds or queues for the key's turn to ask. A
+        // share's waiter whose offer a releaser took gives its turn up: the
+        // hand-over decides its grant (an attempt of its own beside that
+        // call would only find the same grant), and the next local waiter
+        // asks, so that free permits are taken side by side rather than by
+        // one chain of hand-overs after another (issue 33). A mutex's waiter
+        // keeps it: the next one's attempt could only be refused.
+        let mut asking = true;
+        let gives_up = matches!(req.mode, LeaseMode::Shared { .. });
         loop {
             tokio::select! {
                 // In the order written: a handed grant first.
@@ -191,29 +248,28 @@ impl RedisBackend {
                         // failed, tells nothing.
                         Ok(Handed::Unknown) | Err(_) => true,
                     };
-                    // Keeps its place among this client's waiters.
+                    // Keeps its place among this client's offers.
                     offer = self.inner.offers.offer(req, true);
                     // A hand-over applied meanwhile is this token's: an
                     // attempt finds it (as a retry by the holder). After a
-                    // plain release the lock's channel wakes the waiters.
-                    if unknown {
+                    // plain release the lock's channel wakes the waiters that
+                    // asked (so marked the lock); one that gave its turn up
+                    // asks now, then queues for the turn again.
+                    let gave_up = !std::mem::replace(&mut asking, true);
+                    if gave_up {
+                        waited = queue_for_turn();
+                    }
+                    if unknown || gave_up {
                         if let Attempt::Granted(grant) = self.attempt_waiting(req).await? {
-                            return Ok(grant);
+                            return offer.own_grant(Ok(grant)).await;
                         }
                     }
                 }
-                outcome = &mut waited => {
-                    if offer.withdraw() {
-                        return outcome;
-                    }
-                    // A releaser took the offer: its outcome first (either
-                    // grant is this token's; the handed one is counted from
-                    // the earlier send).
-                    return match (&mut offer.rx).await {
-                        Ok(Handed::Granted(grant)) => Ok(grant),
-                        _ => outcome,
-                    };
+                Ok(()) = &mut offer.taken, if asking && gives_up => {
+                    waited = Box::pin(std::future::pending());
+                    asking = false;
                 }
+                outcome = &mut waited => return offer.own_grant(outcome).await,
             }
         }
     }
