@@ -35,7 +35,9 @@
 //! - A share's waiter whose offer is taken gives up its turn to ask (the
 //!   one local waiter of a key that asks the store, [`wait::until_granted`]):
 //!   its own attempt could only find the handed grant, and the next local
-//!   waiter asks meanwhile, so free permits are taken side by side. When the
+//!   waiter asks meanwhile, so free permits are taken side by side; only
+//!   while the last hand-over of the key found room for one more request
+//!   (its reply's `spare`), else that attempt would be refused. When the
 //!   offer comes back (not handed), the waiter asks at once and queues for
 //!   the turn again. In the model (`share_handover`) a waiting task may
 //!   attempt at any time or not at all, so the two rules only narrow what
@@ -110,8 +112,18 @@ struct Offer {
 /// The offers of this client's waiting tasks, per key, oldest first.
 #[derive(Debug, Default)]
 pub(super) struct Offers {
-    keys: Mutex<HashMap<String, VecDeque<Offer>>>,
+    keys: Mutex<HashMap<String, KeyOffers>>,
     next_id: AtomicU64,
+}
+
+/// One key's offers, and what the last share's hand-over found free.
+#[derive(Debug, Default)]
+struct KeyOffers {
+    queue: VecDeque<Offer>,
+    /// The weight a new request would have found free after the last
+    /// share's hand-over of the key (`share_hand_over.lua`'s `spare`; 0 until
+    /// one said, or after one handed nothing).
+    spare: i64,
 }
 
 impl std::fmt::Debug for Offer {
@@ -137,7 +149,7 @@ impl Offers {
             taken: Some(taken_tx),
         };
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let queue = keys.entry(req.key.as_str().to_owned()).or_default();
+        let queue = &mut keys.entry(req.key.as_str().to_owned()).or_default().queue;
         if first {
             queue.push_front(offer)
         } else {
@@ -149,9 +161,9 @@ impl Offers {
     /// Takes the oldest offer for `key`, if a task waits for it.
     fn take(&self, key: &str) -> Option<Offer> {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let queue = keys.get_mut(key)?;
-        let mut offer = queue.pop_front();
-        if queue.is_empty() {
+        let entry = keys.get_mut(key)?;
+        let mut offer = entry.queue.pop_front();
+        if entry.queue.is_empty() {
             keys.remove(key);
         }
         if let Some(taken) = offer.as_mut().and_then(|o| o.taken.take()) {
@@ -160,13 +172,29 @@ impl Offers {
         offer
     }
 
+    /// Notes what a share's hand-over of `key` found free (`None`: it
+    /// handed nothing, or said nothing).
+    fn note_spare(&self, key: &str, spare: Option<i64>) {
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = keys.get_mut(key) {
+            entry.spare = spare.unwrap_or(0);
+        }
+    }
+
+    /// Whether a request of `weight` for `key` would have been granted
+    /// beside the last share's hand-over.
+    fn fits_beside(&self, key: &str, weight: i64) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(key).is_some_and(|entry| entry.spare >= weight)
+    }
+
     /// Removes offer `id` of `key`; false if a releaser took it.
     fn withdraw(&self, key: &str, id: u64) -> bool {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(queue) = keys.get_mut(key) else { return false };
-        let Some(at) = queue.iter().position(|o| o.id == id) else { return false };
-        queue.remove(at);
-        if queue.is_empty() {
+        let Some(entry) = keys.get_mut(key) else { return false };
+        let Some(at) = entry.queue.iter().position(|o| o.id == id) else { return false };
+        entry.queue.remove(at);
+        if entry.queue.is_empty() {
             keys.remove(key);
         }
         true
@@ -232,10 +260,18 @@ impl RedisBackend {
         // hand-over decides its grant (an attempt of its own beside that
         // call would only find the same grant), and the next local waiter
         // asks, so that free permits are taken side by side rather than by
-        // one chain of hand-overs after another (issue 33). A mutex's waiter
-        // keeps it: the next one's attempt could only be refused.
+        // one chain of hand-overs after another (issue 33). Only while the
+        // last hand-over left room for it: when every permit is taken (as
+        // across busy processes) the next one's attempt would be refused,
+        // a request for nothing. A mutex's waiter keeps it for that reason.
         let mut asking = true;
-        let gives_up = matches!(req.mode, LeaseMode::Shared { .. });
+        let weight = match req.mode {
+            LeaseMode::Shared { weight, .. } => Some(i64::from(weight)),
+            _ => None,
+        };
+        // Whether the offer's "taken" is still to be heard (a oneshot is
+        // polled until it completes, never after).
+        let mut listening = weight.is_some();
         loop {
             tokio::select! {
                 // In the order written: a handed grant first.
@@ -255,6 +291,7 @@ impl RedisBackend {
                     // plain release the lock's channel wakes the waiters that
                     // asked (so marked the lock); one that gave its turn up
                     // asks now, then queues for the turn again.
+                    listening = weight.is_some();
                     let gave_up = !std::mem::replace(&mut asking, true);
                     if gave_up {
                         waited = queue_for_turn();
@@ -265,9 +302,12 @@ impl RedisBackend {
                         }
                     }
                 }
-                Ok(()) = &mut offer.taken, if asking && gives_up => {
-                    waited = Box::pin(std::future::pending());
-                    asking = false;
+                taken = &mut offer.taken, if listening => {
+                    listening = false;
+                    if taken.is_ok() && weight.is_some_and(|w| self.inner.offers.fits_beside(req.key.as_str(), w)) {
+                        waited = Box::pin(std::future::pending());
+                        asking = false;
+                    }
                 }
                 outcome = &mut waited => return offer.own_grant(outcome).await,
             }
@@ -294,7 +334,8 @@ impl RedisBackend {
     }
 
     /// One hand-over call: `(1, fence)` handed, `(0, 1)` released (the
-    /// bound, or a share not admitted), `(0, 0)` nothing changed.
+    /// bound, or a share not admitted), `(0, 0)` nothing changed; and a
+    /// share's hand-over notes what it found free.
     async fn hand_over_call(&self, key: &LockKey, from: OwnerToken, offer: &Offer) -> Result<(i64, i64)> {
         let config = &self.inner.config;
         let mut inv = if offer.mode == LeaseMode::Exclusive {
@@ -314,7 +355,11 @@ impl RedisBackend {
         };
         inv.arg_parts(&self.inner.notifier.naming().lock_channel_parts(key.as_str()));
         let generation = self.track(&self.inner.conn, &mut inv);
-        let outcome: (i64, i64) = self.invoke(&inv).await?;
+        let reply: Vec<i64> = self.invoke(&inv).await?;
+        let outcome = (reply.first().copied().unwrap_or(0), reply.get(1).copied().unwrap_or(0));
+        if offer.mode != LeaseMode::Exclusive {
+            self.inner.offers.note_spare(key.as_str(), reply.get(2).copied());
+        }
         if outcome.0 == 1 {
             // replicas=N (replicas.rs): an unconfirmed grant is released.
             self.confirm_grant(key, offer.token, generation, inv.client_id()).await?;

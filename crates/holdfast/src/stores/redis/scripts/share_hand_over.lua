@@ -3,8 +3,12 @@
 -- (issue 33; model-checked in holdfast-models' share_handover). KEYS: H, S.
 -- ARGV: from (the releasing token), to (the waiter's own token), the
 -- waiter's ttl_ms, label, weight and limit, fence_keep_ms, lock channel.
--- Returns {1, fence}: to holds a share with a new fence and a lease of
--- ttl_ms from now, from holds nothing. {0, 1}: from released as a share's
+-- Returns {1, fence, spare}: to holds a share with a new fence and a lease
+-- of ttl_ms from now, from holds nothing; spare: the weight a new request
+-- would find free now, after the reservations in line (-1 if a writer's
+-- reservation waits), which tells the client whether its next waiter's own
+-- attempt may be granted beside this call (a copy or a waiter's own grant:
+-- {1, fence}, nothing said). {0, 1}: from released as a share's
 -- release does, to not admitted (a reservation of another request comes
 -- first, or its request does not fit): the lock's channel is told. {0, 0}:
 -- nothing changed (from holds no live share): the client releases by
@@ -57,12 +61,14 @@ if d == 'grant' then
   -- held, as its own attempt would be admitted: requests behind it count
   -- it ahead of them, and a writer fits only when no share is held. Else a
   -- waiter woken here would only be refused.
-  local head = nil
+  local head, spare = nil, lim - held_w - w
   for i = 1, #res, 3 do
     if head == nil or res[i] < res[head] then head = i end
+    if res[i + 1] == '2' then spare = spare - res[i + 2] else spare = -1 - lim end
   end
   if head and res[head + 1] == '2' and held_w + w + res[head + 2] <= lim then wake_waiters(s.w, now, ARGV[8]) end
-  return {1, f}
+  if spare < 0 then spare = -1 end
+  return {1, f, spare}
 end
 -- Not admitted: from's release as release.lua makes it.
 if s.e ~= 0 then redis.call('HSET', h, 'sx', int(latest), 'r', from) end
