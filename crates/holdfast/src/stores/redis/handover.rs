@@ -216,9 +216,7 @@ impl OfferGuard {
     fn withdraw(&self) -> bool {
         self.offers.withdraw(&self.key, self.id)
     }
-}
 
-impl OfferGuard {
     /// The outcome of this task's own attempts: returned once the offer is
     /// withdrawn, or once the releaser that took it has told its outcome
     /// (either grant is this token's; the handed one is counted from the
