@@ -4,7 +4,8 @@
 //! the waiter counts the lease from the releaser's send; after a call
 //! without a reply the releaser's own release comes before anything it
 //! tells the waiter; a granting hand-over tells the lock's channel when the
-//! first reservation in line fits beside the permits held) has no
+//! first reservation in line fits beside the permits held; a hand-over that
+//! finds the key's stamp unmoved grants without reading the entries) has no
 //! counterexample over a complete exploration; each rejected variant has
 //! one.
 //!
@@ -14,9 +15,9 @@
 use std::time::Instant;
 
 use holdfast_models::share_handover::{
-    FENCES_INCREASE, HAND_OVER_BESIDE_RESERVATION, HAND_OVER_HAPPENS, HAND_OVER_REFUSED_FOR_RESERVATION,
-    HAND_OVER_TELLS, NO_BYPASS, NO_LEAKED_GRANT, NO_UNTOLD_PERMIT, PERMIT_LIMIT, STORE_LIMIT, ShareHandOverModel,
-    ShareHandOverVariant,
+    FENCES_INCREASE, HAND_OVER_BESIDE_RESERVATION, HAND_OVER_BY_STAMP, HAND_OVER_HAPPENS,
+    HAND_OVER_REFUSED_FOR_RESERVATION, HAND_OVER_TELLS, NO_BYPASS, NO_LEAKED_GRANT, NO_UNTOLD_PERMIT, PERMIT_LIMIT,
+    STORE_LIMIT, ShareHandOverModel, ShareHandOverVariant,
 };
 use holdfast_models::trace::assert_shortest_counterexamples;
 use stateright::{Checker, Model};
@@ -43,9 +44,13 @@ fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
             panic!("Shipped: {property} violated:\n{}", holdfast_models::trace::readable_trace(&path));
         }
     }
-    for property in
-        [HAND_OVER_HAPPENS, HAND_OVER_REFUSED_FOR_RESERVATION, HAND_OVER_BESIDE_RESERVATION, HAND_OVER_TELLS]
-    {
+    for property in [
+        HAND_OVER_HAPPENS,
+        HAND_OVER_REFUSED_FOR_RESERVATION,
+        HAND_OVER_BESIDE_RESERVATION,
+        HAND_OVER_TELLS,
+        HAND_OVER_BY_STAMP,
+    ] {
         assert!(checker.discovery(property).is_some(), "Shipped: never reached: {property}");
     }
 }
@@ -78,4 +83,9 @@ fn f_telling_the_waiter_before_the_own_release_leaks_a_grant() {
 #[test]
 fn g_a_silent_grant_leaves_a_reserved_waiter_asleep_beside_a_free_permit() {
     assert_counterexamples(ShareHandOverVariant::SilentGrant, &[NO_UNTOLD_PERMIT]);
+}
+
+#[test]
+fn h_a_stamp_cleared_by_new_clients_only_passes_over_an_older_clients_reservation() {
+    assert_counterexamples(ShareHandOverVariant::StampClearedByNewClients, &[NO_BYPASS]);
 }

@@ -34,6 +34,15 @@
 //! releases its token (C9). While its offer is taken, the waiter does not
 //! return a grant of its own attempts before the call's outcome is known.
 //!
+//! A hand-over that finds the key's stamp unmoved (see [`Store::stamp`]:
+//! no reservation, the entries' weight bounded) grants without reading the
+//! entries: the releaser's live permit goes, the waiter's token, which must
+//! have no entry, gets the next fence, and the stamp moves to that fence.
+//! Scripts of this version write the stamp after a grant that read every
+//! entry and left no reservation; process B runs an older version, which
+//! never writes it (a rolling upgrade), but draws its places and fences
+//! from `f` as every version does.
+//!
 //! The store clock is real time here, as in the `handover` model.
 
 mod state;
@@ -65,6 +74,11 @@ pub enum ShareHandOverVariant {
     /// Rejected: a hand-over that grants tells no one (only a release, a
     /// refused hand-over or a poll wakes a reserved waiter).
     SilentGrant,
+    /// Rejected: the stamp is a flag that this version's scripts clear
+    /// when they leave a reservation (a count of reservations kept by them),
+    /// not tied to the fence counter: an older client's reservation goes
+    /// unseen.
+    StampClearedByNewClients,
 }
 
 /// Name of the client-side limit property.
@@ -89,6 +103,8 @@ pub const HAND_OVER_REFUSED_FOR_RESERVATION: &str = "a hand-over releases a perm
 pub const HAND_OVER_BESIDE_RESERVATION: &str = "a hand-over grants beside an earlier reservation of another process";
 /// Reachability: a hand-over grants and tells the lock's channel.
 pub const HAND_OVER_TELLS: &str = "a hand-over grants and tells the channel";
+/// Reachability: a hand-over grants by the stamp, reading no entry.
+pub const HAND_OVER_BY_STAMP: &str = "a hand-over grants by the stamp";
 
 /// The task of process B.
 const B0: u8 = 3;
@@ -199,8 +215,17 @@ impl ShareHandOverModel {
                 self.regrant(s, token, fence);
                 fence
             }
-            Admission::Grant => self.grant(s, token, None),
+            Admission::Grant => {
+                let fence = self.grant(s, token, None);
+                if t != B0 {
+                    s.store.restamp();
+                }
+                fence
+            }
             Admission::Refuse(place) => {
+                if t != B0 && self.variant == ShareHandOverVariant::StampClearedByNewClients {
+                    s.store.stamp = None;
+                }
                 let place = place.unwrap_or_else(|| {
                     s.store.f += 1;
                     s.store.f
@@ -219,13 +244,19 @@ impl ShareHandOverModel {
 
     /// A new permit for the hand-over's waiter, after the releaser's went:
     /// notes whether it takes a permit owed to B0's reservation ahead.
-    fn hand(&self, s: &mut ShareHandOverState, to: Token, keep: Option<u8>) -> u8 {
+    /// `read`: the entries were read (not a grant by the stamp), so the
+    /// channel may be told and the stamp written.
+    fn hand(&self, s: &mut ShareHandOverState, to: Token, keep: Option<u8>, read: bool) -> u8 {
         let ahead: Vec<Entry> = s.store.ahead_of(to).copied().collect();
         let fence = self.grant(s, to, keep);
+        if read {
+            s.store.restamp();
+        }
         // The channel is told when the first reservation in line fits
         // beside the permits now held.
         let first = s.store.entries.iter().filter(|e| !e.held).min_by_key(|e| e.ord);
-        if self.variant != ShareHandOverVariant::SilentGrant
+        if read
+            && self.variant != ShareHandOverVariant::SilentGrant
             && first.is_some_and(|_| s.store.held() < usize::from(self.limit))
         {
             s.woken = true;
@@ -241,9 +272,31 @@ impl ShareHandOverModel {
         fence
     }
 
+    /// The stamp's weight bound, if this design trusts the stamp now.
+    fn stamp_bound(&self, s: &ShareHandOverState) -> Option<u8> {
+        match self.variant {
+            ShareHandOverVariant::StampClearedByNewClients => s.store.stamp.map(|(_, zw)| zw),
+            _ => s.store.stamped(),
+        }
+    }
+
     fn apply(&self, s: &mut ShareHandOverState) {
         let Some(mut fl) = s.flight else { return };
         let from = s.store.entry(fl.from).filter(|e| e.held);
+        // By the stamp: the releaser's weight out, the waiter's in, within
+        // the limit; the waiter's token has no entry (else the entries are
+        // read: its own attempt may have been granted).
+        let zw = self.stamp_bound(s).filter(|&zw| zw <= self.limit);
+        if let (Some(_), Some(zw), None) = (from, zw, s.store.entry(fl.to)) {
+            s.store.remove(fl.from);
+            s.store.r = Some(fl.from);
+            let fence = self.hand(s, fl.to, None, false);
+            s.store.stamp = Some((s.store.f, zw));
+            s.stamped_reached = true;
+            fl.outcome = Outcome::Handed(fence);
+            s.flight = if fl.stage == Stage::Settled { None } else { Some(fl) };
+            return;
+        }
         fl.outcome = if from.is_some() || self.variant == ShareHandOverVariant::NoLeaseCheck {
             s.store.remove(fl.from);
             let keep = from.filter(|_| self.variant == ShareHandOverVariant::KeepFence).map(|e| e.ord);
@@ -264,7 +317,7 @@ impl ShareHandOverModel {
                 }
                 Admission::Grant | Admission::Refuse(_) => {
                     s.store.r = Some(fl.from);
-                    Outcome::Handed(self.hand(s, fl.to, keep))
+                    Outcome::Handed(self.hand(s, fl.to, keep, true))
                 }
             }
         } else {
@@ -344,7 +397,7 @@ impl Model for ShareHandOverModel {
         vec![ShareHandOverState {
             now: 1,
             limit: self.limit,
-            store: Store { entries: Vec::new(), f: 0, r: None },
+            store: Store { entries: Vec::new(), f: 0, r: None, stamp: None },
             tasks: vec![Task::Idle; 4],
             used: vec![0; 4],
             flight: None,
@@ -356,6 +409,7 @@ impl Model for ShareHandOverModel {
             beside_reached: false,
             woken: false,
             wake_reached: false,
+            stamped_reached: false,
         }]
     }
 
@@ -463,6 +517,7 @@ impl Model for ShareHandOverModel {
             Property::sometimes(HAND_OVER_REFUSED_FOR_RESERVATION, |_, s: &ShareHandOverState| s.refused_reached),
             Property::sometimes(HAND_OVER_BESIDE_RESERVATION, |_, s: &ShareHandOverState| s.beside_reached),
             Property::sometimes(HAND_OVER_TELLS, |_, s: &ShareHandOverState| s.wake_reached),
+            Property::sometimes(HAND_OVER_BY_STAMP, |_, s: &ShareHandOverState| s.stamped_reached),
         ]
     }
 }

@@ -32,6 +32,13 @@ pub struct Store {
     pub f: u8,
     /// `r`: the token of the last release of a permit.
     pub r: Option<Token>,
+    /// `zf`, `zw`: a stamp that a script of this version wrote after it
+    /// read every entry: while `f` is still `zf`, `S` holds no reservation
+    /// and its entries weigh at most `zw`. Every new reservation draws a
+    /// place from `f` and every grant a fence, in every version's scripts,
+    /// so any entry written since moved `f` past the stamp; removals and
+    /// expiries only lower the weight.
+    pub stamp: Option<(u8, u8)>,
 }
 
 /// The store's admission rule's answer for a request of weight 1.
@@ -62,6 +69,19 @@ impl Store {
         self.remove(entry.token);
         let at = self.entries.iter().position(|e| e.token > entry.token).unwrap_or(self.entries.len());
         self.entries.insert(at, entry);
+    }
+
+    /// The stamp's weight bound, if the stamp still holds (`f` unmoved).
+    pub fn stamped(&self) -> Option<u8> {
+        self.stamp.filter(|&(zf, _)| zf == self.f).map(|(_, zw)| zw)
+    }
+
+    /// What a script of this version writes after a grant that read every
+    /// entry: the stamp, when no reservation is left.
+    pub fn restamp(&mut self) {
+        if self.entries.iter().all(|e| e.held) {
+            self.stamp = Some((self.f, self.entries.len() as u8));
+        }
     }
 
     /// The live permits.
@@ -162,6 +182,9 @@ pub struct ShareHandOverState {
     pub woken: bool,
     /// A hand-over granted and told the channel (reachability).
     pub wake_reached: bool,
+    /// A hand-over granted by the stamp, without reading the entries
+    /// (reachability).
+    pub stamped_reached: bool,
 }
 
 impl ShareHandOverState {
@@ -211,6 +234,9 @@ impl fmt::Display for ShareHandOverState {
             write!(f, "{sep}{} {kind} {} x={}", tok(e.token), e.ord, e.x)?;
         }
         write!(f, "}} f={} r={}", s.f, s.r.map_or("-".into(), tok))?;
+        if let Some((zf, zw)) = s.stamp {
+            write!(f, " stamp f={zf} weight<={zw}")?;
+        }
         write_tasks(f, &self.tasks, task_name)?;
         if let Some(fl) = &self.flight {
             write!(f, "; hand-over {}->{} sent {} {:?} {:?}", tok(fl.from), tok(fl.to), fl.sent, fl.outcome, fl.stage)?;
