@@ -29,6 +29,16 @@
 --       hn = "token count": the grant the last hand-over made (hand_over.lua)
 --           and how many hand-overs in a row led to it; it counts only
 --           while its token releases, so no other grant needs to clear it.
+--       zf, zw = the stamp (holdfast-models' share_handover): written by a
+--           share's grant that read every entry of S and left no
+--           reservation, zf = f after it, zw = the weight of S's entries.
+--           While f is still zf, S holds no reservation and weighs at most
+--           zw: every script, of any version, that writes an entry of S
+--           draws a place or a fence from f first (shrink and the admin
+--           script rewrite entries in place, never adding weight), and
+--           removals only lower the weight. share_hand_over.lua grants by
+--           it without reading S. Nothing else reads it; an older client
+--           never writes it.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).
@@ -46,10 +56,11 @@ end
 -- read only the fields they use, into locals: each field read costs the
 -- server about 0.15 us, as much as a whole EXISTS).
 local function read_lock(h)
-  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q', 'hf')
+  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q', 'hf', 'zf', 'zw')
   return { o = v[1], f = tonumber(v[2] or '0') or 0, x = tonumber(v[3] or '0') or 0,
            e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6], sx = tonumber(v[7] or '0') or 0,
-           w = tonumber(v[8] or '0') or 0, q = v[9] == '1', hf = v[10] }
+           w = tonumber(v[8] or '0') or 0, q = v[9] == '1', hf = v[10],
+           zf = tonumber(v[11] or '-1') or -1, zw = tonumber(v[12] or '0') or 0 }
 end
 
 -- The fence of the exclusive grant in H (s: the lock as read): f, unless f

@@ -19,6 +19,10 @@
 -- client's reservation and needs no bound of its own. It tells the lock's
 -- channel whenever another reserved request may now be admitted (a permit
 -- left free beside the handed one), which a release would have told.
+-- When the key's stamp holds (common.lua: f unmoved since a share's grant
+-- read every entry and left no reservation), no entry is read: the
+-- admission's answer is known (no reservation, at most zw of weight), and
+-- spare is reckoned from zw, so it is at most what is free.
 local h, sk, from, to = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local ttl, label, w, lim = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local keep = tonumber(ARGV[7])
@@ -39,8 +43,24 @@ if not (fr and fr.held and fr.x > now) then
   end
   return {0, 0}
 end
-redis.call('HDEL', sk, from)
 local o = holder(s, now)
+if s.zf == s.f and not o and fr.m == 2 and fr.l == lim and s.zw - fr.w + w <= lim then
+  -- By the stamp (common.lua; model 16): no reservation in S and at most
+  -- zw of weight, so with from's permit out the waiter's fits, and no one
+  -- waits to be told. Only if to has no entry (HSETNX): else its own
+  -- attempt was granted or reserved, and S is read below.
+  local f, x = next_fence(s, us), now + ttl
+  local entry = share_entry({ held = true, m = 2, w = w, l = lim, ord = f, x = x, label = label })
+  if redis.call('HSETNX', sk, to, entry) == 1 then
+    redis.call('HDEL', sk, from)
+    local zw, sx = s.zw - fr.w + w, s.sx
+    if x > sx then sx = x end
+    redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(sx), 'r', from,
+                                          'zf', int(f), 'zw', int(zw))))
+    return {1, f, lim - zw}
+  end
+end
+redis.call('HDEL', sk, from)
 local d, _, latest, res, held_w = decide_shares(sk, to, 2, w, lim, now, o, o and holder_fence(s))
 if d == 'held' and o ~= to then
   -- to's own attempt was granted meanwhile: that grant, counted from now;
@@ -55,7 +75,13 @@ if d == 'grant' then
   local x = now + ttl
   redis.call('HSET', sk, to, share_entry({ held = true, m = 2, w = w, l = lim, ord = f, x = x, label = label }))
   if x > latest then latest = x end
-  redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from)))
+  if #res == 0 then
+    -- Every entry read, no reservation left: the stamp (common.lua).
+    redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from,
+                                          'zf', int(f), 'zw', int(held_w + w))))
+  else
+    redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from)))
+  end
   -- A release tells the channel; a hand-over only when the first
   -- reservation in line (another request's) fits beside the shares now
   -- held, as its own attempt would be admitted: requests behind it count

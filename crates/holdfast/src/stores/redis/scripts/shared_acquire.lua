@@ -12,7 +12,7 @@ local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 local o = holder(s, now)
-local d, v, latest = decide_shares(sk, token, m, w, lim, now, o, o and holder_fence(s))
+local d, v, latest, res, held_w = decide_shares(sk, token, m, w, lim, now, o, o and holder_fence(s))
 if d == 'held' then
   if o == token then return regrant(h, s, now, ttl, keep) end
   -- A retry by a share's holder (rare: its reply was lost).
@@ -24,7 +24,13 @@ if d == 'grant' then
     redis.call('HSET', sk, token, share_entry({ held = true, m = m, w = w, l = lim, ord = f, x = now + ttl, label = label }))
     local sx = s.sx
     if now + ttl > sx then sx = now + ttl end
-    redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx))))
+    if #res == 0 then
+      -- Every entry read, no reservation left: the stamp (common.lua).
+      redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx),
+                                            'zf', int(f), 'zw', int(held_w + w))))
+    else
+      redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx))))
+    end
   else
     redis.call('HDEL', sk, token)
     write(h, s, now + ttl, keep, 'o', token, 'f', int(f), 'l', label, 'x', int(now + ttl))
