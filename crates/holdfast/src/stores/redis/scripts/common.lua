@@ -34,9 +34,11 @@
 --           reservation, zf = f after it, zw = the weight of S's entries.
 --           While f is still zf, S holds no reservation and weighs at most
 --           zw: every script, of any version, that writes an entry of S
---           draws a place or a fence from f first (shrink and the admin
---           script rewrite entries in place, never adding weight), and
---           removals only lower the weight. share_hand_over.lua grants by
+--           draws a place or a fence from f first (the admin script and
+--           a share's shrink rewrite entries in place, never adding
+--           weight; shrink turns a live exclusive grant into an entry, and
+--           that grant, made while no share was held, moved f after any
+--           stamp), and removals only lower the weight. share_hand_over.lua grants by
 --           it without reading S. Nothing else reads it; an older client
 --           never writes it.
 -- Time comes only from the server (TIME), never from a client.
