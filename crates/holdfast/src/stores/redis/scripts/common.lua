@@ -38,9 +38,9 @@
 --           a share's shrink rewrite entries in place, never adding
 --           weight; shrink turns a live exclusive grant into an entry, and
 --           that grant, made while no share was held, moved f after any
---           stamp), and removals only lower the weight. share_hand_over.lua grants by
---           it without reading S. Nothing else reads it; an older client
---           never writes it.
+--           stamp), and removals only lower the weight.
+--           share_hand_over.lua grants by it without reading S. Nothing
+--           else reads it; an older client never writes it.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).
