@@ -38,10 +38,6 @@
 //! no reservation, the entries' weight bounded) grants without reading the
 //! entries: the releaser's live permit goes, the waiter's token, which must
 //! have no entry, gets the next fence, and the stamp moves to that fence.
-//! So does an attempt of process A whose token has no entry while the
-//! stamp's weight leaves room for one more (the weight bound grows by
-//! one); a stamp that leaves no room decides nothing (the entries are
-//! read: some may have expired).
 //! Scripts of this version write the stamp after a grant that read every
 //! entry and left no reservation; process B runs an older version, which
 //! never writes it (a rolling upgrade), but draws its places and fences
@@ -109,8 +105,6 @@ pub const HAND_OVER_BESIDE_RESERVATION: &str = "a hand-over grants beside an ear
 pub const HAND_OVER_TELLS: &str = "a hand-over grants and tells the channel";
 /// Reachability: a hand-over grants by the stamp, reading no entry.
 pub const HAND_OVER_BY_STAMP: &str = "a hand-over grants by the stamp";
-/// Reachability: a waiting attempt is granted by the stamp.
-pub const ATTEMPT_BY_STAMP: &str = "an attempt is granted by the stamp";
 
 /// The task of process B.
 const B0: u8 = 3;
@@ -216,30 +210,19 @@ impl ShareHandOverModel {
         if t == B0 {
             s.woken = false;
         }
-        // This version's attempt by the stamp: no entry of its own (HSETNX)
-        // and room for one more beside the stamp's weight.
-        let room = self.stamp_bound(s).filter(|&zw| zw < self.limit);
-        let fence = match (room, s.store.admission(token, self.limit)) {
-            (Some(zw), _) if t != B0 && s.store.entry(token).is_none() => {
-                let ahead: Vec<Entry> = s.store.ahead_of(token).copied().collect();
-                let fence = self.grant(s, token, None);
-                s.store.stamp = Some((s.store.f, zw + 1));
-                s.stamped_attempt_reached = true;
-                self.note_bypass(s, &ahead);
-                fence
-            }
-            (_, Admission::Held(fence)) => {
+        let fence = match s.store.admission(token, self.limit) {
+            Admission::Held(fence) => {
                 self.regrant(s, token, fence);
                 fence
             }
-            (_, Admission::Grant) => {
+            Admission::Grant => {
                 let fence = self.grant(s, token, None);
                 if t != B0 {
                     s.store.restamp();
                 }
                 fence
             }
-            (_, Admission::Refuse(place)) => {
+            Admission::Refuse(place) => {
                 if t != B0 && self.variant == ShareHandOverVariant::StampClearedByNewClients {
                     s.store.stamp = None;
                 }
@@ -279,13 +262,6 @@ impl ShareHandOverModel {
             s.woken = true;
             s.wake_reached = true;
         }
-        self.note_bypass(s, &ahead);
-        fence
-    }
-
-    /// After a grant: whether it took a permit owed to B0's reservation
-    /// among `ahead` (the reservations ahead of the granted token).
-    fn note_bypass(&self, s: &mut ShareHandOverState, ahead: &[Entry]) {
         if ahead.iter().any(|e| e.token.0 == B0) {
             if s.store.held() + ahead.len() > usize::from(self.limit) {
                 s.bypassed = true;
@@ -293,6 +269,7 @@ impl ShareHandOverModel {
                 s.beside_reached = true;
             }
         }
+        fence
     }
 
     /// The stamp's weight bound, if this design trusts the stamp now.
@@ -433,7 +410,6 @@ impl Model for ShareHandOverModel {
             woken: false,
             wake_reached: false,
             stamped_reached: false,
-            stamped_attempt_reached: false,
         }]
     }
 
@@ -542,7 +518,6 @@ impl Model for ShareHandOverModel {
             Property::sometimes(HAND_OVER_BESIDE_RESERVATION, |_, s: &ShareHandOverState| s.beside_reached),
             Property::sometimes(HAND_OVER_TELLS, |_, s: &ShareHandOverState| s.wake_reached),
             Property::sometimes(HAND_OVER_BY_STAMP, |_, s: &ShareHandOverState| s.stamped_reached),
-            Property::sometimes(ATTEMPT_BY_STAMP, |_, s: &ShareHandOverState| s.stamped_attempt_reached),
         ]
     }
 }

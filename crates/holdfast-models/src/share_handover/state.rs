@@ -185,8 +185,6 @@ pub struct ShareHandOverState {
     /// A hand-over granted by the stamp, without reading the entries
     /// (reachability).
     pub stamped_reached: bool,
-    /// A waiting attempt was granted by the stamp (reachability).
-    pub stamped_attempt_reached: bool,
 }
 
 impl ShareHandOverState {

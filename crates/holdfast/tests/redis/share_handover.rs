@@ -274,12 +274,10 @@ fn h_free_permits_are_taken_side_by_side_with_one_call_a_permit() {
 /// Sixteen tasks of one client on a semaphore of 2, 20 permits each, no
 /// other client: once a grant has read every entry and found no
 /// reservation, the key's stamp lets a hand-over grant without reading the
-/// entries (model 16's stamp), so fewer script calls read the share hash
-/// than are made (an acquisition's own first attempt, refused here while
-/// both permits are held, still reads it): 0.55-0.70 a call in 10 runs,
-/// the bound 0.85. Seen failing before the stamp: every call read it (582
-/// and 609 reads in about as many calls). Never more than 2 inside; every
-/// fence distinct.
+/// entries (model 16's stamp), so far fewer script calls read the share
+/// hash than are made (each acquisition's own first attempt still reads
+/// it). Seen failing before the stamp: every call read it (609 reads,
+/// about 600 calls). Never more than 2 inside; every fence distinct.
 #[test]
 fn i_a_hand_over_with_no_reservation_in_line_reads_no_entry() {
     let server = RedisServer::start();
@@ -321,38 +319,8 @@ fn i_a_hand_over_with_no_reservation_in_line_reads_no_entry() {
         assert_eq!(fences.len() as u64, grants, "two grants had one fence");
         println!("{grants} permits: {calls} script calls, {reads} reads of the share hash");
         assert!(
-            reads * 20 < calls * 17,
+            reads * 4 < calls * 3,
             "{reads} reads of the share hash in {calls} script calls: no hand-over by the stamp"
         );
-    });
-}
-
-/// A resize between grants by the key's stamp: the stamp keeps no limit, so
-/// a grant by it reads the limit from the entry of its last grant, which
-/// the resize rewrote. A request naming the old count is then refused as a
-/// conflict, not granted a third permit by the stamp, and the new count is
-/// granted up to its permits and no further. Seen failing with the stamp
-/// trusted without that read (the third permit granted under the old
-/// count).
-#[test]
-fn j_a_resize_between_grants_by_the_stamp_is_seen() {
-    let server = RedisServer::start();
-    rt().block_on(async {
-        let (a, b) = (client(&server.url(), "a").await, client(&server.url(), "b").await);
-        let ttl = Duration::from_secs(30);
-        let old = a.semaphore("stamp/resize", 4).ttl(ttl);
-        let first = old.try_acquire().await.expect("try").expect("the first permit");
-        let second = old.try_acquire().await.expect("try").expect("the second permit");
-        let mut resized = b.semaphore("stamp/resize", 4).ttl(ttl);
-        assert_eq!(resized.resize(3).await.expect("resize"), 2, "permits held at the resize");
-        match old.try_acquire().await {
-            Err(holdfast::Error::Conflict { .. }) => {}
-            other => panic!("a request naming the old count after the resize: {other:?}"),
-        }
-        let third = resized.try_acquire().await.expect("try").expect("the third permit of 3");
-        assert!(resized.try_acquire().await.expect("try").is_none(), "a fourth permit of 3");
-        for p in [first, second, third] {
-            p.release().await.expect("release");
-        }
     });
 }

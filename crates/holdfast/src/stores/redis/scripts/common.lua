@@ -39,16 +39,8 @@
 --           weight; shrink turns a live exclusive grant into an entry, and
 --           that grant, made while no share was held, moved f after any
 --           stamp), and removals only lower the weight.
---           zt = the token that grant (or a later one by the stamp)
---           admitted: while the stamp holds, every entry present has one
---           limit (every grant checks it against the live ones, and a
---           resize, by any version, rewrites them all and deletes the
---           expired ones), so zt's entry, if present, tells it.
---           share_hand_over.lua grants by the stamp without reading S;
---           shared_acquire.lua grants a share by it, reading zt's entry
---           alone, when zw leaves room (a stamp without room decides
---           nothing: entries may have expired). Nothing else reads it; an
---           older client never writes it.
+--           share_hand_over.lua grants by it without reading S. Nothing
+--           else reads it; an older client never writes it.
 -- Time comes only from the server (TIME), never from a client.
 -- Numbers go to redis.call as text made by int(): Redis would write a Lua
 -- number exactly too (%.17g), but measured slower (0.3 us a number).
@@ -66,11 +58,11 @@ end
 -- read only the fields they use, into locals: each field read costs the
 -- server about 0.15 us, as much as a whole EXISTS).
 local function read_lock(h)
-  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q', 'hf', 'zf', 'zw', 'zt')
+  local v = redis.call('HMGET', h, 'o', 'f', 'x', 'e', 'r', 'l', 'sx', 'w', 'q', 'hf', 'zf', 'zw')
   return { o = v[1], f = tonumber(v[2] or '0') or 0, x = tonumber(v[3] or '0') or 0,
            e = tonumber(v[4] or '0') or 0, r = v[5], l = v[6], sx = tonumber(v[7] or '0') or 0,
            w = tonumber(v[8] or '0') or 0, q = v[9] == '1', hf = v[10],
-           zf = tonumber(v[11] or '-1') or -1, zw = tonumber(v[12] or '0') or 0, zt = v[13] }
+           zf = tonumber(v[11] or '-1') or -1, zw = tonumber(v[12] or '0') or 0 }
 end
 
 -- The fence of the exclusive grant in H (s: the lock as read): f, unless f

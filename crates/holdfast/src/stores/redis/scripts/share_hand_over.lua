@@ -56,7 +56,7 @@ if s.zf == s.f and not o and fr.m == 2 and fr.l == lim and s.zw - fr.w + w <= li
     local zw, sx = s.zw - fr.w + w, s.sx
     if x > sx then sx = x end
     redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(sx), 'r', from,
-                                          'zf', int(f), 'zw', int(zw), 'zt', to)))
+                                          'zf', int(f), 'zw', int(zw))))
     return {1, f, lim - zw}
   end
 end
@@ -78,7 +78,7 @@ if d == 'grant' then
   if #res == 0 then
     -- Every entry read, no reservation left: the stamp (common.lua).
     redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from,
-                                          'zf', int(f), 'zw', int(held_w + w), 'zt', to)))
+                                          'zf', int(f), 'zw', int(held_w + w))))
   else
     redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(latest), 'r', from)))
   end

@@ -12,25 +12,6 @@ local s = read_lock(h)
 local us = now_us()
 local now = math.floor(us / 1000)
 local o = holder(s, now)
-if m == 2 and not o and s.zf == s.f and s.zw + w <= lim and s.zt then
-  -- By the stamp (common.lua; model 16): no reservation and at most zw of
-  -- weight, so this share fits, if its limit is the entries' (zt's entry
-  -- tells it; gone, S is read below) and the token has no entry (HSETNX;
-  -- else a retry or a writer's own: S is read below).
-  local zv = redis.call('HGET', sk, s.zt)
-  local zl = zv and string.match(zv, '^%d %d %d+ (%d+) ')
-  if zl and tonumber(zl) == lim then
-    local f, x = next_fence(s, us), now + ttl
-    local entry = share_entry({ held = true, m = 2, w = w, l = lim, ord = f, x = x, label = label })
-    if redis.call('HSETNX', sk, token, entry) == 1 then
-      local sx = s.sx
-      if x > sx then sx = x end
-      redis.call('PEXPIREAT', sk, int(write(h, s, x, keep, 'f', int(f), 'sx', int(sx),
-                                            'zf', int(f), 'zw', int(s.zw + w), 'zt', token)))
-      return {1, f}
-    end
-  end
-end
 local d, v, latest, res, held_w = decide_shares(sk, token, m, w, lim, now, o, o and holder_fence(s))
 if d == 'held' then
   if o == token then return regrant(h, s, now, ttl, keep) end
@@ -46,7 +27,7 @@ if d == 'grant' then
     if #res == 0 then
       -- Every entry read, no reservation left: the stamp (common.lua).
       redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx),
-                                            'zf', int(f), 'zw', int(held_w + w), 'zt', token)))
+                                            'zf', int(f), 'zw', int(held_w + w))))
     else
       redis.call('PEXPIREAT', sk, int(write(h, s, now + ttl, keep, 'f', int(f), 'sx', int(sx))))
     end
