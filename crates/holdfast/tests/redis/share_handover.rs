@@ -274,10 +274,12 @@ fn h_free_permits_are_taken_side_by_side_with_one_call_a_permit() {
 /// Sixteen tasks of one client on a semaphore of 2, 20 permits each, no
 /// other client: once a grant has read every entry and found no
 /// reservation, the key's stamp lets a hand-over grant without reading the
-/// entries (model 16's stamp), so far fewer script calls read the share
-/// hash than are made (each acquisition's own first attempt still reads
-/// it). Seen failing before the stamp: every call read it (609 reads,
-/// about 600 calls). Never more than 2 inside; every fence distinct.
+/// entries (model 16's stamp), so fewer script calls read the share hash
+/// than are made (an acquisition's own first attempt, refused here while
+/// both permits are held, still reads it): 0.55-0.64 a call in 7 runs,
+/// the bound 0.85. Seen failing before the stamp: every call read it (582
+/// and 609 reads in about as many calls). Never more than 2 inside; every
+/// fence distinct.
 #[test]
 fn i_a_hand_over_with_no_reservation_in_line_reads_no_entry() {
     let server = RedisServer::start();
@@ -319,7 +321,7 @@ fn i_a_hand_over_with_no_reservation_in_line_reads_no_entry() {
         assert_eq!(fences.len() as u64, grants, "two grants had one fence");
         println!("{grants} permits: {calls} script calls, {reads} reads of the share hash");
         assert!(
-            reads * 4 < calls * 3,
+            reads * 20 < calls * 17,
             "{reads} reads of the share hash in {calls} script calls: no hand-over by the stamp"
         );
     });
