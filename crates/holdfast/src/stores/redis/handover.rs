@@ -37,14 +37,12 @@
 //!   its own attempt could only find the handed grant, and the next local
 //!   waiter asks meanwhile, so free permits are taken side by side; only
 //!   while the last hand-over of the key found room for one more request
-//!   (its reply's `spare`), else that attempt would be refused. Without
-//!   that room it keeps its turn but makes no attempt until the hand-over's
-//!   outcome is told (one round trip), then goes on as it was. When the
-//!   offer comes back (not handed) to a waiter that gave its turn up, it
-//!   asks at once and queues for the turn again. In the model (`share_handover`) a waiting task may
-//!   attempt at any time or not at all, so these rules only narrow what it
-//!   explores; the first is its rule for a taken offer. A mutex's waiter
-//!   keeps its turn and asks: the next one's attempt could only be refused.
+//!   (its reply's `spare`), else that attempt would be refused. When the
+//!   offer comes back (not handed), the waiter asks at once and queues for
+//!   the turn again. In the model (`share_handover`) a waiting task may
+//!   attempt at any time or not at all, so the two rules only narrow what
+//!   it explores; the first is its rule for a taken offer. A mutex's waiter
+//!   keeps its turn: the next one's attempt could only be refused.
 //! - When the call fails without a reply, the releaser releases its own
 //!   token first and only then tells the waiter ([`Handed::Unknown`]),
 //!   which attempts with its own token at once: a hand-over applied meanwhile is found as a retry by the
@@ -265,16 +263,6 @@ impl RedisBackend {
         // across busy processes) the next one's attempt would be refused,
         // a request for nothing. A mutex's waiter keeps it for that reason.
         let mut asking = true;
-        // Whether this task's attempts wait for the outcome of a hand-over
-        // that took its offer: a share's waiter that keeps its turn because
-        // the last hand-over left no room. Its own attempt beside that call
-        // would only find the grant the call made, a whole admission read
-        // of the store for nothing (0.3 of the script calls a permit of the
-        // one-process semaphore, measured on 2026-12-01); it waits one
-        // round trip instead, and attempts at once if nothing was handed.
-        // Its turn stays with it meanwhile: another local waiter's attempt
-        // would be refused (no room).
-        let mut paused = false;
         let weight = match req.mode {
             LeaseMode::Shared { weight, .. } => Some(i64::from(weight)),
             _ => None,
@@ -303,9 +291,6 @@ impl RedisBackend {
                     // asks now, then queues for the turn again.
                     listening = weight.is_some();
                     let gave_up = !std::mem::replace(&mut asking, true);
-                    // A paused wait goes on where it stopped (a wake-up
-                    // meanwhile was kept for it).
-                    paused = false;
                     if gave_up {
                         waited = queue_for_turn();
                     }
@@ -317,16 +302,12 @@ impl RedisBackend {
                 }
                 taken = &mut offer.taken, if listening => {
                     listening = false;
-                    if taken.is_ok() {
-                        if weight.is_some_and(|w| self.inner.offers.fits_beside(req.key.as_str(), w)) {
-                            waited = Box::pin(std::future::pending());
-                            asking = false;
-                        } else {
-                            paused = weight.is_some();
-                        }
+                    if taken.is_ok() && weight.is_some_and(|w| self.inner.offers.fits_beside(req.key.as_str(), w)) {
+                        waited = Box::pin(std::future::pending());
+                        asking = false;
                     }
                 }
-                outcome = &mut waited, if !paused => return offer.own_grant(outcome).await,
+                outcome = &mut waited => return offer.own_grant(outcome).await,
             }
         }
     }
