@@ -111,9 +111,14 @@ end
 -- lock's last fence if that is higher. Strictly increasing while H exists,
 -- whatever the clock does; after H expired, increasing as long as the server
 -- clock has not stepped back past the last fence.
-local function next_fence(s, us)
-  if s.f >= us then return s.f + 1 end
+local function fence_after(f, us)
+  if f >= us then return f + 1 end
   return us
+end
+
+-- The same, for the lock as read (s).
+local function next_fence(s, us)
+  return fence_after(s.f, us)
 end
 
 -- Writes the field/value pairs into H and keeps H alive until at least keep_ms

@@ -48,8 +48,7 @@ if fv and z[1] and z[1] == z[2] and not (z[4] and (tonumber(z[5] or '0') or 0) >
       -- and the waiter's in, and no one waits to be told. Only if to has no
       -- entry (HSETNX): else its own attempt was granted or reserved, and S
       -- is read below.
-      local f, x = tonumber(z[1]), now + ttl
-      if f >= us then f = f + 1 else f = us end -- next_fence
+      local f, x = fence_after(tonumber(z[1]), us), now + ttl
       local fs = int(f)
       local entry = '1 2 ' .. int(w) .. ' ' .. fl .. ' ' .. fs .. ' ' .. int(x) .. ' ' .. label
       if redis.call('HSETNX', sk, to, entry) == 1 then
