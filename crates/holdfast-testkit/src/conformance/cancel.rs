@@ -54,17 +54,28 @@ pub async fn c9_cancel_every_await(store: &Store) {
     let key = fresh_key("c9e");
     let mut drops = 0;
 
+    // A key of its own for each run of `try_acquire`, which does not wait: a
+    // dropped run's request may still land after the probe (it was in
+    // flight, or not yet sent by its task), and the run's cleanup releases
+    // it a round trip later; the next run on the same key could meet it in
+    // between and be answered "busy". Every dropped run's key is looked at
+    // again once the sweep is over.
+    let run_key = |n: u32| format!("{key}-try-{n}");
     let sweep = cancel_at_each_suspension(
         MAX_SUSPENSIONS,
-        async |_| {
-            let mutex = a.mutex(&key).ttl(TTL);
+        async |n| {
+            let mutex = a.mutex(run_key(n)).ttl(TTL);
             async move { mutex.try_acquire().await }
         },
-        async |n| freed(&c, &key, &format!("try_acquire dropped at suspension {n}")).await,
+        async |n| freed(&c, &run_key(n), &format!("try_acquire dropped at suspension {n}")).await,
     )
     .await;
+    let dropped_runs = sweep.drops;
     let guard = completed("try_acquire", sweep, &mut drops).expect("try_acquire").expect("a free key is granted");
     guard.release().await.expect("release");
+    for n in 1..=dropped_runs {
+        freed(&c, &run_key(n), &format!("after the sweep, try_acquire dropped at suspension {n}")).await;
+    }
 
     let sweep = cancel_at_each_suspension(
         MAX_SUSPENSIONS,

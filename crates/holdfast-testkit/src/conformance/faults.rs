@@ -87,7 +87,7 @@ impl Proxied {
     /// ZooKeeper lock parent for `key` then exist, so that a fault switched on
     /// next hits the request under test, not a step before it whose lost
     /// reply would keep the request from being sent at all.
-    async fn warm_up(&self, key: Option<&str>) {
+    pub(super) async fn warm_up(&self, key: Option<&str>) {
         self.warm_up_for(key, Ask::Mutex).await;
     }
 

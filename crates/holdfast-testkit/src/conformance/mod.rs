@@ -1,7 +1,8 @@
 //! The conformance suite: one function per clause of the contract (C1..C19
 //! in `docs/design.md`; C12..C15 are the shared leases, C16 elections, C17 the admin calls, C18 records kept
 //! with a key, C19 tenants sharing one store, C20 shrinking a held lease), run against a real store, plus the fault clauses
-//! (`f1`..`f4`: lost replies, failed releases, a hung store; `c9_cancel_*`:
+//! (`f1`..`f6`: lost replies, failed releases, a hung or silent store, a
+//! partition that heals; `c9_cancel_*`:
 //! a future dropped at every suspension point) that use [`crate::faults`].
 //!
 //! A backend's test module calls [`conformance_suite!`](crate::conformance_suite)
@@ -17,6 +18,7 @@ mod clauses;
 mod election;
 mod faults;
 mod fence_floor;
+mod late;
 mod lost_replies;
 mod members;
 mod release;
@@ -45,6 +47,7 @@ pub use faults::{
     f5_silent_store_at_the_deadline,
 };
 pub use fence_floor::c2_fence_floor;
+pub use late::f6_abandoned_attempt_delivered_late;
 pub use lost_replies::{
     f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
     f2_shared_release_cut_part_way,
@@ -185,7 +188,7 @@ macro_rules! conformance_suite {
             c9_cancel_every_await, c9_cancel_during_cleanup, c9_cancel_first_suspension_repeated, c9_retry_refreshes_the_lease,
             f1_lost_acquire_reply, f1_lost_shared_acquire_reply, f2_lost_release_reply, f2_lost_shared_release_reply,
             f2_shared_release_cut_part_way, f3_release_while_unreachable, f3_shared_release_while_unreachable, f4_hung_store_while_waiting,
-            f5_silent_store_at_the_deadline,
+            f5_silent_store_at_the_deadline, f6_abandoned_attempt_delivered_late,
             s1_hot_key_every_waiter_acquires,
             c12_permit_bound, c12_permit_count_lives_with_the_key, c13_dead_permits_return,
             c14_read_share_write_exclusion, c15_no_writer_starvation, c9_cancel_shared_waits, c10_bad_shared_input,
