@@ -14,6 +14,8 @@ mod fair;
 mod faults;
 #[path = "redis/handover.rs"]
 mod handover;
+#[path = "redis/handover_faults.rs"]
+mod handover_faults;
 #[path = "redis/replicas.rs"]
 mod replicas;
 #[path = "redis/share_handover.rs"]

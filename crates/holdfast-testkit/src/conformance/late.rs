@@ -53,7 +53,8 @@ pub async fn f6_abandoned_attempt_delivered_late(store: &Store) {
                 }
             }
             Abandon::Deadline => {
-                let outcome = a.bounded("acquire_timeout in a partition", a.op_timeout * 2, mutex.acquire_timeout(give_up));
+                let outcome =
+                    a.bounded("acquire_timeout in a partition", a.op_timeout * 2, mutex.acquire_timeout(give_up));
                 if let Ok(guard) = outcome.await {
                     panic!("{how:?}: granted (fence {}) through a silent network", guard.fence());
                 }
