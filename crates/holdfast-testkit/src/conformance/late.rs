@@ -14,14 +14,16 @@ use super::faults::{Proxied, TTL, free_within, target};
 use super::{Store, client, fresh_key, is_free};
 
 /// How long the network stays silent, in store operation timeouts: every
-/// call of the client (its attempt, the tries of the cleanup's release) has
-/// given up or been sent again by then.
+/// call of the client (its attempt, the first tries of the cleanup's
+/// release) has given up or been sent again by then.
 const PARTITION_TIMEOUTS: u32 = 3;
-/// How long after the partition healed the key is looked at: the cleanup's
-/// release retries with a backoff of up to 2 s.
-const SETTLED_AFTER: Duration = Duration::from_secs(3);
-/// How soon, then, another client must get the key.
-const FREE_WITHIN: Duration = Duration::from_secs(3);
+/// How long after the partition healed the key is first looked at: the
+/// bytes the partition held reach the store within milliseconds, so a key
+/// free from then on was not taken again by a late request.
+const SETTLED_AFTER: Duration = Duration::from_secs(1);
+/// How soon, then, another client must get the key: the cleanup's release
+/// is retried with a backoff of up to 2 s.
+const FREE_WITHIN: Duration = Duration::from_secs(4);
 
 /// How the attempt is abandoned.
 #[derive(Debug, Clone, Copy)]
