@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::faults::{Proxied, TTL, free_within, target};
+use super::faults::{Ask, Proxied, TTL, free_within, target};
 use super::{Store, client, fresh_key, is_free};
 
 /// How long the network stays silent, in store operation timeouts: every
@@ -36,45 +36,35 @@ enum Abandon {
 
 /// F6 (C9, C11): an attempt abandoned during a partition, delivered late
 /// once the partition heals, leaves nothing behind within seconds (leases
-/// here last 30 s), while its client lives on.
+/// here last 30 s), while its client lives on: a mutex's, and a permit's
+/// (a semaphore of one, whose acquire takes its own path on most stores)
+/// where the store has shared leases.
 pub async fn f6_abandoned_attempt_delivered_late(store: &Store) {
     let Some(target) = target(store, "f6_abandoned_attempt_delivered_late") else { return };
     let b = client(store, "f6-b").await;
     let a = Proxied::start(target, "f6-a").await;
+    let asks: &[Ask] = if a.client.capabilities().shared_leases { &[Ask::Mutex, Ask::Permit] } else { &[Ask::Mutex] };
     let mut failures = Vec::new();
-    for how in [Abandon::Dropped, Abandon::Deadline] {
-        let key = fresh_key("f6");
-        a.warm_up(Some(&key)).await;
-        a.proxy.blackhole();
-        let mutex = a.client.mutex(&key).ttl(TTL);
-        let give_up = Duration::from_millis(200);
-        match how {
-            Abandon::Dropped => {
-                if let Ok(outcome) = tokio::time::timeout(give_up, mutex.try_acquire()).await {
-                    panic!("try_acquire answered through a silent network: {outcome:?}");
-                }
+    for &ask in asks {
+        for how in [Abandon::Dropped, Abandon::Deadline] {
+            let key = fresh_key("f6");
+            a.warm_up_for(Some(&key), ask).await;
+            a.proxy.blackhole();
+            abandon(&a, &key, ask, how).await;
+            // Meanwhile B takes the key and lets it go, before A's request
+            // arrives (unless a part of the lock outside the partition
+            // already shows A's attempt, as a layered lock's fast lease does).
+            is_free(&b, &key).await;
+            tokio::time::sleep(a.op_timeout * PARTITION_TIMEOUTS).await;
+            a.proxy.forward();
+            tokio::time::sleep(SETTLED_AFTER).await;
+            if !free_within(&b, &key, FREE_WITHIN).await {
+                failures.push(format!(
+                    "{ask:?}, {how:?}: key still held {SETTLED_AFTER:?} + {FREE_WITHIN:?} after the partition healed"
+                ));
             }
-            Abandon::Deadline => {
-                let outcome =
-                    a.bounded("acquire_timeout in a partition", a.op_timeout * 2, mutex.acquire_timeout(give_up));
-                if let Ok(guard) = outcome.await {
-                    panic!("{how:?}: granted (fence {}) through a silent network", guard.fence());
-                }
-            }
+            a.heal();
         }
-        // Meanwhile B takes the key and lets it go, before A's request
-        // arrives (unless a part of the lock outside the partition already
-        // shows A's attempt, as a layered lock's fast lease does).
-        is_free(&b, &key).await;
-        tokio::time::sleep(a.op_timeout * PARTITION_TIMEOUTS).await;
-        a.proxy.forward();
-        tokio::time::sleep(SETTLED_AFTER).await;
-        if !free_within(&b, &key, FREE_WITHIN).await {
-            failures.push(format!(
-                "{how:?}: key still held {SETTLED_AFTER:?} + {FREE_WITHIN:?} after the partition healed"
-            ));
-        }
-        a.heal();
     }
     assert!(
         failures.is_empty(),
@@ -82,4 +72,38 @@ pub async fn f6_abandoned_attempt_delivered_late(store: &Store) {
         a.op_timeout,
         failures.join("; ")
     );
+}
+
+/// Starts `ask` on `key` through the silent network and gives it up `how`.
+async fn abandon(a: &Proxied, key: &str, ask: Ask, how: Abandon) {
+    let give_up = Duration::from_millis(200);
+    let budget = a.op_timeout * 2;
+    let answered = match (ask, how) {
+        (Ask::Mutex, Abandon::Dropped) => tokio::time::timeout(give_up, a.client.mutex(key).ttl(TTL).try_acquire())
+            .await
+            .map(|r| r.map(|g| g.map(|g| g.fence())))
+            .ok(),
+        (Ask::Permit, Abandon::Dropped) => {
+            let semaphore = a.client.semaphore(key, 1).ttl(TTL);
+            tokio::time::timeout(give_up, semaphore.try_acquire()).await.map(|r| r.map(|p| p.map(|p| p.fence()))).ok()
+        }
+        (Ask::Mutex, Abandon::Deadline) => {
+            let mutex = a.client.mutex(key).ttl(TTL);
+            let waited = mutex.acquire_timeout(give_up);
+            a.bounded("acquire_timeout in a partition", budget, waited).await.ok().map(|g| Ok(Some(g.fence())))
+        }
+        (Ask::Permit, Abandon::Deadline) => {
+            let semaphore = a.client.semaphore(key, 1).ttl(TTL);
+            let waited = semaphore.acquire_timeout(give_up);
+            a.bounded("a permit's acquire_timeout in a partition", budget, waited)
+                .await
+                .ok()
+                .map(|p| Ok(Some(p.fence())))
+        }
+    };
+    match answered {
+        None => {}
+        Some(Ok(Some(fence))) => panic!("{ask:?}, {how:?}: granted (fence {fence}) through a silent network"),
+        Some(outcome) => panic!("{ask:?}, {how:?}: answered through a silent network: {outcome:?}"),
+    }
 }
