@@ -62,7 +62,7 @@ impl Shared {
                 Some(kv) if kv.key() == own.as_slice() => kv.create_revision(),
                 _ => {
                     // The put was not made: nothing to release.
-                    self.grants.forget(&self.watch, &req.key, req.token);
+                    self.grants.forget(&self.conn, &self.watch, &req.key, req.token);
                     return Ok(None);
                 }
             }
@@ -150,13 +150,15 @@ impl Shared {
         self.grants.in_flight(token, done_rx);
         let (conn, grants) = (self.conn.clone(), Arc::clone(&self.grants));
         let task = tokio::spawn(async move {
+            let mut sent = 0u32;
             let r = conn
                 .call_raw(what, |mut c| {
+                    sent += 1;
                     let t = txn.clone();
                     async move { c.txn(t).await }
                 })
                 .await;
-            grants.landed(token);
+            grants.landed(token, sent == 1 && !matches!(r, Err(Failed::TimedOut)));
             let _ = done_tx.send(true);
             r
         });

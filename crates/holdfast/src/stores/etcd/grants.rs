@@ -2,8 +2,9 @@
 //! session it lives on, its watch, and whether it was granted. Release and
 //! renew answer from here and from the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use hashbrown::Equivalent;
 
@@ -67,12 +68,25 @@ fn owned_id(key: &LockKey, token: OwnerToken) -> Id {
     (key.as_str().to_owned(), token.as_u128())
 }
 
+/// The waits between the deletes of the key of an attempt whose first
+/// write may have a late copy, from its release (or from the answer that it
+/// wrote nothing) on: the last about two minutes after it.
+const LATE_COPY_DELETES_SECS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+
 #[derive(Default)]
 pub(super) struct Grants {
     entries: Mutex<hashbrown::HashMap<Id, Entry>>,
     /// Queue puts still in flight, by token: a release waits for them, so a
     /// put that lands after an aborted acquire cannot leave a key behind.
     inflight: Mutex<HashMap<u128, watch::Receiver<bool>>>,
+    /// Tokens whose first write may have a copy the server applies later:
+    /// it was sent more than once (a try timed out and was sent again) or
+    /// never answered. etcd serves the streams of one connection side by
+    /// side, so a copy whose stream the client gave up on can be applied
+    /// after the attempt's release deleted its key, writing it again on the
+    /// live session (conformance F6 on etcd, once under a full test run):
+    /// such a key is deleted again, later ([`LATE_COPY_DELETES_SECS`]).
+    uncertain: Mutex<HashSet<u128>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,11 +125,14 @@ impl Grants {
         entries.get(&id(key, token)).filter(|e| e.granted && !e.gone.is_cancelled()).map(|e| e.own.clone())
     }
 
-    /// Forgets an attempt that wrote nothing.
-    pub(super) fn forget(&self, watcher: &KeyWatch, key: &LockKey, token: OwnerToken) {
-        if let Some(w) = lock(&self.entries).remove(&id(key, token)).and_then(|e| e.watch) {
+    /// Forgets an attempt that wrote nothing (as its answer said; a late
+    /// copy of its write may still be applied).
+    pub(super) fn forget(self: &Arc<Self>, conn: &Conn, watcher: &KeyWatch, key: &LockKey, token: OwnerToken) {
+        let Some(entry) = lock(&self.entries).remove(&id(key, token)) else { return };
+        if let Some(w) = entry.watch {
             watcher.unwatch(w);
         }
+        self.delete_late_copies(conn, key, token, entry.own, entry.session);
     }
 
     /// Registers the first write of `token` as in flight until `done` says otherwise.
@@ -123,8 +140,53 @@ impl Grants {
         lock(&self.inflight).insert(token.as_u128(), done);
     }
 
-    pub(super) fn landed(&self, token: OwnerToken) {
+    /// The first write of `token` is done; `certain` if it was sent once
+    /// and answered (no copy of it can be applied later).
+    pub(super) fn landed(&self, token: OwnerToken, certain: bool) {
+        if !certain {
+            lock(&self.uncertain).insert(token.as_u128());
+        }
         lock(&self.inflight).remove(&token.as_u128());
+    }
+
+    /// If `token`'s first write may have a late copy (or is still in
+    /// flight), deletes `own` again at each of [`LATE_COPY_DELETES_SECS`], on a
+    /// task of its own, while the session lives (its keys go with it) and
+    /// the client tracks no attempt of `token` (tokens are not used again
+    /// after a release; the check keeps a delete off a live key if one were).
+    fn delete_late_copies(
+        self: &Arc<Self>,
+        conn: &Conn,
+        key: &LockKey,
+        token: OwnerToken,
+        own: Vec<u8>,
+        session: Arc<Session>,
+    ) {
+        let late =
+            lock(&self.uncertain).remove(&token.as_u128()) || lock(&self.inflight).contains_key(&token.as_u128());
+        if !late || session.lost.is_cancelled() {
+            return;
+        }
+        let (grants, conn, key) = (Arc::downgrade(self), conn.clone(), key.clone());
+        tokio::spawn(async move {
+            for wait in LATE_COPY_DELETES_SECS.map(Duration::from_secs) {
+                tokio::select! {
+                    _ = session.lost.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                let Some(grants) = grants.upgrade() else { return };
+                if lock(&grants.entries).contains_key(&id(&key, token)) {
+                    return;
+                }
+                match conn.delete(&own).await {
+                    Ok((deleted, _)) if deleted > 0 => {
+                        tracing::warn!(key = %key, "deleted a late copy of an abandoned etcd attempt's key");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(key = %key, error = %e, "could not look for a late copy yet"),
+                }
+            }
+        });
     }
 
     /// Deletes the key of `token`: a grant, a queue entry, or nothing. The
@@ -132,7 +194,7 @@ impl Grants {
     /// session is lost (the key went, or goes, with the lease); until then
     /// the error is returned and the client retries.
     pub(super) async fn release(
-        &self,
+        self: &Arc<Self>,
         conn: &Conn,
         watcher: &KeyWatch,
         key: &LockKey,
@@ -164,6 +226,7 @@ impl Grants {
         match conn.delete(&own).await {
             Ok((deleted, resent)) => {
                 lock(&self.entries).remove(&id);
+                self.delete_late_copies(conn, key, token, own, session.clone());
                 // A resend (within this call, or the client's retry of a call
                 // that failed) finds nothing when an earlier try had deleted
                 // the key and its reply was lost: a grant that was live, on a
