@@ -14,18 +14,20 @@ local h, token = KEYS[1], ARGV[1]
 local v = redis.call('HMGET', h, 'o', 'x', 'q', 'w')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if v[1] == token and (tonumber(v[2] or '0') or 0) > now and v[3] ~= '1' then
+local w = tonumber(v[4] or '0') or 0
+-- Whether the token holds the exclusive lease (holder() on the fields read).
+local holds = v[1] == token and (tonumber(v[2] or '0') or 0) > now
+if holds and v[3] ~= '1' then
   -- The hot path (a holder's release, no fair waiter queued), like acquire's:
   -- the fields it uses, straight-line. H already lives until keep_ms past
   -- the lease's end, which is later than now.
   redis.call('HSET', h, 'x', '0', 'r', token)
-  if (tonumber(v[4] or '0') or 0) > now then redis.call('PUBLISH', ARGV[3], '') end
+  if w > now then redis.call('PUBLISH', ARGV[3], '') end
   return 1
 end
 local q, e, sk = KEYS[2] or h .. ':q', KEYS[3] or h .. ':e', KEYS[4] or h .. ':s'
 local keep, chan, cprefix = tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local w = tonumber(v[4] or '0') or 0
-if not (v[1] == token and (tonumber(v[2] or '0') or 0) > now) then
+if not holds then
   -- Not the exclusive holder: a shared lease or a reservation, gone, and
   -- the lock's channel told (a release, or a writer that stopped waiting,
   -- may admit waiters). Read off the fields the first HMGET took, its own
