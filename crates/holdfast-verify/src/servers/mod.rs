@@ -82,6 +82,12 @@ pub fn closed_port() -> u16 {
 /// a per-process counter (started at a point drawn from the process id, so
 /// processes that start servers side by side start apart) walks them, and a
 /// port something already listens on is skipped.
+///
+/// Across processes a port is also [`reserved`](reserve) for the life of
+/// the process that took it: a listening probe alone let another process
+/// (`holdfast verify --spawn` under the CLI's tests) hand out the port of
+/// an etcd member it had killed to restart, and the two servers met on it
+/// (CI: "redis-server ... bind: Address already in use").
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -94,11 +100,38 @@ pub fn free_port() -> u16 {
     for _ in 0..span {
         let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
         let port = low + u16::try_from(offset).unwrap_or(0);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && reserve(port) {
             return port;
         }
     }
     panic!("no free loopback port in {low}..{high}")
+}
+
+/// Takes `port` for this process until it exits, across every process on
+/// the machine that calls it: a Unix socket bound in Linux's abstract
+/// namespace under a name of the port (no file to leave behind; the kernel
+/// frees the name when the process dies, however it dies). False if
+/// another process holds it. Elsewhere than Linux, always true.
+pub fn reserve(port: u16) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixListener};
+        static HELD: std::sync::Mutex<Vec<UnixListener>> = std::sync::Mutex::new(Vec::new());
+        let Ok(name) = SocketAddr::from_abstract_name(reservation_name(port)) else { return true };
+        match UnixListener::bind_addr(&name) {
+            Ok(listener) => HELD.lock().unwrap_or_else(|p| p.into_inner()).push(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => return false,
+            // No Unix sockets here: the listening probe alone decides.
+            Err(_) => {}
+        }
+    }
+    true
+}
+
+/// The abstract socket name under which [`reserve`] holds `port`.
+fn reservation_name(port: u16) -> String {
+    format!("holdfast-test-server-port-{port}")
 }
 
 /// The ports [`free_port`] hands out: from 10000 up to the kernel's
@@ -242,6 +275,31 @@ mod tests {
         assert_eq!(distinct.len(), ports.len(), "a port was handed out twice");
         let (low, high) = listen_range().expect("this test needs an ephemeral range starting above 11000");
         assert!(ports.iter().all(|p| (low..high).contains(p)), "a port outside {low}..{high}");
+    }
+
+    /// A port another process reserved (its server down for a restart,
+    /// so nothing listens on it) is never handed out here.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_port_reserved_by_another_process_is_skipped() {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixListener};
+        let taken = free_port();
+        let name = SocketAddr::from_abstract_name(reservation_name(taken)).expect("a name");
+        assert!(UnixListener::bind_addr(&name).is_err(), "port {taken} handed out but not reserved");
+        // Stand in for another process: hold the names of the next ports.
+        let (low, high) = listen_range().expect("this test needs an ephemeral range starting above 11000");
+        let ahead: Vec<u16> = (1..=200).map(|i| low + (taken - low + i) % (high - low)).collect();
+        let held: Vec<(u16, UnixListener)> = ahead
+            .iter()
+            .filter_map(|p| {
+                Some((*p, UnixListener::bind_addr(&SocketAddr::from_abstract_name(reservation_name(*p)).ok()?).ok()?))
+            })
+            .collect();
+        let (other, _) = held.first().expect("one of the next 200 names free to hold");
+        assert!(!reserve(*other), "reserve took port {other}, held elsewhere");
+        let got: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        assert!(got.iter().all(|p| !ahead.contains(p)), "free_port handed out a port held elsewhere: {got:?}");
     }
 
     /// A port something already listens on is skipped.
