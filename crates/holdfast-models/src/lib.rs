@@ -41,6 +41,9 @@
 //! - [`share_handover`]: the Redis store's local hand-over of a permit: a
 //!   release of a shared lease that passes it to a waiting task of the same
 //!   process by the semaphore's admission rule, reservations included.
+//! - [`etcd_late_copy`]: an etcd attempt's first write, sent again after a
+//!   timeout, whose late copy lands after the attempt's release: a session
+//!   epoch compared by every copy, against the variants weighed.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -49,6 +52,7 @@
 
 pub mod clock;
 pub mod downgrade;
+pub mod etcd_late_copy;
 pub mod fair_handoff;
 pub mod fallback;
 pub mod grant_log;
