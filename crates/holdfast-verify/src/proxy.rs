@@ -101,6 +101,9 @@ struct Shared {
     bytes_to_server: AtomicU64,
     bytes_to_client: AtomicU64,
     bytes_dropped: AtomicU64,
+    /// Once [`FaultProxy::record_requests`] was called: the bytes each
+    /// connection (by id) delivered to the server.
+    recorded: Mutex<Option<std::collections::BTreeMap<u64, Vec<u8>>>>,
 }
 
 impl Shared {
@@ -163,6 +166,7 @@ impl FaultProxy {
             bytes_to_server: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
             bytes_dropped: AtomicU64::new(0),
+            recorded: Mutex::new(None),
         });
         let (stop, stopped) = oneshot::channel();
         let thread_shared = shared.clone();
@@ -274,6 +278,21 @@ impl FaultProxy {
         }
     }
 
+    /// From now on, keeps a copy of every byte each new connection delivers
+    /// to the server, for [`recorded_requests`](Self::recorded_requests).
+    pub fn record_requests(&self) {
+        self.shared.recorded.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_default();
+    }
+
+    /// What each connection accepted since [`record_requests`](Self::record_requests)
+    /// delivered to the server so far, in the order they were accepted: sent
+    /// again from the start on a new connection, it makes the server run
+    /// every request again (a late copy of a client's requests).
+    pub fn recorded_requests(&self) -> Vec<Vec<u8>> {
+        let recorded = self.shared.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        recorded.iter().flat_map(|by_id| by_id.values().cloned()).collect()
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> ProxyStats {
         let s = &self.shared;
@@ -323,9 +342,12 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Sh
         let cuts = shared.cuts.subscribe();
         let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
         shared.open_ids().insert(id);
+        if let Some(by_id) = shared.recorded.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            by_id.insert(id, Vec::new());
+        }
         let open = OpenConnection { id, shared: shared.clone() };
         tokio::spawn(async move {
-            if let Err(e) = serve(client, upstream, &open.shared, cuts).await {
+            if let Err(e) = serve(client, upstream, &open.shared, cuts, id).await {
                 tracing::debug!(error = %e, "fault proxy: connection ended");
             }
             drop(open);
@@ -350,6 +372,7 @@ async fn serve(
     upstream: SocketAddr,
     shared: &Shared,
     mut cuts: watch::Receiver<u64>,
+    id: u64,
 ) -> io::Result<()> {
     let relay = async move {
         let server = tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, TcpStream::connect(upstream))
@@ -360,7 +383,7 @@ async fn serve(
         let (client_read, client_write) = client.into_split();
         let (server_read, server_write) = server.into_split();
         tokio::try_join!(
-            pump_requests(client_read, server_write, shared),
+            pump_requests(client_read, server_write, shared, id),
             pump_replies(server_read, client_write, shared)
         )
         .map(|_| ())
@@ -399,7 +422,7 @@ async fn read_chunk(
 }
 
 /// Client to server: forwarded under every fault but a blackhole.
-async fn pump_requests(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared) -> io::Result<()> {
+async fn pump_requests(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: &Shared, id: u64) -> io::Result<()> {
     let mut fault = shared.fault.subscribe();
     let mut buf = vec![0u8; CHUNK];
     loop {
@@ -413,6 +436,11 @@ async fn pump_requests(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, shared: 
         unless_blackholed(&mut fault).await;
         to.write_all(&buf[..n]).await?;
         shared.bytes_to_server.fetch_add(n as u64, Ordering::SeqCst);
+        if let Some(bytes) =
+            shared.recorded.lock().unwrap_or_else(|p| p.into_inner()).as_mut().and_then(|r| r.get_mut(&id))
+        {
+            bytes.extend_from_slice(&buf[..n]);
+        }
     }
 }
 

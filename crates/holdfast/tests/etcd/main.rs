@@ -3,6 +3,7 @@
 #![cfg(feature = "etcd")]
 
 mod failover;
+mod late_copy;
 mod queue;
 mod session;
 mod store;

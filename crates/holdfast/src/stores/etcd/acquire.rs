@@ -18,6 +18,21 @@ use crate::backend::{AcquireRequest, Grant};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::OwnerToken;
 
+/// How an attempt's first write ended.
+enum FirstWrite {
+    /// Applied: the write's own response, and its revision.
+    Applied(etcd_client::TxnResponse, i64),
+    /// The session lease is gone (etcd refused it, or the epoch key went with it).
+    LeaseGone,
+    Failed(Failed),
+    /// The epoch moved under every one of [`MAX_EPOCH_MOVES`] sends.
+    KeepsMoving,
+}
+
+/// How many times one first write is sent again because the session's
+/// epoch moved under it before the attempt fails (retryably).
+const MAX_EPOCH_MOVES: u32 = 16;
+
 /// How long a waiter trusts its watch before it re-reads its position anyway.
 const RECHECK: Duration = Duration::from_secs(10);
 
@@ -52,8 +67,7 @@ impl Shared {
         let own = ops::own_key(&prefix, req.token, req.mode);
         let value = ops::entry_value(req.mode, &req.label, false);
         let make = |lease| ops::try_acquire(&prefix, &own, &value, lease);
-        let (session, gone, resp) = self.write_first(req, &own, "try acquire", make).await?;
-        let read_at = ops::revision(&resp);
+        let (session, gone, resp, read_at) = self.write_first(req, &own, "try acquire", make).await?;
         let fence = if resp.succeeded() {
             read_at
         } else {
@@ -61,8 +75,9 @@ impl Shared {
                 // A retried request whose first try had landed.
                 Some(kv) if kv.key() == own.as_slice() => kv.create_revision(),
                 _ => {
-                    // The put was not made: nothing to release.
-                    self.grants.forget(&self.conn, &self.watch, &req.key, req.token);
+                    // The put was not made: nothing to release, unless a
+                    // copy of it may still be applied later.
+                    self.grants.forget(&self.conn, &self.watch, &req.key, req.token).await?;
                     return Ok(None);
                 }
             }
@@ -104,8 +119,7 @@ impl Shared {
         let own = ops::own_key(&prefix, req.token, req.mode);
         let value = ops::entry_value(req.mode, &req.label, false);
         let make = |lease| ops::enqueue(&prefix, &own, &value, lease);
-        let (session, gone, resp) = self.write_first(req, &own, "enqueue", make).await?;
-        let read_at = ops::revision(&resp);
+        let (session, gone, resp, read_at) = self.write_first(req, &own, "enqueue", make).await?;
         // From now on, a deletion of our key (the session revoked, or the key
         // deleted by hand) cancels `gone` within milliseconds.
         self.grants.watch_from(&self.watch, &req.key, req.token, read_at + 1);
@@ -116,63 +130,99 @@ impl Shared {
     /// our key, made by `make` for a session lease) on the session for its
     /// TTL. A request refused because that lease is gone (revoked before the
     /// keep-alive could tell) wrote nothing: the session is lost, and the
-    /// request is made once more on a new one.
+    /// request is made once more on a new one. The response of the request
+    /// made by `make`, and the revision it was applied at.
     pub(super) async fn write_first(
         &self,
         req: &AcquireRequest,
         own: &[u8],
         what: &'static str,
         make: impl Fn(i64) -> etcd_client::Txn,
-    ) -> Result<(Arc<Session>, CancellationToken, etcd_client::TxnResponse)> {
+    ) -> Result<(Arc<Session>, CancellationToken, etcd_client::TxnResponse, i64)> {
         for _ in 0..2 {
             let session = self.sessions.for_ttl(&self.conn, req.ttl, &self.shutdown).await?;
             let entry = Entry::new(own.to_vec(), session.clone());
             let gone = entry.gone.clone();
             self.grants.track(&self.watch, &req.key, req.token, entry);
-            if let Some(resp) = self.first_write(req.token, &session, what, make(session.lease)).await? {
-                return Ok((session, gone, resp));
+            if let Some((resp, at)) = self.first_write(req.token, &session, what, make(session.lease)).await? {
+                return Ok((session, gone, resp, at));
             }
         }
         Err(session_lost())
     }
 
     /// Runs the first request of an attempt on its own task, registered as
-    /// in flight until it is answered; `None` if etcd refused it because the
-    /// session lease is gone (the session is then lost).
+    /// in flight until it is answered, under the session's epoch (sent
+    /// again under the new one if a release moved it meanwhile); `None` if
+    /// etcd refused it because the session lease is gone (the session is
+    /// then lost).
     async fn first_write(
         &self,
         token: OwnerToken,
-        session: &Session,
+        session: &Arc<Session>,
         what: &'static str,
         txn: etcd_client::Txn,
-    ) -> Result<Option<etcd_client::TxnResponse>> {
+    ) -> Result<Option<(etcd_client::TxnResponse, i64)>> {
         let (done_tx, done_rx) = watch::channel(false);
         self.grants.in_flight(token, done_rx);
-        let (conn, grants) = (self.conn.clone(), Arc::clone(&self.grants));
+        let (conn, grants, session_of_task) = (self.conn.clone(), Arc::clone(&self.grants), Arc::clone(session));
         let task = tokio::spawn(async move {
-            let mut sent = 0u32;
-            let r = conn
-                .call_raw(what, |mut c| {
-                    sent += 1;
-                    let t = txn.clone();
-                    async move { c.txn(t).await }
-                })
-                .await;
-            grants.landed(token, sent == 1 && !matches!(r, Err(Failed::TimedOut)));
+            let session = session_of_task;
+            // Whether every copy sent was answered: none can be applied later.
+            let mut certain = true;
+            let mut moves = 0;
+            let r = loop {
+                let guarded = ops::in_epoch(&session.epoch_key, session.epoch(), txn.clone());
+                let mut sent = 0u32;
+                let r = conn
+                    .call_raw(what, |mut c| {
+                        sent += 1;
+                        let t = guarded.clone();
+                        async move { c.txn(t).await }
+                    })
+                    .await;
+                certain &= sent == 1 && !matches!(r, Err(Failed::TimedOut));
+                let resp = match r {
+                    Ok(resp) => resp,
+                    Err(Failed::Etcd(e)) if is_lease_not_found(&e) => break FirstWrite::LeaseGone,
+                    Err(e) => break FirstWrite::Failed(e),
+                };
+                let at = ops::revision(&resp);
+                match ops::epoch_outcome(resp) {
+                    Ok(inner) => break FirstWrite::Applied(inner, at),
+                    // The epoch key went with the session's lease.
+                    Err(0) => break FirstWrite::LeaseGone,
+                    // Another attempt's release moved the epoch after this
+                    // copy was made: nothing was written; again, under the
+                    // new epoch. Moves come only from this client's own
+                    // releases of uncertain attempts, so they are few.
+                    Err(now) if moves < MAX_EPOCH_MOVES => {
+                        session.epoch_seen(now);
+                        moves += 1;
+                    }
+                    Err(_) => break FirstWrite::KeepsMoving,
+                }
+            };
+            grants.landed(token, certain);
             let _ = done_tx.send(true);
             r
         });
         match task.await.map_err(|e| Error::backend(STORE, false, e))? {
-            Ok(resp) => Ok(Some(resp)),
-            Err(Failed::Etcd(e)) if is_lease_not_found(&e) => {
+            FirstWrite::Applied(resp, at) => Ok(Some((resp, at))),
+            FirstWrite::LeaseGone => {
                 tracing::warn!(lease = session.lease, "etcd refused the session lease: session lost");
                 session.lost.cancel();
                 Ok(None)
             }
-            Err(Failed::Etcd(e)) => Err(map_err(e)),
-            Err(Failed::TimedOut) => {
+            FirstWrite::Failed(Failed::Etcd(e)) => Err(map_err(e)),
+            FirstWrite::Failed(Failed::TimedOut) => {
                 Err(Error::backend(STORE, true, format!("etcd {what} timed out after {:?}", self.conn.timeout)))
             }
+            FirstWrite::KeepsMoving => Err(Error::backend(
+                STORE,
+                true,
+                format!("etcd {what}: the session's epoch moved {MAX_EPOCH_MOVES} times under it; try again"),
+            )),
         }
     }
 

@@ -37,6 +37,10 @@ fn escaped(namespace: &str, prefix: &str) -> Vec<u8> {
 /// belongs to.
 fn lock_key_of(namespace: &str, name: &[u8]) -> Option<String> {
     let rest = std::str::from_utf8(name.strip_prefix(namespace.as_bytes())?).ok()?;
+    if rest.starts_with(super::session::EPOCH_DIR) {
+        // A session's epoch key, not a lock's.
+        return None;
+    }
     let (escaped, _token) = rest.rsplit_once('/')?;
     Some(escaped.replace("%2F", "/").replace("%25", "%"))
 }
@@ -129,5 +133,17 @@ mod tests {
         let k = LockKey::new("a/b").unwrap();
         assert!(!ops::lock_prefix("hf/", &k).starts_with(&escaped("hf/", "a%")));
         assert_eq!(ops::lock_prefix("hf/", &k), [escaped("hf/", "a/b"), b"/".to_vec()].concat());
+    }
+
+    /// A session's epoch key is no lock's key, and under no lock's prefix,
+    /// whatever the lock is called (`%` is always escaped).
+    #[test]
+    fn epoch_keys_are_not_locks() {
+        let epoch = super::super::session::epoch_key("hf/", 0x1234);
+        assert_eq!(lock_key_of("hf/", &epoch), None);
+        for key in ["%session", "%", "a", "%session/1234"] {
+            let k = LockKey::new(key).unwrap();
+            assert!(!epoch.starts_with(&ops::lock_prefix("hf/", &k)), "{key:?}");
+        }
     }
 }

@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use hashbrown::Equivalent;
 
@@ -68,11 +67,6 @@ fn owned_id(key: &LockKey, token: OwnerToken) -> Id {
     (key.as_str().to_owned(), token.as_u128())
 }
 
-/// The waits between the deletes of the key of an attempt whose first
-/// write may have a late copy, from its release (or from the answer that it
-/// wrote nothing) on: the last about two minutes after it.
-const LATE_COPY_DELETES_SECS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
-
 #[derive(Default)]
 pub(super) struct Grants {
     entries: Mutex<hashbrown::HashMap<Id, Entry>>,
@@ -85,7 +79,8 @@ pub(super) struct Grants {
     /// side, so a copy whose stream the client gave up on can be applied
     /// after the attempt's release deleted its key, writing it again on the
     /// live session (conformance F6 on etcd, once under a full test run):
-    /// such a key is deleted again, later ([`LATE_COPY_DELETES_SECS`]).
+    /// such an attempt's release moves the session's epoch in the same
+    /// transaction as its delete, and the copy then writes nothing.
     uncertain: Mutex<HashSet<u128>>,
 }
 
@@ -125,14 +120,31 @@ impl Grants {
         entries.get(&id(key, token)).filter(|e| e.granted && !e.gone.is_cancelled()).map(|e| e.own.clone())
     }
 
-    /// Forgets an attempt that wrote nothing (as its answer said; a late
-    /// copy of its write may still be applied).
-    pub(super) fn forget(self: &Arc<Self>, conn: &Conn, watcher: &KeyWatch, key: &LockKey, token: OwnerToken) {
-        let Some(entry) = lock(&self.entries).remove(&id(key, token)) else { return };
-        if let Some(w) = entry.watch {
-            watcher.unwatch(w);
+    /// Forgets an attempt that wrote nothing, as its answer said. If a copy
+    /// of its write may still be applied later, it is released instead (the
+    /// epoch moved with the delete), and an error is the release's.
+    pub(super) async fn forget(
+        self: &Arc<Self>,
+        conn: &Conn,
+        watcher: &KeyWatch,
+        key: &LockKey,
+        token: OwnerToken,
+    ) -> Result<()> {
+        if self.may_land_late(token) {
+            return self.release(conn, watcher, key, token).await.map(|_| ());
         }
-        self.delete_late_copies(conn, key, token, entry.own, entry.session);
+        if let Some(entry) = lock(&self.entries).remove(&id(key, token)) {
+            if let Some(w) = entry.watch {
+                watcher.unwatch(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `token`'s first write may have a copy etcd applies later:
+    /// sent more than once, or not answered (still in flight).
+    fn may_land_late(&self, token: OwnerToken) -> bool {
+        lock(&self.uncertain).contains(&token.as_u128()) || lock(&self.inflight).contains_key(&token.as_u128())
     }
 
     /// Registers the first write of `token` as in flight until `done` says otherwise.
@@ -149,50 +161,12 @@ impl Grants {
         lock(&self.inflight).remove(&token.as_u128());
     }
 
-    /// If `token`'s first write may have a late copy (or is still in
-    /// flight), deletes `own` again at each of [`LATE_COPY_DELETES_SECS`], on a
-    /// task of its own, while the session lives (its keys go with it) and
-    /// the client tracks no attempt of `token` (tokens are not used again
-    /// after a release; the check keeps a delete off a live key if one were).
-    fn delete_late_copies(
-        self: &Arc<Self>,
-        conn: &Conn,
-        key: &LockKey,
-        token: OwnerToken,
-        own: Vec<u8>,
-        session: Arc<Session>,
-    ) {
-        let late =
-            lock(&self.uncertain).remove(&token.as_u128()) || lock(&self.inflight).contains_key(&token.as_u128());
-        if !late || session.lost.is_cancelled() {
-            return;
-        }
-        let (grants, conn, key) = (Arc::downgrade(self), conn.clone(), key.clone());
-        tokio::spawn(async move {
-            for wait in LATE_COPY_DELETES_SECS.map(Duration::from_secs) {
-                tokio::select! {
-                    _ = session.lost.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                let Some(grants) = grants.upgrade() else { return };
-                if lock(&grants.entries).contains_key(&id(&key, token)) {
-                    return;
-                }
-                match conn.delete(&own).await {
-                    Ok((deleted, _)) if deleted > 0 => {
-                        tracing::warn!(key = %key, "deleted a late copy of an abandoned etcd attempt's key");
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(key = %key, error = %e, "could not look for a late copy yet"),
-                }
-            }
-        });
-    }
-
     /// Deletes the key of `token`: a grant, a queue entry, or nothing. The
     /// attempt is forgotten only once etcd confirmed the delete, or once its
     /// session is lost (the key went, or goes, with the lease); until then
-    /// the error is returned and the client retries.
+    /// the error is returned and the client retries. An attempt whose first
+    /// write may still be applied later moves its session's epoch in the
+    /// same transaction, so that no copy of that write applies after it.
     pub(super) async fn release(
         self: &Arc<Self>,
         conn: &Conn,
@@ -223,10 +197,21 @@ impl Grants {
         // an untracked token (forged, released already, or an attempt that
         // wrote nothing) has no key here, and there is nothing to send.
         let Some((own, session, live, first_call)) = tracked else { return Ok(false) };
-        match conn.delete(&own).await {
+        let late = self.may_land_late(token);
+        let deleted = if late {
+            conn.delete_in_new_epoch(&own, &session.epoch_key, session.lease).await.map(|(deleted, resent, at)| {
+                session.epoch_seen(at);
+                (deleted, resent)
+            })
+        } else {
+            conn.delete(&own).await
+        };
+        match deleted {
             Ok((deleted, resent)) => {
                 lock(&self.entries).remove(&id);
-                self.delete_late_copies(conn, key, token, own, session.clone());
+                if late {
+                    lock(&self.uncertain).remove(&token.as_u128());
+                }
                 // A resend (within this call, or the client's retry of a call
                 // that failed) finds nothing when an earlier try had deleted
                 // the key and its reply was lost: a grant that was live, on a
@@ -236,6 +221,7 @@ impl Grants {
             }
             Err(_) if session.lost.is_cancelled() => {
                 lock(&self.entries).remove(&id);
+                lock(&self.uncertain).remove(&token.as_u128());
                 Ok(false)
             }
             Err(e) => Err(e),

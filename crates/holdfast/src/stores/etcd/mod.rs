@@ -143,7 +143,7 @@ impl EtcdBackend {
         let conn = Conn { client, timeout: config.timeout };
         let shared = Arc::new(Shared {
             watch: KeyWatch::start(conn.clone(), shutdown.clone()),
-            sessions: Sessions::new(config.session_ttl_secs),
+            sessions: Sessions::new(config.session_ttl_secs, &config.prefix),
             conn,
             config,
             shutdown: shutdown.clone(),

@@ -7,6 +7,8 @@
 //! `%` and `/`, so that the prefix of lock `a` never covers lock `a/b`.
 //! The key with the lowest create revision holds the lock; its create
 //! revision is the fence (etcd's revision is global and never reused).
+//! Beside the locks, each session has an epoch key, `{prefix}%session/{lease}`
+//! (see `session::Session::epoch_key`), under which first writes are made.
 
 use std::future::Future;
 use std::time::Duration;
@@ -98,6 +100,35 @@ impl Conn {
             })
             .await?;
         Ok((resp.deleted(), tries > 1))
+    }
+
+    /// Deletes `own` and writes the session's epoch key (on `lease`) in one
+    /// transaction: after it, no copy of a first write sent under an earlier
+    /// epoch writes anything ([`in_epoch`]). The number of keys deleted,
+    /// whether an earlier try may have been applied, and the revision.
+    pub(super) async fn delete_in_new_epoch(
+        &self,
+        own: &[u8],
+        epoch_key: &[u8],
+        lease: i64,
+    ) -> Result<(i64, bool, i64)> {
+        let txn = Txn::new().and_then([
+            TxnOp::put(epoch_key.to_vec(), "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::delete(own.to_vec(), None),
+        ]);
+        let mut tries = 0u32;
+        let resp = self
+            .call("release", |mut c| {
+                tries += 1;
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await?;
+        let deleted = match resp.op_responses().into_iter().nth(1) {
+            Some(TxnOpResponse::Delete(d)) => d.deleted(),
+            _ => 0,
+        };
+        Ok((deleted, tries > 1, revision(&resp)))
     }
 
     /// Whether `key` exists, and the revision of the read.
@@ -230,6 +261,32 @@ pub(super) fn enqueue(prefix: &[u8], own: &[u8], value: &str, lease: i64) -> Txn
         .when([Compare::create_revision(own.to_vec(), CompareOp::Equal, 0)])
         .and_then([put(), TxnOp::get(prefix.to_vec(), Some(by_create(SortOrder::Descend).with_limit(2)))])
         .or_else([put(), TxnOp::get(own.to_vec(), None)])
+}
+
+/// `txn` (an attempt's first write), applied only if the session's epoch
+/// key was last written at `epoch` (0: never); otherwise the epoch key is
+/// read, and nothing written. A copy of the write that reaches etcd after
+/// the attempt's release moved the epoch writes nothing, whatever the
+/// branches of `txn` would have written (model 17: an epoch compare added
+/// to `txn`'s own guard is not enough, since `enqueue`'s other branch
+/// writes too).
+pub(super) fn in_epoch(epoch_key: &[u8], epoch: i64, txn: Txn) -> Txn {
+    Txn::new()
+        .when([Compare::mod_revision(epoch_key.to_vec(), CompareOp::Equal, epoch)])
+        .and_then([TxnOp::txn(txn)])
+        .or_else([TxnOp::get(epoch_key.to_vec(), Some(GetOptions::new().with_keys_only()))])
+}
+
+/// What a first write sent by [`in_epoch`] did: `Ok` with `txn`'s own
+/// response if it was applied, `Err` with the epoch key's mod revision now
+/// (0 if it is gone, with the session) if the epoch had moved.
+pub(super) fn epoch_outcome(resp: TxnResponse) -> std::result::Result<TxnResponse, i64> {
+    let mut ops = resp.op_responses().into_iter();
+    match (resp.succeeded(), ops.next()) {
+        (true, Some(TxnOpResponse::Txn(inner))) => Ok(inner),
+        (_, Some(TxnOpResponse::Get(g))) => Err(g.kvs().first().map_or(0, |kv| kv.mod_revision())),
+        _ => Err(0),
+    }
 }
 
 /// Our key (does it still exist?) and our predecessor: the newest key

@@ -2,6 +2,7 @@
 //! keep-alive stream, whose loss cancels the session's token.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,18 @@ type Confirm = oneshot::Sender<Result<()>>;
 pub(super) struct Session {
     /// The etcd lease id.
     pub(super) lease: i64,
+    /// The session's epoch key (`{namespace}%session/{lease hex}`, on the
+    /// lease): every attempt's first write is applied only while the key's
+    /// mod revision is the one the client knew when it sent the write, and
+    /// the release of an attempt whose write may still have a copy in the
+    /// network writes the key in the same transaction as its delete. So a
+    /// late copy of that write finds the epoch moved and writes nothing
+    /// (`ops::in_epoch`; model 17, `etcd_late_copy`). `%` never starts an
+    /// escaped lock key, so no lock's prefix covers it.
+    pub(super) epoch_key: Vec<u8>,
+    /// The epoch key's mod revision as this client last knew it (0: not
+    /// written yet); only ever raised.
+    epoch: AtomicI64,
     /// Cancelled when the lease may have expired on the server: the server
     /// said it is gone, or no keep-alive was confirmed within its TTL.
     pub(super) lost: CancellationToken,
@@ -35,7 +48,7 @@ pub(super) struct Session {
 impl Session {
     /// Grants a lease of `ttl_secs` and starts its keep-alive task, which
     /// ends (revoking the lease) when `shutdown` is cancelled.
-    async fn start(conn: &Conn, ttl_secs: i64, shutdown: CancellationToken) -> Result<Arc<Session>> {
+    async fn start(conn: &Conn, namespace: &str, ttl_secs: i64, shutdown: CancellationToken) -> Result<Arc<Session>> {
         let sent = Instant::now();
         let granted = conn.call("lease grant", |mut c| async move { c.lease_grant(ttl_secs, None).await }).await?;
         if granted.ttl() <= 0 || !granted.error().is_empty() {
@@ -46,6 +59,8 @@ impl Session {
         let confirmed_until = Arc::new(Mutex::new(sent + ttl - drift_margin(ttl)));
         let session = Arc::new(Session {
             lease: granted.id(),
+            epoch_key: epoch_key(namespace, granted.id()),
+            epoch: AtomicI64::new(0),
             lost: CancellationToken::new(),
             confirmed_until: confirmed_until.clone(),
             confirm_tx,
@@ -75,6 +90,16 @@ impl Session {
         rx.await.map_err(|_| session_lost())?
     }
 
+    /// The epoch the session's next first write is sent under.
+    pub(super) fn epoch(&self) -> i64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Records that the epoch key was written (or read) at `revision`.
+    pub(super) fn epoch_seen(&self, revision: i64) {
+        self.epoch.fetch_max(revision, Ordering::AcqRel);
+    }
+
     /// Until when the server keeps the lease, and so every key on it, if no
     /// further keep-alive gets through.
     pub(super) fn confirmed_until(&self) -> Instant {
@@ -87,17 +112,29 @@ pub(super) fn session_lost() -> Error {
     Error::backend(STORE, true, "the etcd session lease expired or was revoked")
 }
 
+/// The epoch key of the session on `lease` under `namespace`.
+pub(super) fn epoch_key(namespace: &str, lease: i64) -> Vec<u8> {
+    format!("{namespace}{EPOCH_DIR}{lease:016x}").into_bytes()
+}
+
+/// Where the sessions' epoch keys live under the namespace: `%` begins no
+/// escaped lock key (`ops::lock_prefix` writes `%` as `%25`), so this is
+/// no lock's prefix, and the admin calls skip it.
+pub(super) const EPOCH_DIR: &str = "%session/";
+
 /// The client's session leases, one per lease TTL in use.
 pub(super) struct Sessions {
     /// The shortest session lease, in seconds.
     min_secs: i64,
+    /// The store's namespace, for the sessions' epoch keys.
+    namespace: String,
     /// Held while a session is started: one opener at a time.
     by_ttl: tokio::sync::Mutex<HashMap<i64, Arc<Session>>>,
 }
 
 impl Sessions {
-    pub(super) fn new(min_secs: i64) -> Self {
-        Sessions { min_secs, by_ttl: tokio::sync::Mutex::default() }
+    pub(super) fn new(min_secs: i64, namespace: &str) -> Self {
+        Sessions { min_secs, namespace: namespace.to_owned(), by_ttl: tokio::sync::Mutex::default() }
     }
 
     /// The live session for a lock TTL (`max(ceil(ttl), min)` seconds),
@@ -113,7 +150,7 @@ impl Sessions {
         if let Some(s) = sessions.get(&secs).filter(|s| !s.lost.is_cancelled()) {
             return Ok(s.clone());
         }
-        let s = Session::start(conn, secs, shutdown.clone()).await?;
+        let s = Session::start(conn, &self.namespace, secs, shutdown.clone()).await?;
         sessions.insert(secs, s.clone());
         Ok(s)
     }
