@@ -16,6 +16,8 @@ mod faults;
 mod handover;
 #[path = "redis/handover_faults.rs"]
 mod handover_faults;
+#[path = "redis/late_copy.rs"]
+mod late_copy;
 #[path = "redis/replicas.rs"]
 mod replicas;
 #[path = "redis/share_handover.rs"]
