@@ -155,7 +155,9 @@ impl Grants {
     /// The first write of `token` is done; `certain` if it was sent once
     /// and answered (no copy of it can be applied later).
     pub(super) fn landed(&self, token: OwnerToken, certain: bool) {
-        if !certain {
+        // An attempt released while its write was in flight was released as
+        // uncertain already: nothing to remember for it.
+        if !certain && lock(&self.entries).keys().any(|(_, t)| *t == token.as_u128()) {
             lock(&self.uncertain).insert(token.as_u128());
         }
         lock(&self.inflight).remove(&token.as_u128());
@@ -199,10 +201,20 @@ impl Grants {
         let Some((own, session, live, first_call)) = tracked else { return Ok(false) };
         let late = self.may_land_late(token);
         let deleted = if late {
-            conn.delete_in_new_epoch(&own, &session.epoch_key, session.lease).await.map(|(deleted, resent, at)| {
-                session.epoch_seen(at);
-                (deleted, resent)
-            })
+            match conn.delete_in_new_epoch(&own, &session.epoch_key, session.lease).await {
+                Ok(Some((deleted, resent, at))) => {
+                    session.epoch_seen(at);
+                    Ok((deleted, resent))
+                }
+                Ok(None) => {
+                    // The lease is gone, and the key with it; a copy of the
+                    // write, on that lease, can write nothing either.
+                    tracing::warn!(lease = session.lease, "etcd refused the session lease: session lost");
+                    session.lost.cancel();
+                    Err(super::session::session_lost())
+                }
+                Err(e) => Err(e),
+            }
         } else {
             conn.delete(&own).await
         };

@@ -105,30 +105,39 @@ impl Conn {
     /// Deletes `own` and writes the session's epoch key (on `lease`) in one
     /// transaction: after it, no copy of a first write sent under an earlier
     /// epoch writes anything ([`in_epoch`]). The number of keys deleted,
-    /// whether an earlier try may have been applied, and the revision.
+    /// whether an earlier try may have been applied, and the revision;
+    /// `None` if etcd refused the lease (gone, and every key on it).
     pub(super) async fn delete_in_new_epoch(
         &self,
         own: &[u8],
         epoch_key: &[u8],
         lease: i64,
-    ) -> Result<(i64, bool, i64)> {
+    ) -> Result<Option<(i64, bool, i64)>> {
         let txn = Txn::new().and_then([
             TxnOp::put(epoch_key.to_vec(), "", Some(PutOptions::new().with_lease(lease))),
             TxnOp::delete(own.to_vec(), None),
         ]);
         let mut tries = 0u32;
-        let resp = self
-            .call("release", |mut c| {
+        let sent = self
+            .call_raw("release", |mut c| {
                 tries += 1;
                 let t = txn.clone();
                 async move { c.txn(t).await }
             })
-            .await?;
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(Failed::Etcd(e)) if super::error::is_lease_not_found(&e) => return Ok(None),
+            Err(Failed::Etcd(e)) => return Err(map_err(e)),
+            Err(Failed::TimedOut) => {
+                return Err(Error::backend(STORE, true, format!("etcd release timed out after {:?}", self.timeout)));
+            }
+        };
         let deleted = match resp.op_responses().into_iter().nth(1) {
             Some(TxnOpResponse::Delete(d)) => d.deleted(),
             _ => 0,
         };
-        Ok((deleted, tries > 1, revision(&resp)))
+        Ok(Some((deleted, tries > 1, revision(&resp))))
     }
 
     /// Whether `key` exists, and the revision of the read.
