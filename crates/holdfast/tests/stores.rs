@@ -21,6 +21,8 @@ mod etcd;
 mod fallback;
 #[path = "held_leases.rs"]
 mod held_leases;
+#[path = "late_acquire_sql.rs"]
+mod late_acquire_sql;
 #[path = "layered.rs"]
 mod layered;
 #[path = "leader_selector.rs"]

@@ -1,0 +1,298 @@
+//! An attempt's acquire statement applied by the SQL server AFTER the
+//! cleanup's release of that attempt ran on another connection (the etcd
+//! defect "a write whose copy arrives late", asked of PostgreSQL and MySQL).
+//! A mutex lease of these stores lives with its client's session row, which
+//! the client renews while it holds any lease of the same TTL: a late grant
+//! that nobody tracks is then held for as long as the client lives.
+//!
+//! Each fails while the defect is there (seen failing on PostgreSQL 15 and
+//! MariaDB 10.11, 2026-12-02), so each is ignored until the fix lands (a
+//! per-session epoch, as etcd's: docs/guarantees.md, "Known defects"). Run
+//! them with `cargo test -p holdfast-lock --all-features --test stores
+//! late_acquire_sql -- --ignored`.
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::time::{Duration, Instant};
+
+    use holdfast::Client;
+    use holdfast_testkit::faults::FaultProxy;
+    use holdfast_testkit::servers::postgres::PostgresServer;
+    use tokio_postgres::NoTls;
+
+    /// The leases' TTL (the session row's too): short, so that "held much
+    /// longer than its TTL" shows within seconds.
+    const TTL: Duration = Duration::from_secs(3);
+
+    /// The acquire statement of an attempt reaches the server and waits
+    /// there for the key's row lock (held here by a session of the test;
+    /// in production any statement or transaction on that row, or a slow
+    /// server). Then the client's connection breaks (a reset by a
+    /// middlebox, a proxy restart: `cut`); the server side does not notice
+    /// while the backend waits for a lock. The attempt fails with
+    /// "connection closed"; its cleanup releases the token at once, on the
+    /// slot's *replaced* connection, where it finds nothing. Then the lock is
+    /// freed: the abandoned backend runs its acquire and commits a grant under
+    /// the client's live session, which the client renews for its other
+    /// lease. Nobody tracks it, nobody releases it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "known defect: a late acquire after its release stays on the live session (docs/guarantees.md, Known defects); fails until the session epoch lands"]
+    async fn an_acquire_applied_after_its_release_on_a_replaced_connection_leaves_the_key_held() {
+        let server = PostgresServer::start();
+        let upstream = format!("127.0.0.1:{}", server.port()).parse().expect("addr");
+        let proxy = FaultProxy::start(upstream);
+        let url = format!(
+            "postgres://postgres@{}/postgres?sslmode=disable&pool_size=1&listen=off&timeout_ms=2000",
+            proxy.addr()
+        );
+        let a = Client::connect(&url).await.expect("connect a");
+        let key = "late/pg";
+        // A's other lease of the same TTL: its renewals keep A's session row
+        // alive, as any client holding locks does.
+        let keeper = a.mutex("late/keeper").ttl(TTL).try_acquire().await.expect("keeper").expect("free");
+        // The key has a row (a released marker): the acquire takes it over
+        // under the row's lock.
+        a.mutex(key).ttl(TTL).try_acquire().await.expect("first").expect("free").release().await.expect("release");
+
+        let (blocker, connection) = tokio_postgres::connect(&server.url(), NoTls).await.expect("blocker");
+        tokio::spawn(connection);
+        blocker.batch_execute("BEGIN").await.expect("begin");
+        blocker
+            .query("SELECT 1 FROM public.holdfast_leases WHERE key = $1 FOR UPDATE", &[&key])
+            .await
+            .expect("lock the key's row");
+
+        let attempt = tokio::spawn({
+            let a = a.clone();
+            async move { a.mutex(key).ttl(TTL).try_acquire().await.map(|g| g.map(|g| g.fence())) }
+        });
+        // Until A's acquire waits for the row lock on the server.
+        let waiting =
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+        let since = Instant::now();
+        loop {
+            let n: i64 = blocker.query_one(waiting, &[]).await.expect("activity").get(0);
+            if n > 0 {
+                break;
+            }
+            assert!(since.elapsed() < Duration::from_secs(2), "A's acquire never waited for the row lock");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.cut();
+        let outcome = attempt.await.expect("attempt task");
+        eprintln!("attempt outcome after the cut: {outcome:?}");
+        assert!(outcome.is_err(), "the attempt was answered: {outcome:?}");
+        // The attempt's cleanup released the token before the error came
+        // back (on a new connection): the key is free as far as A knows.
+        let before = blocker
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
+            .await
+            .expect("activity")
+            .get::<_, i64>(0);
+        eprintln!("backends still waiting for the row lock after the cleanup's release: {before}");
+        blocker.batch_execute("COMMIT").await.expect("commit");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let dump = blocker
+            .query(
+                "SELECT encode(l.token, 'hex'), l.fence, encode(l.session, 'hex'), l.expires_at::text,
+                        (SELECT s.expires_at::text FROM public.holdfast_leases_sess s WHERE s.id = l.session),
+                        clock_timestamp()::text
+                 FROM public.holdfast_leases l WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .expect("dump");
+        let show = |rows: &[tokio_postgres::Row]| {
+            rows.iter()
+                .map(|r| {
+                    format!(
+                        "token {:?} fence {} session {:?} expires_at {} session expires {:?} now {}",
+                        r.get::<_, Option<String>>(0),
+                        r.get::<_, i64>(1),
+                        r.get::<_, Option<String>>(2),
+                        r.get::<_, String>(3),
+                        r.get::<_, Option<String>>(4),
+                        r.get::<_, String>(5)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        eprintln!("the key's row once the lock was freed: {}", show(&dump));
+
+        // Another client must get the key within seconds (conformance F6
+        // asks 1 s + 4 s after the network is back); look for 4 TTLs.
+        let b = Client::connect(&server.url()).await.expect("connect b");
+        let looked = Instant::now();
+        let mut freed = None;
+        while looked.elapsed() < TTL * 4 {
+            if let Some(g) = b.mutex(key).ttl(TTL).try_acquire().await.expect("b try_acquire") {
+                freed = Some(looked.elapsed());
+                g.release().await.expect("b release");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let after = blocker
+            .query(
+                "SELECT encode(l.token, 'hex'), l.fence, encode(l.session, 'hex'), l.expires_at::text,
+                        (SELECT s.expires_at::text FROM public.holdfast_leases_sess s WHERE s.id = l.session),
+                        clock_timestamp()::text
+                 FROM public.holdfast_leases l WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .expect("dump");
+        drop(keeper);
+        assert!(
+            freed.is_some(),
+            "key still held {:?} (4 TTLs of {TTL:?}) after A's abandoned attempt was released; the late grant lives \
+             on A's renewed session: {}",
+            TTL * 4,
+            show(&after)
+        );
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use holdfast::Client;
+    use holdfast_testkit::servers::mysql::MysqlServer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+
+    const TTL: Duration = Duration::from_secs(4);
+
+    /// A TCP proxy that can freeze the connections open now (their bytes,
+    /// both ways, wait in the network; a FIN waits behind them) while new
+    /// connections flow: a partition of one path (a stuck middlebox, a NAT
+    /// entry, a failed route) that a fresh connection does not take.
+    /// `FaultProxy::blackhole` holds new connections too.
+    struct Freezer {
+        addr: SocketAddr,
+        next: Arc<AtomicU64>,
+        below: Arc<watch::Sender<u64>>,
+    }
+
+    impl Freezer {
+        async fn start(upstream: SocketAddr) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let next = Arc::new(AtomicU64::new(0));
+            let below = Arc::new(watch::Sender::new(0u64));
+            let (n, b) = (next.clone(), below.clone());
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let id = n.fetch_add(1, Ordering::SeqCst);
+                    let Ok(server) = TcpStream::connect(upstream).await else { continue };
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
+                    tokio::spawn(pump(cr, sw, id, b.subscribe()));
+                    tokio::spawn(pump(sr, cw, id, b.subscribe()));
+                }
+            });
+            Freezer { addr, next, below }
+        }
+
+        /// Freezes every connection open now.
+        fn freeze_open(&self) {
+            self.below.send_replace(self.next.load(Ordering::SeqCst));
+        }
+
+        /// Delivers what the frozen connections held, in order, then their FIN.
+        fn thaw(&self) {
+            self.below.send_replace(0);
+        }
+    }
+
+    async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, id: u64, mut frozen: watch::Receiver<u64>) {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = from.read(&mut buf).await.unwrap_or(0);
+            // Held while this connection is frozen (what follows stays in
+            // the kernel's buffers meanwhile).
+            let _ = frozen.wait_for(|&below| id >= below).await;
+            if n == 0 {
+                let _ = to.shutdown().await;
+                return;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn dump(server: &MysqlServer, key: &str) -> String {
+        tokio::task::block_in_place(|| {
+            server.sql(&format!(
+                "SELECT HEX(l.token), l.fence, HEX(l.session), l.live_until, s.expires_at, UTC_TIMESTAMP(6)
+                 FROM holdfast.holdfast_leases l LEFT JOIN holdfast.holdfast_sessions s ON s.id = l.session
+                 WHERE l.lock_key = '{key}'"
+            ))
+        })
+    }
+
+    /// The attempt's grant statement goes out on its pooled connection and
+    /// waits in the network (that connection's path is partitioned). The
+    /// caller gives up (200 ms); the grant's task gives up at the store
+    /// timeout and discards the connection (closed with the statement
+    /// still in the network); the cleanup's release runs on a new
+    /// connection, finds nothing, and is done. Then the partition heals: the
+    /// server reads the grant statement (bytes that arrived before the FIN)
+    /// and commits it under A's session, which A renews for its other lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "known defect: a late acquire after its release stays on the live session (docs/guarantees.md, Known defects); fails until the session epoch lands"]
+    async fn an_acquire_delivered_after_its_release_on_another_connection_leaves_the_key_held() {
+        let server = MysqlServer::start();
+        let freezer = Freezer::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr")).await;
+        let url = server
+            .url_with("timeout_ms=1000&pool_size=1")
+            .replace(&format!(":{}/", server.port()), &format!(":{}/", freezer.addr.port()));
+        let a = Client::connect(&url).await.expect("connect a");
+        let key = "late-mysql";
+        let keeper = a.mutex("late-keeper").ttl(TTL).try_acquire().await.expect("keeper").expect("free");
+        a.mutex(key).ttl(TTL).try_acquire().await.expect("first").expect("free").release().await.expect("release");
+        eprintln!("row before: {}", dump(&server, key));
+
+        freezer.freeze_open();
+        let answered = tokio::time::timeout(Duration::from_millis(200), a.mutex(key).ttl(TTL).try_acquire()).await;
+        assert!(
+            answered.is_err(),
+            "answered through a frozen connection (traffic not through the proxy?): {answered:?}"
+        );
+        // The grant's task times out at 1 s and discards its connection; the
+        // cleanup's release then gets a new one.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        eprintln!("row after the cleanup's release, before the heal: {}", dump(&server, key));
+        freezer.thaw();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        eprintln!("row after the heal: {}", dump(&server, key));
+
+        let b = Client::connect(&server.url()).await.expect("connect b");
+        let looked = Instant::now();
+        let mut freed = None;
+        while looked.elapsed() < TTL * 4 {
+            if let Some(g) = b.mutex(key).ttl(TTL).try_acquire().await.expect("b try_acquire") {
+                freed = Some(looked.elapsed());
+                g.release().await.expect("b release");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let after = dump(&server, key);
+        drop(keeper);
+        assert!(
+            freed.is_some(),
+            "key still held {:?} (4 TTLs of {TTL:?}) after A's abandoned attempt was released; the late grant lives \
+             on A's renewed session: {after}",
+            TTL * 4
+        );
+    }
+}
