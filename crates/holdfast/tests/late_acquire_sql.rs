@@ -5,11 +5,12 @@
 //! the client renews while it holds any lease of the same TTL: a late grant
 //! that nobody tracks is then held for as long as the client lives.
 //!
-//! Each fails while the defect is there (seen failing on PostgreSQL 15 and
-//! MariaDB 10.11, 2026-12-02), so each is ignored until the fix lands (a
-//! per-session epoch, as etcd's: docs/guarantees.md, "Known defects"). Run
-//! them with `cargo test -p holdfast-lock --all-features --test stores
-//! late_acquire_sql -- --ignored`.
+//! The two that show the defect fail while it is there (seen failing on
+//! PostgreSQL 15 and MariaDB 10.11, 2026-12-02), so they are ignored until
+//! the fix lands (a per-session epoch, as etcd's: docs/guarantees.md,
+//! "Known defects"); run them with `cargo test -p holdfast-lock
+//! --all-features --test stores late_acquire_sql -- --ignored`. The third
+//! tests PostgreSQL's narrowing of it.
 
 #[cfg(feature = "postgres")]
 mod postgres {
@@ -34,10 +35,25 @@ mod postgres {
     /// slot's *replaced* connection, where it finds nothing. Then the lock is
     /// freed: the abandoned backend runs its acquire and commits a grant under
     /// the client's live session, which the client renews for its other
-    /// lease. Nobody tracks it, nobody releases it.
+    /// lease. Nobody tracks it, nobody releases it. Here the lock is freed
+    /// at once after the release: the defect.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     #[ignore = "known defect: a late acquire after its release stays on the live session (docs/guarantees.md, Known defects); fails until the session epoch lands"]
     async fn an_acquire_applied_after_its_release_on_a_replaced_connection_leaves_the_key_held() {
+        late_acquire(Duration::ZERO).await;
+    }
+
+    /// The same, with the row lock freed 1 s after the connection broke:
+    /// the backend, which checks its client's connection every 250 ms
+    /// (`client_connection_check_interval`, set by the store on PostgreSQL
+    /// 14 and later), ended the statement meanwhile, and nothing is
+    /// granted. Seen failing without the setting (the key held 12 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_acquire_waiting_in_the_server_when_its_connection_breaks_is_ended_not_applied() {
+        late_acquire(Duration::from_secs(1)).await;
+    }
+
+    async fn late_acquire(free_after: Duration) {
         let server = PostgresServer::start();
         let upstream = format!("127.0.0.1:{}", server.port()).parse().expect("addr");
         let proxy = FaultProxy::start(upstream);
@@ -90,6 +106,7 @@ mod postgres {
             .expect("activity")
             .get::<_, i64>(0);
         eprintln!("backends still waiting for the row lock after the cleanup's release: {before}");
+        tokio::time::sleep(free_after).await;
         blocker.batch_execute("COMMIT").await.expect("commit");
         tokio::time::sleep(Duration::from_millis(500)).await;
         let dump = blocker
