@@ -21,6 +21,12 @@ mod postgres {
     use holdfast_testkit::servers::postgres::PostgresServer;
     use tokio_postgres::NoTls;
 
+    /// The key's lease row with its session's expiry, and the server's clock.
+    const ROW_OF_KEY: &str = "SELECT encode(l.token, 'hex'), l.fence, encode(l.session, 'hex'), l.expires_at::text,
+            (SELECT s.expires_at::text FROM public.holdfast_leases_sess s WHERE s.id = l.session),
+            clock_timestamp()::text
+         FROM public.holdfast_leases l WHERE key = $1";
+
     /// The leases' TTL (the session row's too): short, so that "held much
     /// longer than its TTL" shows within seconds.
     const TTL: Duration = Duration::from_secs(3);
@@ -109,16 +115,7 @@ mod postgres {
         tokio::time::sleep(free_after).await;
         blocker.batch_execute("COMMIT").await.expect("commit");
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let dump = blocker
-            .query(
-                "SELECT encode(l.token, 'hex'), l.fence, encode(l.session, 'hex'), l.expires_at::text,
-                        (SELECT s.expires_at::text FROM public.holdfast_leases_sess s WHERE s.id = l.session),
-                        clock_timestamp()::text
-                 FROM public.holdfast_leases l WHERE key = $1",
-                &[&key],
-            )
-            .await
-            .expect("dump");
+        let dump = blocker.query(ROW_OF_KEY, &[&key]).await.expect("dump");
         let show = |rows: &[tokio_postgres::Row]| {
             rows.iter()
                 .map(|r| {
@@ -150,16 +147,7 @@ mod postgres {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let after = blocker
-            .query(
-                "SELECT encode(l.token, 'hex'), l.fence, encode(l.session, 'hex'), l.expires_at::text,
-                        (SELECT s.expires_at::text FROM public.holdfast_leases_sess s WHERE s.id = l.session),
-                        clock_timestamp()::text
-                 FROM public.holdfast_leases l WHERE key = $1",
-                &[&key],
-            )
-            .await
-            .expect("dump");
+        let after = blocker.query(ROW_OF_KEY, &[&key]).await.expect("dump");
         drop(keeper);
         assert!(
             freed.is_some(),

@@ -43,8 +43,8 @@ fn late_copy_of_a_resent_write(waiting: bool) {
     let etcd: SocketAddr = ([127, 0, 0, 1], server.members[0].client_port).into();
     let proxy = FaultProxy::start(etcd);
     proxy.record_requests();
-    // A try lasts half the operation timeout: 1 s.
-    let url = format!("etcd://{}?timeout_ms=2000", proxy.addr());
+    // A try lasts half the operation timeout: 2 s.
+    let url = format!("etcd://{}?timeout_ms=4000", proxy.addr());
     let lock = if waiting { "late-copy-acquire" } else { "late-copy-try" };
     rt().block_on(async {
         let a = client(&url, "a").await;
@@ -64,8 +64,9 @@ fn late_copy_of_a_resent_write(waiting: bool) {
         let attempt = tokio::spawn(async move {
             if waiting { m.acquire_timeout(Duration::from_secs(10)).await.map(Some) } else { m.try_acquire().await }
         });
-        // The first try timed out at 1 s and the second is sent: heal.
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        // The first try timed out at 2 s and the second is sent: heal,
+        // leaving the second try 1.5 s to be answered.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         proxy.forward();
         let g = attempt.await.expect("attempt task").expect("the attempt").expect("the lock was free");
         let copies = proxy.recorded_requests();
