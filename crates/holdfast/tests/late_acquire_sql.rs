@@ -12,6 +12,28 @@
 //! --all-features --test stores late_acquire_sql -- --ignored`. The third
 //! tests PostgreSQL's narrowing of it.
 
+/// How soon another client (connecting to `url`) gets `key` with `ttl`,
+/// looking every 200 ms for `within`; `None` if it never did.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn freed_within(
+    url: &str,
+    key: &str,
+    ttl: std::time::Duration,
+    within: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let b = holdfast::Client::connect(url).await.expect("connect b");
+    let looked = std::time::Instant::now();
+    while looked.elapsed() < within {
+        if let Some(g) = b.mutex(key).ttl(ttl).try_acquire().await.expect("b try_acquire") {
+            let freed = looked.elapsed();
+            g.release().await.expect("b release");
+            return Some(freed);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    None
+}
+
 #[cfg(feature = "postgres")]
 mod postgres {
     use std::time::{Duration, Instant};
@@ -136,17 +158,7 @@ mod postgres {
 
         // Another client must get the key within seconds (conformance F6
         // asks 1 s + 4 s after the network is back); look for 4 TTLs.
-        let b = Client::connect(&server.url()).await.expect("connect b");
-        let looked = Instant::now();
-        let mut freed = None;
-        while looked.elapsed() < TTL * 4 {
-            if let Some(g) = b.mutex(key).ttl(TTL).try_acquire().await.expect("b try_acquire") {
-                freed = Some(looked.elapsed());
-                g.release().await.expect("b release");
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let freed = super::freed_within(&server.url(), key, TTL, TTL * 4).await;
         let after = blocker.query(ROW_OF_KEY, &[&key]).await.expect("dump");
         drop(keeper);
         assert!(
@@ -164,7 +176,7 @@ mod mysql {
     use std::net::SocketAddr;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use holdfast::Client;
     use holdfast_testkit::servers::mysql::MysqlServer;
@@ -280,17 +292,7 @@ mod mysql {
         tokio::time::sleep(Duration::from_millis(1000)).await;
         eprintln!("row after the heal: {}", dump(&server, key));
 
-        let b = Client::connect(&server.url()).await.expect("connect b");
-        let looked = Instant::now();
-        let mut freed = None;
-        while looked.elapsed() < TTL * 4 {
-            if let Some(g) = b.mutex(key).ttl(TTL).try_acquire().await.expect("b try_acquire") {
-                freed = Some(looked.elapsed());
-                g.release().await.expect("b release");
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let freed = super::freed_within(&server.url(), key, TTL, TTL * 4).await;
         let after = dump(&server, key);
         drop(keeper);
         assert!(
