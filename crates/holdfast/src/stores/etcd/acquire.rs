@@ -9,7 +9,7 @@ use etcd_client::{EventType, WatchOptions, WatchResponse};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::error::{is_lease_not_found, map_err};
+use super::error::is_lease_not_found;
 use super::grants::Entry;
 use super::ops::{self, Failed};
 use super::session::{Session, session_lost};
@@ -214,10 +214,7 @@ impl Shared {
                 session.lost.cancel();
                 Ok(None)
             }
-            FirstWrite::Failed(Failed::Etcd(e)) => Err(map_err(e)),
-            FirstWrite::Failed(Failed::TimedOut) => {
-                Err(Error::backend(STORE, true, format!("etcd {what} timed out after {:?}", self.conn.timeout)))
-            }
+            FirstWrite::Failed(failed) => Err(self.conn.error(what, failed)),
             FirstWrite::KeepsMoving => Err(Error::backend(
                 STORE,
                 true,

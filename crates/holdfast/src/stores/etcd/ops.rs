@@ -47,10 +47,15 @@ impl Conn {
         F: FnMut(etcd_client::Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        self.call_raw(what, f).await.map_err(|failed| match failed {
+        self.call_raw(what, f).await.map_err(|failed| self.error(what, failed))
+    }
+
+    /// The error of a call `what` that gave up.
+    pub(super) fn error(&self, what: &str, failed: Failed) -> Error {
+        match failed {
             Failed::Etcd(e) => map_err(e),
             Failed::TimedOut => Error::backend(STORE, true, format!("etcd {what} timed out after {:?}", self.timeout)),
-        })
+        }
     }
 
     /// As [`call`](Self::call), keeping etcd's own error for the caller to inspect.
@@ -128,10 +133,7 @@ impl Conn {
         let resp = match sent {
             Ok(resp) => resp,
             Err(Failed::Etcd(e)) if super::error::is_lease_not_found(&e) => return Ok(None),
-            Err(Failed::Etcd(e)) => return Err(map_err(e)),
-            Err(Failed::TimedOut) => {
-                return Err(Error::backend(STORE, true, format!("etcd release timed out after {:?}", self.timeout)));
-            }
+            Err(failed) => return Err(self.error("release", failed)),
         };
         let deleted = match resp.op_responses().into_iter().nth(1) {
             Some(TxnOpResponse::Delete(d)) => d.deleted(),
