@@ -3,14 +3,13 @@
 //! defect "a write whose copy arrives late", asked of PostgreSQL and MySQL).
 //! A mutex lease of these stores lives with its client's session row, which
 //! the client renews while it holds any lease of the same TTL: a late grant
-//! that nobody tracks is then held for as long as the client lives.
+//! that nobody tracks would be held for as long as the client lives.
 //!
-//! The two that show the defect fail while it is there (seen failing on
-//! PostgreSQL 15 and MariaDB 10.11, 2026-12-02), so they are ignored until
-//! the fix lands (a per-session epoch, as etcd's: docs/guarantees.md,
-//! "Known defects"); run them with `cargo test -p holdfast-lock
-//! --all-features --test stores late_acquire_sql -- --ignored`. The third
-//! tests PostgreSQL's narrowing of it.
+//! The fix, on both stores: a connection lost with a statement in flight
+//! has its server backend ended, and the client waits until the server
+//! reports it gone, before the statements that could depend on it run
+//! (model 18, `holdfast-models`). These tests failed before it (PostgreSQL
+//! 15 and MariaDB 10.11, 2026-12-02: the key still held after 4 TTLs).
 
 /// How soon another client (connecting to `url`) gets `key` with `ttl`,
 /// looking every 200 ms for `within`; `None` if it never did.
@@ -60,24 +59,21 @@ mod postgres {
     /// middlebox, a proxy restart: `cut`); the server side does not notice
     /// while the backend waits for a lock. The attempt fails with
     /// "connection closed"; its cleanup releases the token at once, on the
-    /// slot's *replaced* connection, where it finds nothing. Then the lock is
-    /// freed: the abandoned backend runs its acquire and commits a grant under
-    /// the client's live session, which the client renews for its other
-    /// lease. Nobody tracks it, nobody releases it. Here the lock is freed
-    /// at once after the release: the defect.
+    /// slot's replaced connection. Then the lock is freed at once. Before
+    /// the fix the abandoned backend then ran its acquire and committed a
+    /// grant under the client's live session, which the client renews for
+    /// its other lease: nobody tracked it, nobody released it (seen failing
+    /// on PostgreSQL 15: "key still held 12s"). Now the slot's new
+    /// connection ends the old backend, and waits for it to be gone, before
+    /// the release runs (`stores/postgres/lost.rs`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[ignore = "known defect: a late acquire after its release stays on the live session (docs/guarantees.md, Known defects); fails until the session epoch lands"]
-    async fn an_acquire_applied_after_its_release_on_a_replaced_connection_leaves_the_key_held() {
+    async fn an_acquire_of_a_lost_connection_is_ended_before_its_release() {
         late_acquire(Duration::ZERO).await;
     }
 
-    /// The same, with the row lock freed 1 s after the connection broke:
-    /// the backend, which checks its client's connection every 250 ms
-    /// (`client_connection_check_interval`, set by the store on PostgreSQL
-    /// 14 and later), ended the statement meanwhile, and nothing is
-    /// granted. Seen failing without the setting (the key held 12 s).
+    /// The same, with the row lock freed 1 s after the connection broke.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn an_acquire_waiting_in_the_server_when_its_connection_breaks_is_ended_not_applied() {
+    async fn an_acquire_of_a_lost_connection_still_waiting_a_second_later_is_not_applied() {
         late_acquire(Duration::from_secs(1)).await;
     }
 
@@ -160,7 +156,6 @@ mod postgres {
         // asks 1 s + 4 s after the network is back); look for 4 TTLs.
         let freed = super::freed_within(&server.url(), key, TTL, TTL * 4).await;
         let after = blocker.query(ROW_OF_KEY, &[&key]).await.expect("dump");
-        drop(keeper);
         assert!(
             freed.is_some(),
             "key still held {:?} (4 TTLs of {TTL:?}) after A's abandoned attempt was released; the late grant lives \
@@ -168,6 +163,12 @@ mod postgres {
             TTL * 4,
             show(&after)
         );
+        // Ending the lost connection's backend ended nothing else of A's:
+        // its other lease held on, and its slot's new connection works.
+        assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
+        let again = a.mutex(key).ttl(TTL).try_acquire().await.expect("A again").expect("the key is free");
+        again.release().await.expect("A's release");
+        keeper.release().await.expect("A's other lease");
     }
 }
 

@@ -9,6 +9,7 @@ mod ddl;
 mod error;
 mod gate;
 mod listener;
+mod lost;
 mod pool;
 mod pooler;
 mod renew;
@@ -123,9 +124,10 @@ impl PostgresBackend {
         let pool = Pool {
             pg,
             tls,
-            slots: (0..config.pool_size).map(|_| tokio::sync::Mutex::new(None)).collect(),
-            renewal: tokio::sync::Mutex::new(None),
-            txn: tokio::sync::Mutex::new(None),
+            slots: (0..config.pool_size).map(|_| Default::default()).collect(),
+            renewal: Default::default(),
+            txn: Default::default(),
+            lost_limit: config.op_timeout,
             txn_turn: Default::default(),
             abandoned_ends: Default::default(),
             next: AtomicUsize::new(0),

@@ -9,7 +9,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::PostgresBackend;
 use super::config::Prepared;
 use super::error::{map_err, timed_out};
-use super::pooler;
+use super::lost::{self, Backend};
 use crate::vocabulary::error::Result;
 
 /// A few statement connections. tokio-postgres pipelines concurrent
@@ -20,24 +20,27 @@ use crate::vocabulary::error::Result;
 /// Statements about one key always use the same connection (chosen by a hash
 /// of the key), so the release that cleans up after a dropped acquire runs
 /// after that acquire on the server, never before it (on two connections the
-/// release could overtake the acquire and leave an orphan grant).
+/// release could overtake the acquire and leave an orphan grant). A
+/// connection that leaves its slot broken has its backend ended before the
+/// slot's next connection runs anything (see `lost`), so the order holds
+/// across connections too.
 pub(super) struct Pool {
     /// Where and how to connect.
     pub(super) pg: tokio_postgres::Config,
     /// The TLS connector (also used by the listener).
     pub(super) tls: MakeRustlsConnect,
     /// One lazily (re)opened connection per slot.
-    pub(super) slots: Vec<tokio::sync::Mutex<Option<Arc<Conn>>>>,
+    pub(super) slots: Vec<tokio::sync::Mutex<Slot>>,
     /// Renewal's own connection: renewals never queue behind the acquires
     /// pipelined on the slots, so a client acquiring at full speed still
     /// renews in time. (A renewal and a release of one key may then run in
     /// either order; a renewal after the release finds no row, and the
     /// client ignores it for a lease it released.)
-    pub(super) renewal: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    pub(super) renewal: tokio::sync::Mutex<Slot>,
     /// The connection of shared-lease transactions (a transaction needs a
     /// connection to itself; the slots are shared by pipelined statements),
     /// and the turn to use it: held for a whole transaction.
-    pub(super) txn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    pub(super) txn: tokio::sync::Mutex<Slot>,
     pub(super) txn_turn: Arc<tokio::sync::Mutex<()>>,
     /// Transactions whose caller gave up while their `COMMIT` was in flight
     /// (see [`PostgresBackend::transaction`]); a release waits for them.
@@ -46,6 +49,27 @@ pub(super) struct Pool {
     pub(super) next: AtomicUsize,
     /// Where named prepared statements may be used.
     pub(super) prepared: Prepared,
+    /// How long a slot waits for a lost connection's backend to end.
+    pub(super) lost_limit: std::time::Duration,
+}
+
+/// A connection slot: its connection, or the backend of the connection it
+/// lost, still to be ended before the slot's next connection is handed out
+/// (never both).
+#[derive(Default)]
+pub(super) struct Slot {
+    conn: Option<Arc<Conn>>,
+    unended: Option<Backend>,
+}
+
+impl Slot {
+    /// Takes the connection out of the slot; its backend is to be ended
+    /// before the slot is used again.
+    fn lose(&mut self) {
+        if let Some(old) = self.conn.take() {
+            self.unended = old.backend.clone();
+        }
+    }
 }
 
 /// Sets `client_connection_check_interval` where the server has it
@@ -63,6 +87,8 @@ pub(super) struct Conn {
     pub(super) prepared: [tokio::sync::OnceCell<tokio_postgres::Statement>; super::statements::Stmt::COUNT],
     /// Left inside a transaction by a caller that gave up: not to be used again.
     pub(super) broken: std::sync::atomic::AtomicBool,
+    /// Its backend, if the connection is direct (not through a pooler).
+    pub(super) backend: Option<Backend>,
 }
 
 /// Errors that mean a named prepared statement is not where it was prepared
@@ -105,27 +131,42 @@ impl Pool {
 
     /// The live connection of `slot`, opened if there is none; `renewal`:
     /// the renewal connection (see the plan settings below).
-    async fn open_in(&self, slot: &tokio::sync::Mutex<Option<Arc<Conn>>>, renewal: bool) -> Result<Arc<Conn>> {
+    ///
+    /// A connection that left the slot broken may have had a statement in
+    /// flight: its backend is ended first (see `lost`), except the renewal
+    /// connection's (a renewal grants nothing, and renewals must not wait).
+    async fn open_in(&self, slot: &tokio::sync::Mutex<Slot>, renewal: bool) -> Result<Arc<Conn>> {
         let mut slot = slot.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed() && !c.broken.load(Ordering::Relaxed)) {
+        if let Some(c) = slot.conn.as_ref().filter(|c| !c.client.is_closed() && !c.broken.load(Ordering::Relaxed)) {
             return Ok(c.clone());
         }
-        *slot = None;
+        slot.lose();
+        let conn = self.connect(renewal).await?;
+        if let Some(lost) = slot.unended.as_ref().filter(|_| !renewal) {
+            lost::end(&conn.client, lost, self.lost_limit).await?;
+        }
+        slot.unended = None;
+        slot.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// A new connection, with the settings of our sessions.
+    async fn connect(&self, renewal: bool) -> Result<Arc<Conn>> {
         let (client, connection) = self.pg.connect(self.tls.clone()).await.map_err(map_err)?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "postgres connection ended");
             }
         });
+        let backend = lost::backend_of(&client).await.map_err(map_err)?;
         let named = match self.prepared {
             Prepared::Always => true,
             Prepared::Never => false,
             Prepared::Auto => {
-                let direct = pooler::is_direct(&client).await.map_err(map_err)?;
-                if !direct {
+                if backend.is_none() {
                     tracing::debug!("postgres connection goes through a pooler: unnamed statements only");
                 }
-                direct
+                backend.is_some()
             }
         };
         // A named statement switches to a generic plan after five runs,
@@ -154,26 +195,19 @@ impl Pool {
         //
         // From PostgreSQL 14 on, a backend running a statement checks every
         // 250 ms whether its client's connection is still there, and ends
-        // the statement if not: an acquire waiting for a key's row lock when
-        // its connection broke is then not applied after the cleanup's
-        // release on the key's replaced connection, where it would grant the
-        // key under the client's live session to a token nobody tracks
-        // (tests/late_acquire_sql.rs). It does not cover a statement whose
-        // bytes reach the server only after the release (docs/guarantees.md,
-        // "Known defects"), nor a connection behind a pooler (whose server
-        // connection outlives the client's).
-        if named && (self.prepared == Prepared::Auto || pooler::is_direct(&client).await.map_err(map_err)?) {
+        // the statement if not: an abandoned statement's row locks (a key's
+        // row, which every grant of the key waits for) go within a quarter
+        // second even where no slot of ours is reopened to end its backend
+        // (`lost`): a client process that died, say.
+        if named && backend.is_some() {
             let settings = if renewal {
                 "SET enable_seqscan = off; SET enable_nestloop = off; SET jit = off"
             } else {
                 "SET enable_seqscan = off; SET jit = off"
             };
-            client.batch_execute(settings).await.map_err(map_err)?;
-            client.batch_execute(CHECK_CLIENT_CONNECTION).await.map_err(map_err)?;
+            client.batch_execute(&format!("{settings}; {CHECK_CLIENT_CONNECTION}")).await.map_err(map_err)?;
         }
-        let conn = Arc::new(Conn { client, named, prepared: Default::default(), broken: Default::default() });
-        *slot = Some(conn.clone());
-        Ok(conn)
+        Ok(Arc::new(Conn { client, named, prepared: Default::default(), broken: Default::default(), backend }))
     }
 }
 
@@ -193,7 +227,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// connection runs nothing else); the server rolls the transaction back.
 struct Spoiled<'a> {
     conn: Option<Arc<Conn>>,
-    slot: &'a tokio::sync::Mutex<Option<Arc<Conn>>>,
+    slot: &'a tokio::sync::Mutex<Slot>,
     tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
 }
 
@@ -204,8 +238,8 @@ impl Drop for Spoiled<'_> {
         // The caller holds the transaction turn, which every user of the
         // slot takes first: the slot is free.
         if let Ok(mut slot) = self.slot.try_lock() {
-            if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
-                *slot = None;
+            if slot.conn.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
+                slot.lose();
             }
         }
         // A statement still running (waiting for a row lock, say) would

@@ -1,6 +1,8 @@
 //! Telling a connection that reaches a PostgreSQL backend of its own from
 //! one through a pooler, so that named prepared statements (session state)
-//! are only used where the session is the connection's own.
+//! are only used where the session is the connection's own, and only a
+//! direct connection's backend is ended when the connection is lost
+//! (`lost`).
 //!
 //! A pooler answers the client's startup itself, before it knows which
 //! server connection later statements will run on, so the BackendKeyData it
@@ -24,19 +26,11 @@ const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 /// process id and the secret follow.
 const CANCEL_REQUEST: [u8; 8] = [0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e];
 
-/// Whether `client`'s statements run on the backend that answered its
-/// startup (see the module docs). One round trip.
-pub(super) async fn is_direct(client: &PgClient) -> Result<bool, tokio_postgres::Error> {
-    let row = client.query_typed_one("SELECT pg_backend_pid()", &[]).await?;
-    let backend: i32 = row.try_get(0)?;
-    Ok(announced_pid(client).await == Some(backend))
-}
-
 /// The process id in the BackendKeyData `client` received at startup.
 /// tokio-postgres keeps it private but writes it into a cancel request, so
 /// it writes one into an in-memory pipe here and the id is read back out;
 /// nothing is sent to any server.
-async fn announced_pid(client: &PgClient) -> Option<i32> {
+pub(super) async fn announced_pid(client: &PgClient) -> Option<i32> {
     let (ours, theirs) = tokio::io::duplex(64);
     let token = client.cancel_token();
     let (_, pid) = tokio::join!(token.cancel_query_raw(theirs, InMemory), read_cancel_request(ours));
