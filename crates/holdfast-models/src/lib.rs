@@ -44,6 +44,9 @@
 //! - [`etcd_late_copy`]: an etcd attempt's first write, sent again after a
 //!   timeout, whose late copy lands after the attempt's release: a session
 //!   epoch compared by every copy, against the variants weighed.
+//! - [`sql_late_statement`]: a SQL grant statement of a lost connection,
+//!   applied after its attempt's release: the lost connection's backend
+//!   ended, and waited for, before any further statement.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -69,6 +72,7 @@ pub mod redlock;
 pub mod register;
 pub mod share_handover;
 pub mod share_lanes;
+pub mod sql_late_statement;
 pub mod sql_session;
 pub mod trace;
 pub mod zk_join;
