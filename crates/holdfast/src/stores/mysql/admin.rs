@@ -28,8 +28,8 @@ impl MysqlBackend {
         );
         let p = prefix.as_bytes();
         let keys: Vec<Vec<u8>> = self
-            .timed(async {
-                let mut conn = self.conn().await?;
+            .timed(async |op| {
+                let mut conn = op.conn().await?;
                 conn.exec(sql.as_str(), (p, p.len() as u64, p)).await
             })
             .await?;
@@ -60,8 +60,8 @@ impl MysqlBackend {
         let k = key.as_str().as_bytes();
         let out = self
             .retry_contention(|| {
-                self.timed(async {
-                    let mut conn = self.conn().await?;
+                self.timed(async |op| {
+                    let mut conn = op.conn().await?;
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(lock_counter.as_str(), ()).await?;
                     let mut out = ForceReleased::free();

@@ -50,15 +50,16 @@ impl MysqlBackend {
         // sent, it commits whether or not anyone reads its reply. So it runs
         // on a task of its own, and a caller dropped while it is in flight
         // (whose cleanup then releases the token, maybe before the grant
-        // lands) leaves the task to release what it was granted. A grant in
-        // a transaction needs none of this: a dropped connection rolls back.
+        // lands) leaves the task to release what it was granted, or what it
+        // may have been. A grant in a transaction needs none of this: a
+        // dropped connection rolls back.
         let abandoned = Abandoned::new();
         let (this, req, gone) = (self.clone(), req.clone(), abandoned.flag());
         let task = tokio::spawn(async move {
             let key = req.key.as_str();
             let outcome = this
-                .timed(async {
-                    let mut conn = this.conn().await?;
+                .timed(async |op| {
+                    let mut conn = op.conn().await?;
                     // A waiter first looks without locking anything, so waiting
                     // costs one primary-key read, not a write.
                     if turn == Turn::Wait {
@@ -83,9 +84,15 @@ impl MysqlBackend {
                     Ok((outcome, until))
                 })
                 .await;
-            if gone.load(Ordering::Acquire) && matches!(outcome, Ok((sql::Acquired::Granted { .. }, _))) {
+            // An error leaves the grant unknown: its statement may have been
+            // applied, or (its connection lost) may still be. The caller's
+            // cleanup released the token when it left, maybe before; this
+            // release runs after the end of the lost connection on the
+            // server (see `lost`), so it finds any grant the statement made.
+            let granted_or_unknown = matches!(outcome, Ok((sql::Acquired::Granted { .. }, _)) | Err(_));
+            if gone.load(Ordering::Acquire) && granted_or_unknown {
                 if let Err(e) = this.release(&req.key, req.token).await {
-                    tracing::debug!(error = %e, "could not release a grant whose caller was gone; it will expire");
+                    tracing::warn!(error = %e, "could not release an attempt whose caller was gone");
                 }
             }
             outcome

@@ -5,6 +5,7 @@ mod admin;
 mod attempt;
 mod config;
 mod error;
+mod lost;
 mod renew;
 mod session;
 mod session_rows;
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use mysql_async::{Conn, Pool};
+use mysql_async::Pool;
 
 #[cfg(test)]
 pub(crate) use config::OPTIONS;
@@ -34,6 +35,7 @@ use crate::vocabulary::capability::{Capabilities, FenceDurability};
 use crate::vocabulary::error::{Error, Result};
 use crate::vocabulary::key::{LockKey, OwnerToken};
 use error::{is_contention, map_err};
+use lost::{LostConnections, Operation};
 
 const STORE: &str = "mysql";
 
@@ -52,7 +54,9 @@ fn shared_wakeups(id: &str) -> Arc<LocalWakeups> {
     w
 }
 
-/// Runs `f` within `config.timeout`; a timeout is a retryable error.
+/// Runs `f` within `config.timeout`; a timeout is a retryable error. For
+/// work that sends no lock statement: the lock statements go through
+/// [`MysqlBackend::timed`], which fences lost connections.
 async fn timed<T>(config: &MysqlConfig, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
     match tokio::time::timeout(config.timeout, f).await {
         Ok(r) => r.map_err(map_err),
@@ -97,6 +101,9 @@ pub struct MysqlBackend {
     fence_durability: FenceDurability,
     /// This client's session rows (see `session_rows`).
     sessions: Arc<Mutex<SessionBook>>,
+    /// Connections given up with a statement of unknown outcome, ended on
+    /// the server before any later lock statement (see `lost`).
+    lost: Arc<LostConnections>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -174,6 +181,7 @@ impl MysqlBackend {
             sweep_turn: Arc::default(),
             fence_durability: facts.fence_durability,
             sessions: Arc::default(),
+            lost: Arc::default(),
         })
     }
 
@@ -201,13 +209,45 @@ impl MysqlBackend {
         }
     }
 
-    /// Runs `f` with the configured bound; a timeout is a retryable error.
-    async fn timed<T>(&self, f: impl Future<Output = mysql_async::Result<T>>) -> Result<T> {
-        timed(&self.config, f).await
-    }
-
-    async fn conn(&self) -> mysql_async::Result<Conn> {
-        self.pool.get_conn().await
+    /// Runs `work` with the configured bound; a timeout is a retryable
+    /// error. `work` takes its connections from the operation it is handed
+    /// ([`Operation::conn`]), which first ends every connection an earlier
+    /// operation lost (see `lost`). When `work` times out, or fails on I/O
+    /// rather than with the server's answer, its connections are recorded
+    /// as lost: the outcome of their last statement is unknown.
+    async fn timed<T>(&self, work: impl AsyncFnOnce(&Operation<'_>) -> mysql_async::Result<T>) -> Result<T> {
+        let op = Operation::new(&self.pool, &self.lost);
+        match tokio::time::timeout(self.config.timeout, work(&op)).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(e)) => {
+                if lost::outcome_unknown(&e) {
+                    op.lose_taken();
+                }
+                Err(lost::fence_error(e).unwrap_or_else(map_err))
+            }
+            Err(_) if op.was_fencing() => Err(Error::backend(
+                STORE,
+                true,
+                format!(
+                    "connection(s) {:?} of this client, given up with a statement whose outcome is unknown, are \
+                     still on the server {:?} after they were ended (KILL CONNECTION); nothing is sent until they \
+                     end: try again",
+                    self.lost.recorded(),
+                    self.config.timeout
+                ),
+            )),
+            Err(_) => {
+                op.lose_taken();
+                Err(Error::backend(
+                    STORE,
+                    true,
+                    format!(
+                        "no answer from {}:{} within {:?}",
+                        self.config.host, self.config.port, self.config.timeout
+                    ),
+                ))
+            }
+        }
     }
 
     /// This client's session book (a poisoned lock is taken as it is: the
@@ -223,8 +263,8 @@ impl MysqlBackend {
         let key = req.key.as_str();
         let ask = || shares::Ask { key, token: req.token, mode: req.mode, ttl: req.ttl, label: &req.label, reserve };
         let outcome = self
-            .timed(async {
-                let mut conn = self.conn().await?;
+            .timed(async |op| {
+                let mut conn = op.conn().await?;
                 shares::acquire(&mut conn, &self.shares, ask()).await
             })
             .await?;
@@ -300,8 +340,8 @@ impl Backend for MysqlBackend {
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
-                self.timed(async {
-                    let mut conn = self.conn().await?;
+                self.timed(async |op| {
+                    let mut conn = op.conn().await?;
                     if sql::release(&mut conn, &self.sql, key.as_str(), token, own.as_ref().map(|id| &id[..])).await? {
                         return Ok(true);
                     }
@@ -333,14 +373,14 @@ impl Backend for MysqlBackend {
 
     async fn status(&self, key: &LockKey) -> Result<LockStatus> {
         let holder = self
-            .timed(async {
-                let mut conn = self.conn().await?;
+            .timed(async |op| {
+                let mut conn = op.conn().await?;
                 sql::holder(&mut conn, &self.sql, key.as_str()).await
             })
             .await?;
         let listed = self
-            .timed(async {
-                let mut conn = self.conn().await?;
+            .timed(async |op| {
+                let mut conn = op.conn().await?;
                 shares::list(&mut conn, &self.shares, key.as_str()).await
             })
             .await?;
@@ -365,16 +405,16 @@ impl Backend for MysqlBackend {
     }
 
     async fn resize(&self, key: &LockKey, limit: u32) -> Result<u64> {
-        self.timed(async {
-            let mut conn = self.conn().await?;
+        self.timed(async |op| {
+            let mut conn = op.conn().await?;
             shares::resize(&mut conn, &self.shares, key.as_str(), limit).await
         })
         .await
     }
 
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
-        self.timed(async {
-            let mut conn = self.conn().await?;
+        self.timed(async |op| {
+            let mut conn = op.conn().await?;
             shares::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
         })
         .await
@@ -389,8 +429,8 @@ impl Backend for MysqlBackend {
         }
         // Raising to a floor twice is raising once, so a deadlock victim retries.
         self.retry_contention(|| {
-            self.timed(async {
-                let mut conn = self.conn().await?;
+            self.timed(async |op| {
+                let mut conn = op.conn().await?;
                 sql::raise_fence(&mut conn, &self.sql, key.as_str(), token, floor).await
             })
         })
@@ -398,15 +438,13 @@ impl Backend for MysqlBackend {
     }
 
     async fn read_record(&self, key: &LockKey) -> Result<Option<u64>> {
-        self.timed(async { sql::read_record(&mut self.conn().await?, &self.sql, key.as_str()).await }).await
+        self.timed(async |op| sql::read_record(&mut op.conn().await?, &self.sql, key.as_str()).await).await
     }
 
     async fn write_record(&self, key: &LockKey, token: OwnerToken, value: u64) -> Result<bool> {
         // Writing one value twice is writing it once, so a deadlock victim retries.
         self.retry_contention(|| {
-            self.timed(async {
-                sql::write_record(&mut self.conn().await?, &self.sql, key.as_str(), token, value).await
-            })
+            self.timed(async |op| sql::write_record(&mut op.conn().await?, &self.sql, key.as_str(), token, value).await)
         })
         .await
     }

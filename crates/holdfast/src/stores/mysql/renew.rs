@@ -2,6 +2,11 @@
 //! leases held under one (see `session_rows`), whatever their number; one
 //! `UPDATE` per TTL and chunk of [`RENEW_CHUNK`] leases for leases of
 //! their own expiry; then the shares.
+//!
+//! Renewal runs on its own pool and is bounded by the plain [`timed`], not
+//! by the operation that ends lost connections first (see `lost`): a
+//! renewal grants nothing, so a lost one leaves nothing behind, and one held
+//! behind the end of a lost connection could lose leases.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +15,7 @@ use mysql_async::{Conn, Params, Value};
 
 use super::session::{micros, rows_matched};
 use super::sql::{RENEW_CHUNK, Statements};
-use super::{MysqlBackend, shares};
+use super::{MysqlBackend, shares, timed};
 use crate::backend::RenewRequest;
 use crate::vocabulary::error::Result;
 use crate::vocabulary::key::OwnerToken;
@@ -28,7 +33,7 @@ impl MysqlBackend {
             let sent = Instant::now();
             let (matched, removed) = self
                 .retry_contention(|| {
-                    self.timed(async {
+                    timed(&self.config, async {
                         let mut conn = self.renew_pool.get_conn().await?;
                         conn.exec_drop(self.sql.sessions.renew.as_str(), (micros(ttl), &id[..])).await?;
                         Ok((rows_matched(&conn), conn.last_insert_id().unwrap_or(0) as i64))
@@ -44,12 +49,11 @@ impl MysqlBackend {
             if removed != self.book().seen(&id) {
                 // A statement after the renewal's: it sees every removal
                 // the count counted.
-                let left: Vec<Vec<u8>> = self
-                    .timed(async {
-                        let mut conn = self.renew_pool.get_conn().await?;
-                        conn.exec(self.sql.sessions.rows_of.as_str(), (&id[..],)).await
-                    })
-                    .await?;
+                let left: Vec<Vec<u8>> = timed(&self.config, async {
+                    let mut conn = self.renew_pool.get_conn().await?;
+                    conn.exec(self.sql.sessions.rows_of.as_str(), (&id[..],)).await
+                })
+                .await?;
                 self.book().settle(id, removed, &left);
             }
             let book = self.book();
@@ -64,7 +68,7 @@ impl MysqlBackend {
             own_expiry.iter().map(|&i| (leases[i].key.as_str(), leases[i].token, leases[i].ttl)).collect();
         let own = self
             .retry_contention(|| {
-                self.timed(async {
+                timed(&self.config, async {
                     let mut conn = self.renew_pool.get_conn().await?;
                     let mut got = renew(&mut conn, &self.sql, &batch).await?;
                     // Leases not in the lease table: shares (or lost grants).

@@ -49,8 +49,8 @@ impl MysqlBackend {
         // A deadlock victim was rolled back whole: trying again is safe.
         let outcome = self
             .retry_contention(|| {
-                self.timed(async {
-                    let mut conn = self.conn().await?;
+                self.timed(async |op| {
+                    let mut conn = op.conn().await?;
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(lock_counter.as_str(), ()).await?;
                     let exclusive: Option<u8> = tx.exec_first(own_lease.as_str(), (k, &tok[..])).await?;

@@ -48,8 +48,8 @@ impl MysqlBackend {
 
     pub(super) async fn sweep_step(&self, walk: &mut SweepWalk) -> Result<u64> {
         let (deleted, next) = self
-            .timed(async {
-                let mut conn = self.conn().await?;
+            .timed(async |op| {
+                let mut conn = op.conn().await?;
                 let swept = sweep_rows(&mut conn, &self.sql, &walk.from).await?;
                 // Session rows lapsed a minute ago (see `session_rows`).
                 conn.query_drop(self.sql.sessions.sweep.as_str()).await?;
