@@ -105,8 +105,7 @@ pub fn assert_shortest_counterexamples<M>(
 /// depth by depth (see [`assert_shortest_counterexamples`]).
 pub const DEEPENED_UP_TO: usize = 200_000;
 
-/// A shortest path to a violation of `property`, no longer than `found`:
-/// breadth-first searches bounded one step deeper each time.
+/// A shortest path to a violation of `property`, no longer than `found`.
 fn shortest<M>(searched: &M, property: &'static str, found: Path<M::State, M::Action>) -> Path<M::State, M::Action>
 where
     M: Model + Clone + Send + Sync + 'static,
@@ -114,17 +113,31 @@ where
     M::Action: Clone + PartialEq + Debug + Send + Sync,
 {
     let steps = found.clone().into_actions().len();
-    for depth in 1..=steps + 1 {
-        let checker = searched
+    shortest_counterexample(searched, property, steps + 1).unwrap_or(found)
+}
+
+/// A shortest path to a violation of `property` of at most `max_depth`
+/// steps, if there is one: breadth-first searches bounded one step deeper
+/// each time (see [`assert_shortest_counterexamples`] for why the
+/// checker's own discovery is not enough).
+pub fn shortest_counterexample<M>(
+    searched: &M,
+    property: &'static str,
+    max_depth: usize,
+) -> Option<Path<M::State, M::Action>>
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + PartialEq + Hash + Debug + Send + Sync,
+    M::Action: Clone + PartialEq + Debug + Send + Sync,
+{
+    (1..=max_depth).find_map(|depth| {
+        searched
             .clone()
             .checker()
             .target_max_depth(depth)
             .finish_when(HasDiscoveries::AllOf(BTreeSet::from([property])))
             .spawn_bfs()
-            .join();
-        if let Some(path) = checker.discovery(property) {
-            return path;
-        }
-    }
-    found
+            .join()
+            .discovery(property)
+    })
 }

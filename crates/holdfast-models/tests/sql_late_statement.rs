@@ -10,7 +10,6 @@
 //! Run with `--nocapture` to see the counterexamples, state counts and times;
 //! README.md records them.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use holdfast_models::sql_late_statement::{
@@ -18,8 +17,8 @@ use holdfast_models::sql_late_statement::{
     LateStatementModel, LateStatementState, LateStatementVariant, NEVER_READ, NO_REVIVAL, ONE_HOLDER, RETRY_FOUND_OWN,
     Routing,
 };
-use holdfast_models::trace::readable_trace;
-use stateright::{Checker, HasDiscoveries, Model};
+use holdfast_models::trace::{readable_trace, shortest_counterexample};
+use stateright::{Checker, Model};
 
 fn model(variant: LateStatementVariant, routing: Routing, signals_in_flight: bool) -> LateStatementModel {
     LateStatementModel { variant, routing, signals_in_flight }
@@ -72,27 +71,18 @@ fn a_ending_the_backend_and_waiting_until_it_is_gone_leaves_no_grant_behind() {
 /// A shortest counterexample to `property`: breadth-first searches bounded
 /// one step deeper each time. Prints it and returns its length in steps.
 fn shortest(model: &LateStatementModel, property: &'static str) -> usize {
-    for depth in 1..=24 {
-        let checker = model
-            .clone()
-            .checker()
-            .target_max_depth(depth)
-            .finish_when(HasDiscoveries::AllOf(BTreeSet::from([property])))
-            .spawn_bfs()
-            .join();
-        if let Some(path) = checker.discovery(property) {
-            let steps = path.clone().into_actions().len();
-            println!(
-                "sql_late_statement {:?} {:?} (signals in flight: {}): {steps} steps to a counterexample to \"{property}\":\n{}",
-                model.variant,
-                model.routing,
-                model.signals_in_flight,
-                readable_trace(&path)
-            );
-            return steps;
-        }
-    }
-    panic!("{:?}: no counterexample to {property}", model.variant);
+    let Some(path) = shortest_counterexample(model, property, 24) else {
+        panic!("{:?}: no counterexample to {property}", model.variant)
+    };
+    let steps = path.clone().into_actions().len();
+    println!(
+        "sql_late_statement {:?} {:?} (signals in flight: {}): {steps} steps to a counterexample to \"{property}\":\n{}",
+        model.variant,
+        model.routing,
+        model.signals_in_flight,
+        readable_trace(&path)
+    );
+    steps
 }
 
 /// `variant` (any slot) breaks `NO_REVIVAL` and `ENDS_FREE` in at least
