@@ -76,3 +76,12 @@ pub mod sql_late_statement;
 pub mod sql_session;
 pub mod trace;
 pub mod zk_join;
+
+/// The threads a test's complete exploration of a shipped design uses:
+/// every core. `cargo test` runs one test binary at a time, and a binary's
+/// one long exploration (a minute or more) would otherwise leave the other
+/// cores idle; a complete exploration reaches the same states on any number
+/// of threads.
+pub fn exploration_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}

@@ -24,7 +24,7 @@ fn assert_counterexamples(model: FairModel, label: &str, expected: &[&'static st
 /// and asserts that no property is violated.
 fn assert_no_counterexample(model: FairModel, label: &str) -> impl Checker<FairModel> {
     let started = Instant::now();
-    let checker = model.symmetric_checker().spawn_dfs().join();
+    let checker = model.symmetric_checker().threads(holdfast_models::exploration_threads()).spawn_dfs().join();
     println!(
         "fair {label}: complete={} unique states={} (one per symmetry class) in {:.1?}",
         checker.is_done(),

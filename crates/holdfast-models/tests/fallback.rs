@@ -50,7 +50,11 @@ fn a_mode_read_from_a_counter_other_tenants_share_grants_twice() {
 #[test]
 fn shipped_construction_holds_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = FallbackModel::new(FallbackVariant::Shipped).symmetric_checker().spawn_dfs().join();
+    let checker = FallbackModel::new(FallbackVariant::Shipped)
+        .symmetric_checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
     println!(
         "fallback Shipped: complete={} unique states={} (one per symmetry class) in {:.1?}",
         checker.is_done(),

@@ -52,7 +52,11 @@ fn assert_counterexamples(variant: MySessionVariant, expected: &[&'static str]) 
 #[test]
 fn a_session_leases_under_innodb_read_committed_hold_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = MySessionModel::new(MySessionVariant::Shipped).checker().spawn_dfs().join();
+    let checker = MySessionModel::new(MySessionVariant::Shipped)
+        .checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
     println!(
         "mysql_session Shipped: complete={} unique states={} in {:.1?}",
         checker.is_done(),

@@ -39,7 +39,11 @@ fn assert_counterexamples(variant: PgSessionVariant, expected: &[&'static str]) 
 #[test]
 fn a_session_leases_under_read_committed_hold_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = PgSessionModel::new(PgSessionVariant::Shipped).checker().spawn_dfs().join();
+    let checker = PgSessionModel::new(PgSessionVariant::Shipped)
+        .checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
     println!(
         "pg_session Shipped: complete={} unique states={} in {:.1?}",
         checker.is_done(),

@@ -46,7 +46,7 @@ fn d_shipped_design_holds_over_a_complete_exploration() {
     let started = Instant::now();
     let model = RedlockModel::new(RedlockVariant::Shipped);
     assert!(model.floors > 0, "the shipped design sends floors: explore them");
-    let checker = model.symmetric_checker().spawn_dfs().join();
+    let checker = model.symmetric_checker().threads(holdfast_models::exploration_threads()).spawn_dfs().join();
     println!(
         "redlock Shipped (floors 0..={}): complete={} unique states={} (one per symmetry class) in {:.1?}",
         RedlockModel::new(RedlockVariant::Shipped).floors,

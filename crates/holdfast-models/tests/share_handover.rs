@@ -31,7 +31,11 @@ fn assert_counterexamples(variant: ShareHandOverVariant, expected: &[&'static st
 #[test]
 fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = ShareHandOverModel::new(ShareHandOverVariant::Shipped).checker().spawn_dfs().join();
+    let checker = ShareHandOverModel::new(ShareHandOverVariant::Shipped)
+        .checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
     println!(
         "share_handover Shipped: complete={} unique states={} in {:.1?}",
         checker.is_done(),

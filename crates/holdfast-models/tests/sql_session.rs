@@ -22,7 +22,11 @@ fn assert_counterexamples(variant: SessionVariant, expected: &[&'static str]) {
 #[test]
 fn a_leases_living_with_the_session_row_hold_over_a_complete_exploration() {
     let started = Instant::now();
-    let checker = SessionModel::new(SessionVariant::Shipped).checker().spawn_dfs().join();
+    let checker = SessionModel::new(SessionVariant::Shipped)
+        .checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
     println!(
         "sql_session Shipped: complete={} unique states={} in {:.1?}",
         checker.is_done(),
