@@ -67,7 +67,23 @@ pub(super) async fn end(client: &PgClient, lost: &Backend, limit: Duration) -> R
     // `pg_terminate_backend` signals and returns (PostgreSQL 14's timeout
     // argument waits, but older servers lack it): the row going from
     // `pg_stat_activity` is what says the backend has exited.
-    client.query_typed(&format!("SELECT pg_terminate_backend(pid) {ALIVE}"), &params).await.map_err(map_err)?;
+    client.query_typed(&format!("SELECT pg_terminate_backend(pid) {ALIVE}"), &params).await.map_err(|e| {
+        if e.code() != Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+            return map_err(e);
+        }
+        Error::backend(
+            STORE,
+            false,
+            format!(
+                "the server refused to end the backend (pid {}) of a connection this client lost with a statement \
+                 in flight ({}); a role may end its own backends, so check that every connection of this client \
+                 logs in as the same role, or grant the role pg_signal_backend; nothing is sent on its slot until \
+                 that backend has ended",
+                lost.pid,
+                super::error::PgError(e)
+            ),
+        )
+    })?;
     let since = std::time::Instant::now();
     let alive = format!("SELECT count(*) {ALIVE}");
     loop {
