@@ -7,7 +7,7 @@
 //! `Client::with_lock`, the short form for "wait a bit, run, release".
 //!
 //! ```text
-//! cargo run -p holdfast-lock --example cron_job
+//! cargo run -p holdfast-examples --example cron_job
 //! ```
 //!
 //! The instances are three clients in one process here; in production they

@@ -9,7 +9,7 @@
 //! actix route would call.
 //!
 //! ```text
-//! cargo run -p holdfast-lock --example web_handler
+//! cargo run -p holdfast-examples --example web_handler
 //! ```
 
 use std::time::Duration;

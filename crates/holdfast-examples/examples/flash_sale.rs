@@ -8,7 +8,7 @@
 //! oversell: its fence is older than the next holder's.
 //!
 //! ```text
-//! cargo run -p holdfast-lock --example flash_sale
+//! cargo run -p holdfast-examples --example flash_sale
 //! ```
 //!
 //! Locks and "shop database" are SQLite files in a temporary directory; with
