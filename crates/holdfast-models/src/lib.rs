@@ -47,6 +47,9 @@
 //! - [`sql_late_statement`]: a SQL grant statement of a lost connection,
 //!   applied after its attempt's release: the lost connection's backend
 //!   ended, and waited for, before any further statement.
+//! - [`sql_pooled_loss`]: the same lost statement behind a pooler, where
+//!   the backend cannot be named: the client's session rotated, so that a
+//!   late grant lives with a session that is ended.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -73,6 +76,7 @@ pub mod register;
 pub mod share_handover;
 pub mod share_lanes;
 pub mod sql_late_statement;
+pub mod sql_pooled_loss;
 pub mod sql_session;
 pub mod trace;
 pub mod zk_join;
