@@ -14,7 +14,7 @@
 /// How soon another client (connecting to `url`) gets `key` with `ttl`,
 /// looking every 200 ms for `within`; `None` if it never did.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-async fn freed_within(
+pub(crate) async fn freed_within(
     url: &str,
     key: &str,
     ttl: std::time::Duration,

@@ -59,6 +59,8 @@ mod postgres_faults;
 mod postgres_fences;
 #[path = "postgres_history.rs"]
 mod postgres_history;
+#[path = "postgres_lost_backend.rs"]
+mod postgres_lost_backend;
 #[path = "postgres_sessions.rs"]
 mod postgres_sessions;
 #[path = "postgres_wakeups.rs"]

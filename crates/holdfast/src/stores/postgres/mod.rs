@@ -127,7 +127,10 @@ impl PostgresBackend {
             slots: (0..config.pool_size).map(|_| Default::default()).collect(),
             renewal: Default::default(),
             txn: Default::default(),
-            lost_limit: config.op_timeout,
+            // Within the call's own timeout, which covers the connect and
+            // the fence: past it the caller would read a bare "timed out"
+            // instead of the fence's error that names the backend.
+            lost_limit: config.op_timeout / 2,
             txn_turn: Default::default(),
             abandoned_ends: Default::default(),
             next: AtomicUsize::new(0),

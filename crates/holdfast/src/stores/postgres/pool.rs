@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_postgres::Client as PgClient;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::PostgresBackend;
 use super::config::Prepared;
 use super::error::{map_err, timed_out};
 use super::lost::{self, Backend};
-use crate::vocabulary::error::Result;
+use super::{PostgresBackend, STORE};
+use crate::vocabulary::error::{Error, Result};
 
 /// A few statement connections. tokio-postgres pipelines concurrent
 /// statements on one connection and the server runs them in order; as every
@@ -30,17 +30,17 @@ pub(super) struct Pool {
     /// The TLS connector (also used by the listener).
     pub(super) tls: MakeRustlsConnect,
     /// One lazily (re)opened connection per slot.
-    pub(super) slots: Vec<tokio::sync::Mutex<Slot>>,
+    pub(super) slots: Vec<SlotCell>,
     /// Renewal's own connection: renewals never queue behind the acquires
     /// pipelined on the slots, so a client acquiring at full speed still
     /// renews in time. (A renewal and a release of one key may then run in
     /// either order; a renewal after the release finds no row, and the
     /// client ignores it for a lease it released.)
-    pub(super) renewal: tokio::sync::Mutex<Slot>,
+    pub(super) renewal: SlotCell,
     /// The connection of shared-lease transactions (a transaction needs a
     /// connection to itself; the slots are shared by pipelined statements),
     /// and the turn to use it: held for a whole transaction.
-    pub(super) txn: tokio::sync::Mutex<Slot>,
+    pub(super) txn: SlotCell,
     pub(super) txn_turn: Arc<tokio::sync::Mutex<()>>,
     /// Transactions whose caller gave up while their `COMMIT` was in flight
     /// (see [`PostgresBackend::transaction`]); a release waits for them.
@@ -49,8 +49,18 @@ pub(super) struct Pool {
     pub(super) next: AtomicUsize,
     /// Where named prepared statements may be used.
     pub(super) prepared: Prepared,
-    /// How long a slot waits for a lost connection's backend to end.
+    /// How long a slot waits for a lost connection's backend to end (half
+    /// the call's timeout: see `PostgresBackend::open_inner`).
     pub(super) lost_limit: std::time::Duration,
+}
+
+/// A slot, and the process id of the lost backend it waits for (0: none),
+/// readable without the slot's lock, which the wait holds: a call that gave
+/// up while queued behind it says why (see [`Pool::timed_out`]).
+#[derive(Default)]
+pub(super) struct SlotCell {
+    slot: tokio::sync::Mutex<Slot>,
+    ending: std::sync::atomic::AtomicI32,
 }
 
 /// A connection slot: its connection, or the backend of the connection it
@@ -108,6 +118,35 @@ impl Pool {
         self.open_in(&self.slots[i], false).await
     }
 
+    /// The error of a statement about `key` that gave up after `after`
+    /// (see [`Self::timed_out_in`]).
+    pub(super) fn timed_out(&self, what: &str, after: std::time::Duration, key: Option<&str>) -> Error {
+        let cell = key.map(|k| &self.slots[(fnv1a(k.as_bytes()) % self.slots.len() as u64) as usize]);
+        Self::timed_out_in(cell, what, after)
+    }
+
+    /// The error of a transaction that gave up after `after`.
+    pub(super) fn txn_timed_out(&self, what: &str, after: std::time::Duration) -> Error {
+        Self::timed_out_in(Some(&self.txn), what, after)
+    }
+
+    /// If the slot a call needed (when known) waits for a lost connection's
+    /// backend to end, its timeout says so, with the pid.
+    fn timed_out_in(cell: Option<&SlotCell>, what: &str, after: std::time::Duration) -> Error {
+        match cell.map(|c| c.ending.load(Ordering::Relaxed)).filter(|&pid| pid != 0) {
+            Some(pid) => Error::backend(
+                STORE,
+                true,
+                format!(
+                    "{what} timed out after {after:?} while its connection waits for the backend (pid {pid}) of a \
+                     connection lost with a statement in flight to end; nothing is sent on it until that backend \
+                     has ended (a statement of it could still be applied): try again"
+                ),
+            ),
+            None => timed_out(what, after),
+        }
+    }
+
     /// The renewal connection.
     pub(super) async fn renewal(&self) -> Result<Arc<Conn>> {
         self.open_in(&self.renewal, true).await
@@ -135,17 +174,21 @@ impl Pool {
     /// A connection that left the slot broken may have had a statement in
     /// flight: its backend is ended first (see `lost`), except the renewal
     /// connection's (a renewal grants nothing, and renewals must not wait).
-    async fn open_in(&self, slot: &tokio::sync::Mutex<Slot>, renewal: bool) -> Result<Arc<Conn>> {
-        let mut slot = slot.lock().await;
+    async fn open_in(&self, cell: &SlotCell, renewal: bool) -> Result<Arc<Conn>> {
+        let mut slot = cell.slot.lock().await;
         if let Some(c) = slot.conn.as_ref().filter(|c| !c.client.is_closed() && !c.broken.load(Ordering::Relaxed)) {
             return Ok(c.clone());
         }
         slot.lose();
+        if let Some(lost) = slot.unended.as_ref().filter(|_| !renewal) {
+            cell.ending.store(lost.pid, Ordering::Relaxed);
+        }
         let conn = self.connect(renewal).await?;
         if let Some(lost) = slot.unended.as_ref().filter(|_| !renewal) {
             lost::end(&conn.client, lost, self.lost_limit).await?;
         }
         slot.unended = None;
+        cell.ending.store(0, Ordering::Relaxed);
         slot.conn = Some(conn.clone());
         Ok(conn)
     }
@@ -227,7 +270,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// connection runs nothing else); the server rolls the transaction back.
 struct Spoiled<'a> {
     conn: Option<Arc<Conn>>,
-    slot: &'a tokio::sync::Mutex<Slot>,
+    slot: &'a SlotCell,
     tls: &'a tokio_postgres_rustls::MakeRustlsConnect,
 }
 
@@ -237,7 +280,7 @@ impl Drop for Spoiled<'_> {
         c.broken.store(true, Ordering::Relaxed);
         // The caller holds the transaction turn, which every user of the
         // slot takes first: the slot is free.
-        if let Ok(mut slot) = self.slot.try_lock() {
+        if let Ok(mut slot) = self.slot.slot.try_lock() {
             if slot.conn.as_ref().is_some_and(|s| Arc::ptr_eq(s, &c)) {
                 slot.lose();
             }
@@ -284,7 +327,7 @@ impl PostgresBackend {
             end_transaction(conn, end, turn, timeout, &self.inner.pool).await?;
             out
         };
-        tokio::time::timeout(timeout, run).await.map_err(|_| timed_out(what, timeout))?
+        tokio::time::timeout(timeout, run).await.map_err(|_| self.inner.pool.txn_timed_out(what, timeout))?
     }
 }
 

@@ -189,7 +189,7 @@ impl PostgresBackend {
             cancel.0 = None;
             outcome
         };
-        tokio::time::timeout(timeout, fut).await.map_err(|_| timed_out(what, timeout))?
+        tokio::time::timeout(timeout, fut).await.map_err(|_| self.inner.pool.timed_out(what, timeout, key))?
     }
 
     /// Sends one statement on `c`: its named prepared statement where
