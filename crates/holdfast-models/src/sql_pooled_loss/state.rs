@@ -54,30 +54,10 @@ pub enum Key {
     K3,
 }
 
-/// Where the lost statement S is (as in model 18).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Stage {
-    /// In the network (or the pooler): not read by the server.
-    InNetwork,
-    /// Read, waiting for K's row lock.
-    WaitingLock,
-    /// Holding the row lock, its commit not yet visible.
-    Committing,
-    /// Its commit is visible.
-    Applied {
-        /// Whether it granted (or regranted) K to t.
-        granted: bool,
-    },
-    /// Rolled back, or never read.
-    Aborted,
-}
-
-impl Stage {
-    /// Whether nothing more can happen to it.
-    pub fn resolved(self) -> bool {
-        matches!(self, Self::Applied { .. } | Self::Aborted)
-    }
-}
+/// Where the lost statement S is: model 18's stages (in the network, or
+/// here the pooler; waiting for K's row lock; committing; applied, granted
+/// or regranted or not; rolled back or never read).
+pub use crate::sql_late_statement::Statement as Stage;
 
 /// What A's book says of one of its attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
