@@ -64,11 +64,12 @@ const TTL: Duration = Duration::from_secs(3);
 async fn acquire_waiting_for_its_row(
     server: &PostgresServer,
     proxy: &FaultProxy,
+    role: &str,
     timeout_ms: u64,
     key: &'static str,
 ) -> Waiting {
     let url = format!(
-        "postgres://postgres@{}/postgres?sslmode=disable&pool_size=1&listen=off&timeout_ms={timeout_ms}",
+        "postgres://{role}@{}/postgres?sslmode=disable&pool_size=1&listen=off&timeout_ms={timeout_ms}",
         proxy.addr()
     );
     let a = Client::connect(&url).await.expect("connect a");
@@ -104,7 +105,8 @@ async fn a_lost_backend_that_does_not_end_keeps_its_slot_closed_until_it_has() {
     let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
     // One slot, so that every call after the loss needs the fenced slot.
     let key = "lost-backend/key";
-    let Waiting { a, keeper, blocker, attempt, pid } = acquire_waiting_for_its_row(&server, &proxy, 1000, key).await;
+    let Waiting { a, keeper, blocker, attempt, pid } =
+        acquire_waiting_for_its_row(&server, &proxy, "postgres", 1000, key).await;
     // The backend cannot run, then its connection is lost.
     let stopped = Stopped::stop(pid);
     proxy.cut();
@@ -179,7 +181,8 @@ async fn behind_a_pooler_the_roles_connection_check_ends_a_lost_acquire_waiting_
     let port = pooled.split(':').nth(2).and_then(|p| p.split('/').next()).expect("the pooler's port");
     let proxy = FaultProxy::start(format!("127.0.0.1:{port}").parse().expect("addr"));
     let key = "pooled-late/key";
-    let Waiting { keeper, blocker, attempt, .. } = acquire_waiting_for_its_row(&server, &proxy, 2000, key).await;
+    let Waiting { keeper, blocker, attempt, .. } =
+        acquire_waiting_for_its_row(&server, &proxy, "postgres", 2000, key).await;
     proxy.cut();
     let outcome = attempt.await.expect("attempt task");
     assert!(outcome.is_err(), "the attempt was answered: {outcome:?}");
@@ -190,6 +193,55 @@ async fn behind_a_pooler_the_roles_connection_check_ends_a_lost_acquire_waiting_
 
     let freed = crate::late_acquire_sql::freed_within(&server.url(), key, TTL, TTL * 4).await;
     assert!(freed.is_some(), "key still held {:?} after the lost acquire behind the pooler", TTL * 4);
+    assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
+    keeper.release().await.expect("keeper release");
+}
+
+/// A role that may not end the lost backend (here `pg_terminate_backend`
+/// revoked from PUBLIC; in production, connections that log in as other
+/// roles, which a role may not signal): the fence is refused, and every
+/// call on the slot says so, naming the backend, the store and its
+/// endpoint, and what to grant; it is not retried (it will not pass by
+/// itself), and nothing goes out on the slot. Granted the function, the
+/// next call ends the backend and the slot opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fence_refused_for_privileges_says_what_to_grant_and_sends_nothing() {
+    let server = PostgresServer::start();
+    server.psql(
+        "CREATE ROLE app LOGIN; GRANT CREATE ON DATABASE postgres TO app; GRANT CREATE ON SCHEMA public TO app; \
+         REVOKE EXECUTE ON FUNCTION pg_terminate_backend(integer, bigint) FROM PUBLIC",
+    );
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
+    let key = "refused-fence/key";
+    let Waiting { a, keeper, blocker, attempt, pid } =
+        acquire_waiting_for_its_row(&server, &proxy, "app", 2000, key).await;
+    proxy.cut();
+    let outcome = attempt.await.expect("attempt task");
+    assert!(outcome.is_err(), "the attempt was answered: {outcome:?}");
+
+    for _ in 0..3 {
+        let e = match a.mutex("refused-fence/other").ttl(TTL).try_acquire().await {
+            Err(e) => e,
+            Ok(got) => panic!("a call went out on the slot of the unended backend {pid}: {:?}", got.map(|g| g.fence())),
+        };
+        let shown = e.to_string();
+        assert!(!e.is_retryable(), "a refusal for privileges is retryable: {shown}");
+        for part in
+            ["postgres".to_string(), proxy.addr().to_string(), format!("pid {pid}"), "pg_signal_backend".to_string()]
+        {
+            assert!(shown.contains(&part), "the error does not name {part:?}: {shown}");
+        }
+    }
+    let waiting = blocker.query(WAITING, &[]).await.expect("activity");
+    assert_eq!(waiting.len(), 1, "the lost acquire no longer waits: it was ended without the privilege");
+
+    server.psql("GRANT EXECUTE ON FUNCTION pg_terminate_backend(integer, bigint) TO app");
+    let other = a.mutex("refused-fence/other").ttl(TTL).try_acquire().await.expect("granted the function");
+    other.expect("the other key is free").release().await.expect("release other");
+    assert!(blocker.query(WAITING, &[]).await.expect("activity").is_empty(), "the lost acquire still waits");
+    blocker.batch_execute("COMMIT").await.expect("commit");
+    let freed = crate::late_acquire_sql::freed_within(&server.url(), key, TTL, TTL * 4).await;
+    assert!(freed.is_some(), "key still held {:?}: the lost acquire was applied", TTL * 4);
     assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
     keeper.release().await.expect("keeper release");
 }

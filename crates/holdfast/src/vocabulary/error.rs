@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 pub use crate::vocabulary::store_error::BoxError;
-use crate::vocabulary::store_error::{AtEndpoint, Said, is_located};
+use crate::vocabulary::store_error::{Advised, AtEndpoint, Said, is_located};
 
 /// `Result` with holdfast's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -119,6 +119,13 @@ impl Error {
     /// An [`Error::Backend`] from any error, for store implementations.
     pub fn backend(store: &'static str, retryable: bool, source: impl Into<BoxError>) -> Self {
         Error::Backend { store, retryable, source: source.into() }
+    }
+
+    /// An [`Error::Backend`] whose cause is `text` in holdfast's own words,
+    /// which say what to do: located like any other, never re-explained.
+    #[allow(dead_code)] // not every build has a store that uses it
+    pub(crate) fn advised(store: &'static str, retryable: bool, text: String) -> Self {
+        Error::Backend { store, retryable, source: Box::new(Advised(text)) }
     }
 
     /// An [`Error::Backend`] whose message is `text` as it is: it names

@@ -70,6 +70,21 @@ impl fmt::Display for Said {
 
 impl StdError for Said {}
 
+/// A cause in holdfast's own words that says what to do already (it may
+/// quote the server: "permission denied for function ..."), kept as it is
+/// where a client library's error is explained: the shared advice for its
+/// words would replace the specific one.
+#[derive(Debug)]
+pub(crate) struct Advised(pub(crate) String);
+
+impl fmt::Display for Advised {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for Advised {}
+
 /// Whether `source` says the store and endpoint itself already.
 pub(crate) fn is_located(source: &BoxError) -> bool {
     source.is::<AtEndpoint>() || source.is::<Said>()
@@ -231,6 +246,9 @@ fn raw_lower(err: &(dyn StdError + 'static)) -> String {
 
 /// The cause of a store failure in plain words, and what to do about it.
 pub(crate) fn explain(store: &str, err: &(dyn StdError + 'static)) -> String {
+    if let Some(advised) = err.downcast_ref::<Advised>() {
+        return advised.0.clone();
+    }
     let text = plain(err);
     let lower = raw_lower(err);
     let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
@@ -359,6 +377,18 @@ mod tests {
         );
         let Error::Backend { source, .. } = &e else { unreachable!() };
         assert!(original(source).is::<std::io::Error>());
+    }
+
+    #[test]
+    fn advice_in_holdfasts_words_is_kept_as_written() {
+        let text = "the server refused to end the backend (pid 7) (permission denied for function f); grant the role \
+                    pg_signal_backend";
+        let e = Error::advised("postgres", false, text.to_owned()).at("h:1");
+        assert_eq!(e.to_string(), format!("postgres at h:1: {text}"));
+        assert!(!e.is_retryable());
+        // The same words from a client library get the shared advice.
+        let plain = Error::backend("postgres", false, text.to_owned()).at("h:1").to_string();
+        assert!(plain.contains("grant the user the rights docs/stores.md lists"), "{plain}");
     }
 
     #[test]

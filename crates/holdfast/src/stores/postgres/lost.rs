@@ -71,7 +71,7 @@ pub(super) async fn end(client: &PgClient, lost: &Backend, limit: Duration) -> R
         if e.code() != Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
             return map_err(e);
         }
-        Error::backend(
+        Error::advised(
             STORE,
             false,
             format!(
