@@ -130,7 +130,7 @@ async fn end(conn: &mut Conn, id: u32) -> mysql_async::Result<()> {
                  nothing is sent until that connection ends",
                 e.message
             );
-            return Err(mysql_async::Error::Other(Box::new(Error::backend(STORE, false, message))));
+            return Err(mysql_async::Error::Other(Box::new(Error::advised(STORE, false, message))));
         }
         Err(e) => return Err(e),
     }
