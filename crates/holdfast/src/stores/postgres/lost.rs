@@ -59,49 +59,65 @@ const ALIVE: &str = "FROM pg_stat_activity WHERE pid = $1 AND (extract(epoch FRO
 /// is gone already), within `limit`; run on `client`, a new connection of
 /// the same role (a role may end its own backends).
 ///
+/// A role refused `pg_terminate_backend` (revoked from PUBLIC, say) is not
+/// stuck: the server refuses the function before it reads a row, so it is
+/// called only for a backend seen alive, and after a refusal the backend
+/// is still waited for, since it ends by itself once it notices its closed
+/// socket (the pool sets `client_connection_check_interval`); only one that
+/// outlives `limit` gets the refusal's advice.
+///
 /// Cancel safety: dropping it leaves the backend ended or not; the caller
 /// keeps `lost` until this returns `Ok`, and ending it again is harmless.
 pub(super) async fn end(client: &PgClient, lost: &Backend, limit: Duration) -> Result<()> {
     let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
         [(&lost.pid, Type::INT4), (&lost.started_us, Type::INT8)];
+    let alive = format!("SELECT count(*) {ALIVE}");
+    let is_alive = async || -> Result<bool> {
+        let row = client.query_typed_one(&alive, &params).await.map_err(map_err)?;
+        Ok(row.try_get::<_, i64>(0).map_err(map_err)? > 0)
+    };
+    if !is_alive().await? {
+        return Ok(());
+    }
     // `pg_terminate_backend` signals and returns (PostgreSQL 14's timeout
     // argument waits, but older servers lack it): the row going from
     // `pg_stat_activity` is what says the backend has exited.
-    client.query_typed(&format!("SELECT pg_terminate_backend(pid) {ALIVE}"), &params).await.map_err(|e| {
-        if e.code() != Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
-            return map_err(e);
-        }
-        Error::advised(
-            STORE,
-            false,
-            format!(
-                "the server refused to end the backend (pid {}) of a connection this client lost with a statement \
-                 in flight ({}); a role may end its own backends, so check that every connection of this client \
-                 logs in as the same role, or grant the role pg_signal_backend; nothing is sent on its slot until \
-                 that backend has ended",
-                lost.pid,
-                super::error::PgError(e)
-            ),
-        )
-    })?;
+    let refused = match client.query_typed(&format!("SELECT pg_terminate_backend(pid) {ALIVE}"), &params).await {
+        Ok(_) => None,
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => Some(e),
+        Err(e) => return Err(map_err(e)),
+    };
     let since = std::time::Instant::now();
-    let alive = format!("SELECT count(*) {ALIVE}");
     loop {
-        let row = client.query_typed_one(&alive, &params).await.map_err(map_err)?;
-        if row.try_get::<_, i64>(0).map_err(map_err)? == 0 {
+        if !is_alive().await? {
             return Ok(());
         }
         if since.elapsed() >= limit {
-            return Err(Error::backend(
-                STORE,
-                true,
-                format!(
-                    "the backend (pid {}) of a connection lost with a statement in flight did not end within \
-                     {limit:?}; nothing more is sent on its slot until it has (a statement of it could still \
-                     commit a grant)",
-                    lost.pid
+            return Err(match refused {
+                Some(e) => Error::advised(
+                    STORE,
+                    false,
+                    format!(
+                        "the server refused to end the backend (pid {}) of a connection this client lost with a \
+                         statement in flight ({}), and it did not end by itself within {limit:?}; a role may end \
+                         its own backends, so check that every connection of this client logs in as the same \
+                         role, or grant the role pg_signal_backend; nothing is sent on its slot until that \
+                         backend has ended",
+                        lost.pid,
+                        super::error::PgError(e)
+                    ),
                 ),
-            ));
+                None => Error::backend(
+                    STORE,
+                    true,
+                    format!(
+                        "the backend (pid {}) of a connection lost with a statement in flight did not end within \
+                         {limit:?}; nothing more is sent on its slot until it has (a statement of it could still \
+                         commit a grant)",
+                        lost.pid
+                    ),
+                ),
+            });
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
