@@ -32,6 +32,7 @@ async fn redis_floor_is_owner_checked_and_its_commands_are_counted() {
     assert_eq!(ran.scripts(), 3, "{ran:?}");
     assert_eq!(ran.requests(), 7, "{ran:?}");
     assert_eq!(ran.total(), 11, "{ran:?}");
+    floor_checks::read_write(floor.as_ref(), "rw").await;
 
     let r = floor_checks::contended_run(floor, 8, Some(counter.as_ref())).await;
     assert_eq!(r.tasks_never_acquired, 0, "{r:?}");

@@ -6,6 +6,15 @@
 //! settings as the URL gives holdfast. So `holdfast / floor` is the cost of
 //! the client around the statements (renewal, cancel safety, waiting), not of
 //! the SQL. TLS modes other than `disable`/`prefer` are not supported here.
+//!
+//! Its read-write lock is the least a hand-written one costs on PostgreSQL:
+//! a share is a row of `holdfast_bench_floor_rw` (key, token, writer,
+//! expiry); one call of a PL/pgSQL function takes the key's transaction
+//! advisory lock, so that attempts on a key run one at a time, then, in a
+//! statement whose snapshot is taken after that lock (READ COMMITTED takes
+//! one per statement), grants unless an unexpired writer (for a reader) or
+//! any unexpired holder (for a writer) is there; the release deletes the
+//! token's row.
 
 use std::time::Duration;
 
@@ -35,6 +44,31 @@ pub struct PostgresFloor {
     client: Client,
     acquire: Statement,
     release: Statement,
+    acquire_rw: Statement,
+    release_rw: Statement,
+}
+
+/// The read-write floor's table and function in schema `s` (quoted).
+fn rw_ddl(s: &str) -> String {
+    format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('holdfast_bench_floor_rw ddl', 0));
+         CREATE TABLE IF NOT EXISTS {s}.holdfast_bench_floor_rw (
+             key text NOT NULL, token bytea NOT NULL, writer bool NOT NULL, expires_at timestamptz NOT NULL,
+             PRIMARY KEY (key, token));
+         CREATE OR REPLACE FUNCTION {s}.holdfast_bench_floor_rw_acquire(k text, tok bytea, w bool, ttl_ms int8)
+         RETURNS bool LANGUAGE plpgsql VOLATILE AS $f$
+         BEGIN
+             PERFORM pg_advisory_xact_lock(hashtextextended(k, 0));
+             IF EXISTS (SELECT 1 FROM {s}.holdfast_bench_floor_rw r
+                        WHERE r.key = k AND r.expires_at > clock_timestamp() AND (r.writer OR w)) THEN
+                 RETURN false;
+             END IF;
+             INSERT INTO {s}.holdfast_bench_floor_rw AS r (key, token, writer, expires_at)
+             VALUES (k, tok, w, clock_timestamp() + ttl_ms * interval '1 millisecond')
+             ON CONFLICT (key, token) DO UPDATE SET writer = excluded.writer, expires_at = excluded.expires_at;
+             RETURN true;
+         END $f$;"
+    )
 }
 
 impl PostgresFloor {
@@ -90,7 +124,23 @@ impl PostgresFloor {
             let acquire =
                 client.prepare_typed(&acquire_sql, &[Type::TEXT, Type::BYTEA, Type::INT8]).await.map_err(map_err)?;
             let release = client.prepare_typed(&release_sql, &[Type::TEXT, Type::BYTEA]).await.map_err(map_err)?;
-            Ok(PostgresFloor { client, acquire, release })
+            let s = format!("\"{}\"", cfg.schema);
+            client.batch_execute(&format!("BEGIN; {}; COMMIT", rw_ddl(&s))).await.map_err(map_err)?;
+            let acquire_rw = client
+                .prepare_typed(
+                    &format!("SELECT {s}.holdfast_bench_floor_rw_acquire($1, $2, $3, $4)"),
+                    &[Type::TEXT, Type::BYTEA, Type::BOOL, Type::INT8],
+                )
+                .await
+                .map_err(map_err)?;
+            let release_rw = client
+                .prepare_typed(
+                    &format!("DELETE FROM {s}.holdfast_bench_floor_rw WHERE key = $1 AND token = $2"),
+                    &[Type::TEXT, Type::BYTEA],
+                )
+                .await
+                .map_err(map_err)?;
+            Ok(PostgresFloor { client, acquire, release, acquire_rw, release_rw })
         })
         .await
     }
@@ -100,7 +150,8 @@ impl PostgresFloor {
 impl Floor for PostgresFloor {
     fn describe(&self) -> &'static str {
         "tokio-postgres, one connection, prepared: holdfast's acquire statement (the row's fence + 1, or the \
-         counter + INSERT .. ON CONFLICT DO UPDATE .. WHERE expired) + UPDATE .. WHERE token (row kept)"
+         counter + INSERT .. ON CONFLICT DO UPDATE .. WHERE expired) + UPDATE .. WHERE token (row kept); \
+         read-write: one PL/pgSQL call (the key's advisory lock, a check, an INSERT) + DELETE .. WHERE token"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {
@@ -116,5 +167,25 @@ impl Floor for PostgresFloor {
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool> {
         let token = token.to_bytes().to_vec();
         timed(async { Ok(self.client.execute(&self.release, &[&key, &token]).await.map_err(map_err)? == 1) }).await
+    }
+
+    fn has_rw(&self) -> bool {
+        true
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let token = token.to_bytes().to_vec();
+        let ttl_ms = ttl.as_millis() as i64;
+        timed(async {
+            let row =
+                self.client.query_one(&self.acquire_rw, &[&key, &token, &write, &ttl_ms]).await.map_err(map_err)?;
+            row.try_get::<_, bool>(0).map_err(map_err)
+        })
+        .await
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let token = token.to_bytes().to_vec();
+        timed(async { Ok(self.client.execute(&self.release_rw, &[&key, &token]).await.map_err(map_err)? == 1) }).await
     }
 }

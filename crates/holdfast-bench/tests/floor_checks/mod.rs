@@ -32,6 +32,29 @@ pub async fn expired_key_taken_over(floor: &dyn Floor, key: &str) -> OwnerToken 
     a
 }
 
+/// A read-write floor: reads share `key`, a writer is refused while a
+/// reader holds it and refuses readers while it holds it, an expired
+/// writer lets readers in, and releases are owner-checked. Leaves `key` free.
+pub async fn read_write(floor: &dyn Floor, key: &str) {
+    assert!(floor.has_rw(), "this floor has a read-write lock");
+    let (r1, r2, w) = (OwnerToken::random(), OwnerToken::random(), OwnerToken::random());
+    assert!(floor.acquire_rw(key, r1, TTL, false).await.expect("read"), "a free key is read");
+    assert!(floor.acquire_rw(key, r2, TTL, false).await.expect("read"), "reads share");
+    assert!(!floor.acquire_rw(key, w, TTL, true).await.expect("write"), "a writer waits for the readers");
+    assert!(!floor.release_rw(key, w).await.expect("release"), "a token that holds nothing releases nothing");
+    assert!(floor.release_rw(key, r1).await.expect("release"));
+    assert!(!floor.acquire_rw(key, w, TTL, true).await.expect("write"), "one reader is left");
+    assert!(floor.release_rw(key, r2).await.expect("release"));
+    assert!(floor.acquire_rw(key, w, Duration::from_millis(50), true).await.expect("write"), "free again");
+    assert!(!floor.acquire_rw(key, r1, TTL, false).await.expect("read"), "a writer keeps readers out");
+    assert!(!floor.acquire_rw(key, r2, TTL, true).await.expect("write"), "and other writers");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(floor.acquire_rw(key, r1, TTL, false).await.expect("read"), "an expired writer lets readers in");
+    assert!(floor.release_rw(key, r1).await.expect("release"));
+    assert!(floor.acquire_rw(key, w, TTL, true).await.expect("write"), "the last reader gone, a writer gets in");
+    assert!(floor.release_rw(key, w).await.expect("release"));
+}
+
 /// The contended workload for 300 ms with `tasks` tasks: some cycles ran and
 /// never two holders at once. Returns the result for further checks.
 pub async fn contended_run(
