@@ -39,3 +39,27 @@ async fn unreachable_etcd_is_a_typed_error_within_seconds() {
     assert!(matches!(outcome, Err(holdfast::Error::Backend { store: "etcd", .. })), "{outcome:?}");
     assert!(started.elapsed() < Duration::from_secs(15));
 }
+
+/// `readers` on a store whose floor has no read-write lock: the floor takes
+/// each task's own key with its mutex, and the report says so; both subjects
+/// run every task with no two holders of a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_on_a_floor_without_read_write_locks_compare_with_its_mutex() {
+    use holdfast_bench::{BenchOptions, Workload, run};
+    let server = EtcdServer::start();
+    let mut opts = BenchOptions::new(server.url());
+    opts.workloads = vec![Workload::Readers];
+    opts.tasks_uncontended = 8;
+    opts.duration = Duration::from_millis(500);
+    let report = run(&opts, |_| {}).await.expect("bench");
+    for subject in ["holdfast", "floor"] {
+        let r = report.result(Workload::Readers, subject).unwrap_or_else(|| panic!("no readers result for {subject}"));
+        assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{subject}: {r:?}");
+    }
+    assert!(
+        report.notes.iter().any(|n| n.contains("the floor takes each key with its mutex")),
+        "the report does not say what the floor ran: {:?}",
+        report.notes
+    );
+    assert_eq!(report.ratios.len(), 1, "one holdfast/floor ratio");
+}

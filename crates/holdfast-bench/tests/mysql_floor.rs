@@ -26,27 +26,29 @@ async fn mysql_floor_is_owner_checked_and_takes_over_expired_rows() {
     assert!(fence.trim().parse::<u64>().expect("fence") >= 3, "k's fence: {fence}");
 }
 
-/// `readers` on a store whose floor has no read-write lock: the floor takes
-/// each task's own key with its mutex, and the report says so; both subjects
-/// run every task with no two holders of a key.
+/// The read-write floor (one `CALL` under the key's gate row): its rules,
+/// then `rwlock` and `readers` for both subjects with no two holders where
+/// one writes, every task served, and no note that the floor fell back to
+/// its mutex.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_on_a_floor_without_read_write_locks_compare_with_its_mutex() {
+async fn mysql_read_write_floor_shares_reads_and_excludes_writers() {
     use holdfast_bench::{BenchOptions, Workload, run};
     use std::time::Duration;
     let server = MysqlServer::start();
+    let floor = floor_for(&server.url()).await.expect("floor");
+    floor_checks::read_write(floor.as_ref(), "rw").await;
+
     let mut opts = BenchOptions::new(server.url());
-    opts.workloads = vec![Workload::Readers];
-    opts.tasks_uncontended = 8;
+    opts.workloads = vec![Workload::RwLock, Workload::Readers];
+    (opts.tasks_uncontended, opts.tasks_rwlock) = (8, 8);
     opts.duration = Duration::from_millis(500);
     let report = run(&opts, |_| {}).await.expect("bench");
-    for subject in ["holdfast", "floor"] {
-        let r = report.result(Workload::Readers, subject).unwrap_or_else(|| panic!("no readers result for {subject}"));
-        assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{subject}: {r:?}");
+    for workload in [Workload::RwLock, Workload::Readers] {
+        for subject in ["holdfast", "floor"] {
+            let r = report.result(workload, subject).unwrap_or_else(|| panic!("no {workload} result for {subject}"));
+            assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{workload}/{subject}: {r:?}");
+        }
     }
-    assert!(
-        report.notes.iter().any(|n| n.contains("the floor takes each key with its mutex")),
-        "the report does not say what the floor ran: {:?}",
-        report.notes
-    );
-    assert_eq!(report.ratios.len(), 1, "one holdfast/floor ratio");
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+    assert_eq!(report.ratios.len(), 2, "one holdfast/floor ratio per workload");
 }

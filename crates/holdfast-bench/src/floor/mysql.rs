@@ -9,6 +9,14 @@
 //! to release, one owner-checked `UPDATE` that leaves the row (its fence) as
 //! the released marker. The fence is part of the floor because it is what
 //! the store must do for the same work.
+//!
+//! Its read-write lock is the least a hand-written one costs there: a share
+//! is a row of `holdfast_bench_floor_rw`; one `CALL` of a procedure locks
+//! the key's row of `holdfast_bench_floor_rw_gate` in a transaction, so that
+//! attempts on a key run one at a time, reads the key's shares after that
+//! lock (READ COMMITTED reads each statement's latest commits), inserts
+//! unless an unexpired writer (for a reader) or any unexpired holder (for a
+//! writer) is there, and commits; the release deletes the token's row.
 
 use std::future::Future;
 use std::time::Duration;
@@ -34,7 +42,40 @@ const SCHEMA: &[&str] = &[
         id TINYINT UNSIGNED NOT NULL PRIMARY KEY, value BIGINT UNSIGNED NOT NULL
     ) ENGINE=InnoDB",
     "INSERT IGNORE INTO holdfast_bench_floor_fence (id, value) VALUES (0, 0)",
+    "CREATE TABLE IF NOT EXISTS holdfast_bench_floor_rw_gate (
+        lock_key VARBINARY(256) NOT NULL PRIMARY KEY
+    ) ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS holdfast_bench_floor_rw (
+        lock_key   VARBINARY(256) NOT NULL,
+        token      BINARY(16) NOT NULL,
+        writer     BOOLEAN NOT NULL,
+        expires_at DATETIME(6) NOT NULL,
+        PRIMARY KEY (lock_key, token)
+    ) ENGINE=InnoDB",
+    "CREATE PROCEDURE IF NOT EXISTS holdfast_bench_floor_rw_acquire(
+        IN k VARBINARY(256), IN tok BINARY(16), IN w BOOLEAN, IN us BIGINT)
+    BEGIN
+        DECLARE busy INT DEFAULT 0;
+        START TRANSACTION;
+        -- An exclusive lock on the key's gate row whether it is new or not
+        -- (INSERT IGNORE then a locking read took a shared lock first, and
+        -- two callers upgrading theirs deadlocked).
+        INSERT INTO holdfast_bench_floor_rw_gate (lock_key) VALUES (k) ON DUPLICATE KEY UPDATE lock_key = lock_key;
+        SELECT COUNT(*) INTO busy FROM holdfast_bench_floor_rw
+            WHERE lock_key = k AND token <> tok AND expires_at > UTC_TIMESTAMP(6) AND (writer OR w);
+        IF busy = 0 THEN
+            INSERT INTO holdfast_bench_floor_rw (lock_key, token, writer, expires_at)
+                VALUES (k, tok, w, UTC_TIMESTAMP(6) + INTERVAL us MICROSECOND)
+                ON DUPLICATE KEY UPDATE writer = VALUES(writer), expires_at = VALUES(expires_at);
+        END IF;
+        COMMIT;
+        SELECT busy = 0;
+    END",
 ];
+
+const ACQUIRE_RW: &str = "CALL holdfast_bench_floor_rw_acquire(?, ?, ?, ?)";
+
+const RELEASE_RW: &str = "DELETE FROM holdfast_bench_floor_rw WHERE lock_key = ? AND token = ?";
 
 const FENCE: &str = "UPDATE holdfast_bench_floor_fence SET value = LAST_INSERT_ID(value + 1) WHERE id = 0";
 
@@ -107,7 +148,8 @@ impl MysqlFloor {
 impl Floor for MysqlFloor {
     fn describe(&self) -> &'static str {
         "mysql_async pool: UPDATE row SET fence = LAST_INSERT_ID(fence + 1) if free (a key without a row: BEGIN + \
-         UPDATE counter + INSERT + COMMIT); UPDATE row to the released marker WHERE token"
+         UPDATE counter + INSERT + COMMIT); UPDATE row to the released marker WHERE token; read-write: one CALL \
+         (the key's gate row locked, a read, an INSERT, COMMIT) + DELETE .. WHERE token"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {
@@ -139,6 +181,30 @@ impl Floor for MysqlFloor {
         timed(async {
             let mut conn = self.pool.get_conn().await?;
             conn.exec_drop(RELEASE, (key.as_bytes(), &token.to_bytes()[..])).await?;
+            Ok(conn.affected_rows() == 1)
+        })
+        .await
+    }
+
+    fn has_rw(&self) -> bool {
+        true
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
+        timed(async {
+            let mut conn = self.pool.get_conn().await?;
+            let granted: Option<i64> =
+                conn.exec_first(ACQUIRE_RW, (key.as_bytes(), &token.to_bytes()[..], write, us)).await?;
+            Ok(granted == Some(1))
+        })
+        .await
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        timed(async {
+            let mut conn = self.pool.get_conn().await?;
+            conn.exec_drop(RELEASE_RW, (key.as_bytes(), &token.to_bytes()[..])).await?;
             Ok(conn.affected_rows() == 1)
         })
         .await
