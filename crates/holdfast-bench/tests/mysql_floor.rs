@@ -32,23 +32,9 @@ async fn mysql_floor_is_owner_checked_and_takes_over_expired_rows() {
 /// its mutex.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_read_write_floor_shares_reads_and_excludes_writers() {
-    use holdfast_bench::{BenchOptions, Workload, run};
-    use std::time::Duration;
     let server = MysqlServer::start();
     let floor = floor_for(&server.url()).await.expect("floor");
     floor_checks::read_write(floor.as_ref(), "rw").await;
 
-    let mut opts = BenchOptions::new(server.url());
-    opts.workloads = vec![Workload::RwLock, Workload::Readers];
-    (opts.tasks_uncontended, opts.tasks_rwlock) = (8, 8);
-    opts.duration = Duration::from_millis(500);
-    let report = run(&opts, |_| {}).await.expect("bench");
-    for workload in [Workload::RwLock, Workload::Readers] {
-        for subject in ["holdfast", "floor"] {
-            let r = report.result(workload, subject).unwrap_or_else(|| panic!("no {workload} result for {subject}"));
-            assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{workload}/{subject}: {r:?}");
-        }
-    }
-    assert!(report.notes.is_empty(), "{:?}", report.notes);
-    assert_eq!(report.ratios.len(), 2, "one holdfast/floor ratio per workload");
+    floor_checks::rwlock_and_readers_run(server.url()).await;
 }

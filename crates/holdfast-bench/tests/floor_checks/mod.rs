@@ -55,6 +55,26 @@ pub async fn read_write(floor: &dyn Floor, key: &str) {
     assert!(floor.release_rw(key, w).await.expect("release"));
 }
 
+/// `rwlock` and `readers` on the store `url` names, briefly, for both
+/// subjects: every task served, no two holders where one writes, no note
+/// that the floor fell back to its mutex, one ratio per workload.
+pub async fn rwlock_and_readers_run(url: String) {
+    use holdfast_bench::{BenchOptions, run};
+    let mut opts = BenchOptions::new(url);
+    opts.workloads = vec![Workload::RwLock, Workload::Readers];
+    (opts.tasks_uncontended, opts.tasks_rwlock) = (8, 8);
+    opts.duration = Duration::from_millis(500);
+    let report = run(&opts, |_| {}).await.expect("bench");
+    for workload in [Workload::RwLock, Workload::Readers] {
+        for subject in ["holdfast", "floor"] {
+            let r = report.result(workload, subject).unwrap_or_else(|| panic!("no {workload} result for {subject}"));
+            assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{workload}/{subject}: {r:?}");
+        }
+    }
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+    assert_eq!(report.ratios.len(), 2, "one holdfast/floor ratio per workload");
+}
+
 /// The contended workload for 300 ms with `tasks` tasks: some cycles ran and
 /// never two holders at once. Returns the result for further checks.
 pub async fn contended_run(
