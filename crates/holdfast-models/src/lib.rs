@@ -50,6 +50,10 @@
 //! - [`sql_pooled_loss`]: the same lost statement behind a pooler, where
 //!   the backend cannot be named: the client's session rotated, so that a
 //!   late grant lives with a session that is ended.
+//! - [`pg_share_release`]: a PostgreSQL share's release and the gate's
+//!   shrink in one statement, against the two transactions shipped: the
+//!   fresh read that sees the statement's own delete, and the lock orders
+//!   against a renewal's.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -69,6 +73,7 @@ pub mod network;
 pub mod pg_fence;
 pub mod pg_session;
 pub mod pg_share_gate;
+pub mod pg_share_release;
 pub mod pg_wakeup;
 pub mod redis_cycle;
 pub mod redlock;
