@@ -186,3 +186,52 @@ async fn clients_with_and_without_the_share_functions_keep_the_permit_bound_toge
     assert!(most <= PERMITS, "{most} permits held at once, of {PERMITS}");
     assert!(most > 1, "the tasks never overlapped: the check is empty");
 }
+
+/// The Execute messages in `bytes`, a stretch of a PostgreSQL client's
+/// stream that starts at a message boundary after its startup (each
+/// message: a type byte, then a length that counts itself).
+fn executes(bytes: &[u8]) -> usize {
+    let (mut at, mut count) = (0, 0);
+    while at + 5 <= bytes.len() {
+        let len = u32::from_be_bytes([bytes[at + 1], bytes[at + 2], bytes[at + 3], bytes[at + 4]]) as usize;
+        count += usize::from(bytes[at] == b'E');
+        at += 1 + len;
+    }
+    count
+}
+
+/// A held share's release shrinks the key's gate in its own statement
+/// (`release_sql`, model 20): one statement on the wire where it was two
+/// (the release, then a call of the gate function), and the gate is down
+/// when the release returns, so a writer gets the key at once. Counted on
+/// the bytes the client sends through the fault proxy, on every one of its
+/// connections, around the release alone (leases of 60 s: no renewal in
+/// between). Seen failing before: 2 statements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shares_release_shrinks_its_gate_in_the_same_statement() {
+    let server = PostgresServer::start();
+    let proxy = holdfast_testkit::faults::FaultProxy::start(
+        format!("127.0.0.1:{}", server.port()).parse().expect("the server's address"),
+    );
+    proxy.record_requests();
+    let url = format!("postgres://postgres@{}/postgres?sslmode=disable&pool_size=1&listen=off", proxy.addr());
+    let a = Client::connect(&url).await.expect("connect");
+    let rw = a.rwlock("one-statement/key");
+    let read = rw.read().ttl(Duration::from_secs(60)).acquire().await.expect("read");
+    // A first release of another share: its statement is prepared on the
+    // key's connection, so the release counted below sends only Bind and
+    // Execute.
+    rw.read().ttl(Duration::from_secs(60)).acquire().await.expect("read").release().await.expect("release");
+    let before: Vec<usize> = proxy.recorded_requests().iter().map(Vec::len).collect();
+    read.release().await.expect("release");
+    let sent: usize = proxy
+        .recorded_requests()
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| executes(&bytes[before.get(i).copied().unwrap_or(0)..]))
+        .sum();
+    assert_eq!(sent, 1, "statements a held share's release sent");
+    let b = Client::connect(&server.url()).await.expect("connect b");
+    let writer = b.rwlock("one-statement/key").write().try_acquire().await.expect("try write");
+    assert!(writer.is_some(), "the gate is still up after the last share's release");
+}

@@ -9,6 +9,7 @@
 
 use super::acquire_sql::{GRANT_COLUMNS, LEAN_SESSION_COLUMNS, RUN_AGAIN, SESSION_COLUMNS, acquire_sql, grant_ctes};
 use super::config::PostgresConfig;
+use super::release_sql::release_sql;
 pub(super) use super::session::RELEASED;
 use super::session::until_sql;
 
@@ -54,6 +55,10 @@ pub(super) struct Statements {
     /// the key, a share or a reservation (to shrink after a held share), or
     /// `(false, _, true)` if it held nothing on a key whose row is a gate.
     pub release: String,
+    /// `release` with the gate's shrink in the same statement, where the
+    /// namespace has its functions: the third column is then never true
+    /// (see `release_sql`).
+    pub release_shrinking: String,
     /// `$1 keys[], $2 tokens[], $3 ttl_ms[]` -> the 1-based positions renewed,
     /// of rows without a session (shares, writers, earlier versions' rows).
     pub renew: String,
@@ -96,6 +101,7 @@ impl Statements {
             Stmt::AcquireLean => &self.acquire_lean,
             Stmt::AcquireFreeLean => &self.acquire_free_lean,
             Stmt::Release => &self.release,
+            Stmt::ReleaseShrinking => &self.release_shrinking,
             Stmt::Renew => &self.renew,
             Stmt::Status => &self.status,
             Stmt::RaiseFence => &self.raise_fence,
@@ -182,40 +188,13 @@ impl Statements {
                 "{grant}) {GRANT_COLUMNS}, false, {RUN_AGAIN}, {LEAN_SESSION_COLUMNS}",
                 grant = grant_ctes(&t, &f, &ss, ["$5", "$6", "$7", ""])
             ),
-            // The notification (only if a waiter marked the row `wanted`) is
-            // queued in the same transaction as the delete and delivered at
-            // its commit; payload = the key.
-            // A share or a reservation released: the waiters are told (a
-            // freed share, or a writer that stopped waiting, may admit them);
-            // the caller then shrinks the key's gate row (see `shares`).
-            // Nothing found on a gated key: the caller shrinks it too (the
-            // retry of a release applied whose reply was lost).
-            // c: a row of a session that is not the releasing client's
-            //    counts a removal in it (first: `d` waits for it), so that
-            //    its client hears of it (model 9).
-            release: format!(
-                "WITH o AS (
-                     SELECT {u} AS until, session FROM {t} AS l WHERE key = $1 AND token = $2
-                 ), c AS (
-                     UPDATE {ss} SET removed = removed + 1
-                     WHERE id = (SELECT session FROM o) AND NOT (id = ANY($4::bytea[]))
-                     RETURNING 1
-                 ), d AS (
-                     UPDATE {t} SET token = {RELEASED}, label = '', expires_at = least(o.until, clock_timestamp())
-                     FROM o, (SELECT count(*) FROM c) AS counted WHERE key = $1 AND token = $2
-                     RETURNING o.until > clock_timestamp() AS live, wanted
-                 ), s AS (
-                     DELETE FROM {sh} WHERE key = $1 AND token = $2
-                     RETURNING held AND expires_at > clock_timestamp() AS live, held
-                 )
-                 SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END, false FROM d
-                 UNION ALL
-                 SELECT s.live, pg_notify($3, $1)::text, s.held FROM s
-                 UNION ALL
-                 SELECT false, NULL, true FROM {t}
-                 WHERE key = $1 AND {is_gate} AND NOT EXISTS (SELECT 1 FROM d) AND NOT EXISTS (SELECT 1 FROM s)",
-                u = until("l"),
-                is_gate = super::gate::gate_sql("token", true)
+            // The release, and the same with the gate's shrink: `release_sql`.
+            release: release_sql(&t, &sh, &ss, None),
+            release_shrinking: release_sql(
+                &t,
+                &sh,
+                &ss,
+                Some(&format!("{schema}.\"{}{}\"", config.table, super::share_fns::GATE_FN)),
             ),
             // Shares renew like grants, and move their key's gate row up
             // (the lease row is the gate only while shares hold the key).
@@ -370,9 +349,10 @@ pub(super) enum Stmt {
     AcquireFreeLean = 11,
     ShrinkGate = 12,
     ShareAcquire = 13,
+    ReleaseShrinking = 14,
 }
 
 impl Stmt {
     /// How many there are (the size of a connection's prepared set).
-    pub(super) const COUNT: usize = 14;
+    pub(super) const COUNT: usize = 15;
 }
