@@ -207,6 +207,31 @@ fn role_refused_the_fence(server: &PostgresServer) {
     );
 }
 
+/// A's acquire of `key` waiting for its row, as the role refused the fence
+/// (`role_refused_the_fence`), through a fault proxy to `server`.
+async fn refused_role_waiting(key: &'static str) -> (PostgresServer, FaultProxy, Waiting) {
+    let server = PostgresServer::start();
+    role_refused_the_fence(&server);
+    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
+    let waiting = acquire_waiting_for_its_row(&server, &proxy, "app", 2000, key).await;
+    (server, proxy, waiting)
+}
+
+/// The end of a lost acquire's test: the blocker's transaction commits,
+/// and `key` is free (the lost acquire was rolled back, never granted)
+/// while A's other lease held throughout.
+async fn rolled_back_and_keeper_held(
+    server: &PostgresServer,
+    key: &str,
+    blocker: &tokio_postgres::Client,
+    keeper: holdfast::MutexGuard,
+) {
+    blocker.batch_execute("COMMIT").await.expect("commit");
+    assert!(free(server, key).await, "the lost acquire was applied: the key is held");
+    assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
+    keeper.release().await.expect("keeper release");
+}
+
 /// Whether `key` is free, asked by a client of its own.
 async fn free(server: &PostgresServer, key: &str) -> bool {
     let b = Client::connect(&server.url()).await.expect("connect b");
@@ -226,12 +251,8 @@ async fn free(server: &PostgresServer, key: &str) -> bool {
 /// backend that was no longer there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_role_refused_the_fence_goes_on_once_its_lost_backend_has_ended_by_itself() {
-    let server = PostgresServer::start();
-    role_refused_the_fence(&server);
-    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
     let key = "ended-by-itself/key";
-    let Waiting { a, keeper, blocker, attempt, pid } =
-        acquire_waiting_for_its_row(&server, &proxy, "app", 2000, key).await;
+    let (server, proxy, Waiting { a, keeper, blocker, attempt, pid }) = refused_role_waiting(key).await;
     proxy.cut();
     assert!(attempt.await.expect("attempt task").is_err(), "the attempt was answered");
     let alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1";
@@ -247,10 +268,7 @@ async fn a_role_refused_the_fence_goes_on_once_its_lost_backend_has_ended_by_its
     }
     let other = a.mutex("ended-by-itself/other").ttl(TTL).try_acquire().await.expect("the slot is open");
     other.expect("the other key is free").release().await.expect("release other");
-    blocker.batch_execute("COMMIT").await.expect("commit");
-    assert!(free(&server, key).await, "the lost acquire was applied: the key is held");
-    assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
-    keeper.release().await.expect("keeper release");
+    rolled_back_and_keeper_held(&server, key, &blocker, keeper).await;
 }
 
 /// A role refused the fence whose lost backend does not end (stopped
@@ -261,12 +279,8 @@ async fn a_role_refused_the_fence_goes_on_once_its_lost_backend_has_ended_by_its
 /// opens, the lost acquire rolled back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fence_refused_for_privileges_says_what_to_grant_and_sends_nothing() {
-    let server = PostgresServer::start();
-    role_refused_the_fence(&server);
-    let proxy = FaultProxy::start(format!("127.0.0.1:{}", server.port()).parse().expect("addr"));
     let key = "refused-fence/key";
-    let Waiting { a, keeper, blocker, attempt, pid } =
-        acquire_waiting_for_its_row(&server, &proxy, "app", 2000, key).await;
+    let (server, proxy, Waiting { a, keeper, blocker, attempt, pid }) = refused_role_waiting(key).await;
     let stopped = Stopped::stop(pid);
     proxy.cut();
     assert!(attempt.await.expect("attempt task").is_err(), "the attempt was answered");
@@ -295,8 +309,5 @@ async fn a_fence_refused_for_privileges_says_what_to_grant_and_sends_nothing() {
         }
     };
     other.release().await.expect("release other");
-    blocker.batch_execute("COMMIT").await.expect("commit");
-    assert!(free(&server, key).await, "the lost acquire was applied: the key is held");
-    assert!(!keeper.is_lost(), "A's other lease was lost: {:?}", keeper.lost_reason());
-    keeper.release().await.expect("keeper release");
+    rolled_back_and_keeper_held(&server, key, &blocker, keeper).await;
 }
