@@ -54,6 +54,9 @@
 //!   shrink in one statement, against the two transactions shipped: the
 //!   fresh read that sees the statement's own delete, and the lock orders
 //!   against a renewal's.
+//! - [`pg_share_wakeup`]: whether a held share's release may leave its one
+//!   notification to the gate function's, sent only if the gate row is
+//!   marked `wanted` under its lock, against an unconditional one.
 //!
 //! The pieces both models share live in their own files: [`clock`] (how time
 //! and clock drift are abstracted), [`network`] (a lossy, reordering network),
@@ -74,6 +77,7 @@ pub mod pg_fence;
 pub mod pg_session;
 pub mod pg_share_gate;
 pub mod pg_share_release;
+pub mod pg_share_wakeup;
 pub mod pg_wakeup;
 pub mod redis_cycle;
 pub mod redlock;
