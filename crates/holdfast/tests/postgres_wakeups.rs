@@ -235,3 +235,106 @@ async fn a_shares_release_shrinks_its_gate_in_the_same_statement() {
     let writer = b.rwlock("one-statement/key").write().try_acquire().await.expect("try write");
     assert!(writer.is_some(), "the gate is still up after the last share's release");
 }
+
+/// A held share's release notifies only when someone waits on its key: the
+/// gate function reads the gate's `wanted` mark under the gate's lock,
+/// after the share's delete, and notifies if it is set (model 21,
+/// `pg_share_wakeup`); the release itself no longer notifies for a held
+/// share. Every NOTIFY signals every listening backend of the database, so
+/// an unconditional one per read cycle cost a third of the readers'
+/// throughput. Heard on a session of the test's own that listens on the
+/// namespace's channel: nothing for a release with nobody waiting, the
+/// key's notification for one a writer waits for, which then gets the key
+/// at once (the fallback poll is 20 s). Seen failing before: the release
+/// with nobody waiting notified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shares_release_notifies_only_when_someone_waits() {
+    notifies_only_when_someone_waits(true).await;
+}
+
+/// Without the namespace's functions a release is two calls (the delete,
+/// then the gate's shrink), and the first still notifies whoever waits or
+/// not: a client that ended between the two would otherwise leave a
+/// waiter that marked the gate asleep beside a share gone (model 21,
+/// `TwoStep` with `stops`). The writer is woken all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shares_release_without_the_functions_notifies_always() {
+    notifies_only_when_someone_waits(false).await;
+}
+
+/// See [`a_shares_release_notifies_only_when_someone_waits`].
+async fn notifies_only_when_someone_waits(functions: bool) {
+    let server = PostgresServer::start();
+    let mut url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    if !functions {
+        connect(&url, "namespace").await;
+        psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+        url.push_str("&create=false");
+    }
+    let (a, b) = (connect(&url, "reader").await, connect(&url, "writer").await);
+    let ttl = Duration::from_secs(60);
+    let read = a.rwlock("notify/waited").read().ttl(ttl).acquire().await.expect("read");
+    let writer = tokio::spawn(async move {
+        let w = b.rwlock("notify/waited").write().ttl(ttl).acquire().await.expect("write");
+        w.release().await.expect("release the write lock");
+    });
+    // The writer is refused and waits, so its client listens: the channel
+    // is the one its listener asked for.
+    let channel = listening_channel(&server).await;
+    let (mut heard, _session, listener) = listen(&server, &channel).await;
+    for _ in 0..3 {
+        let alone = a.rwlock("notify/alone").read().ttl(ttl).acquire().await.expect("read alone");
+        alone.release().await.expect("release alone");
+    }
+    // Whatever comes until half a second passes without a notification.
+    let mut alone = Vec::new();
+    while let Ok(Some(payload)) = tokio::time::timeout(Duration::from_millis(500), heard.recv()).await {
+        alone.push(payload);
+    }
+    if functions {
+        assert!(alone.is_empty(), "a share released with nobody waiting notified: {alone:?}");
+    } else {
+        assert!(alone.iter().any(|p| p == "notify/alone"), "the two calls' release did not notify: {alone:?}");
+    }
+    let released = Instant::now();
+    read.release().await.expect("release the waited-for share");
+    let payload = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await;
+    assert_eq!(payload.ok().flatten().as_deref(), Some("notify/waited"), "the waiter's key was not notified");
+    tokio::time::timeout(Duration::from_secs(5), writer).await.expect("the writer was not woken").expect("writer");
+    assert!(released.elapsed() < Duration::from_secs(5), "the writer waited {:?}", released.elapsed());
+    listener.abort();
+}
+
+/// The channel a client's listener asked for (`LISTEN <channel>`), once one
+/// has.
+async fn listening_channel(server: &PostgresServer) -> String {
+    let started = Instant::now();
+    loop {
+        let sql = "SELECT substr(query, 8) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' LIMIT 1";
+        let channel = psql(server, sql);
+        if !channel.is_empty() {
+            return channel.trim_matches('"').to_owned();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no client listens");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A session of the test's own listening on `channel`: the payloads it
+/// hears, the session (dropped, it ends) and the task that drives it.
+type Listening = (tokio::sync::mpsc::UnboundedReceiver<String>, tokio_postgres::Client, tokio::task::JoinHandle<()>);
+async fn listen(server: &PostgresServer, channel: &str) -> Listening {
+    let (session, mut connection) =
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.expect("a plain session");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    session.batch_execute(&format!("LISTEN \"{channel}\"")).await.expect("listen");
+    (rx, session, driver)
+}

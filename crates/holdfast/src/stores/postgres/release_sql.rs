@@ -34,19 +34,32 @@ use super::session::{RELEASED, until_sql};
 /// - `d`: the token's lease row becomes the released marker; the
 ///   notification (only if a waiter marked the row `wanted`) is queued in
 ///   the same transaction and delivered at its commit; payload = the key.
-/// - `s`: a share or a reservation released: the waiters are told (a freed
-///   share, or a writer that stopped waiting, may admit them), and the
-///   key's gate shrinks after a held share.
+/// - `s`: a share or a reservation released, and the key's gate shrinks
+///   after a held share. The waiters are told (a freed share, or a writer
+///   that stopped waiting, may admit them): after a reservation, always;
+///   after a held share, with `gate`, only by the gate function, and only
+///   if the gate is marked `wanted` (every waiter that sleeps has marked
+///   it, under the gate's lock or re-checked on its latest version, and
+///   the function reads the mark under that lock after this delete). A
+///   NOTIFY signals every listening backend of the database, so one per
+///   read cycle cost a third of the readers' throughput. Without `gate`
+///   the release still tells them unconditionally: the gate's shrink comes
+///   in a second call, and a client that ends between the two would leave
+///   a waiter that marked the gate asleep beside a share gone (model 21,
+///   `pg_share_wakeup`, `TwoStep` with `stops`).
 /// - Nothing found on a gated key: the gate shrinks too (the retry of a
 ///   release applied whose reply was lost).
 pub(super) fn release_sql(t: &str, sh: &str, ss: &str, gate: Option<&str>) -> String {
-    let (after_share, on_gate) = match gate {
+    let notify = "pg_notify($3, $1)::text";
+    let (share_notify, after_share, on_gate) = match gate {
         // `CASE`: the function runs only after a held share (SQL does not
         // promise to stop at the first false operand of `AND`).
-        Some(g) => {
-            (format!("CASE WHEN s.held THEN {g}($1, $3) IS NULL ELSE false END"), format!("{g}($1, $3) IS NULL"))
-        }
-        None => ("s.held".to_owned(), "true".to_owned()),
+        Some(g) => (
+            format!("CASE WHEN NOT s.held THEN {notify} END"),
+            format!("CASE WHEN s.held THEN {g}($1, $3) IS NULL ELSE false END"),
+            format!("{g}($1, $3) IS NULL"),
+        ),
+        None => (notify.to_owned(), "s.held".to_owned(), "true".to_owned()),
     };
     format!(
         "WITH o AS (
@@ -65,7 +78,7 @@ pub(super) fn release_sql(t: &str, sh: &str, ss: &str, gate: Option<&str>) -> St
          )
          SELECT d.live, CASE WHEN d.wanted THEN pg_notify($3, $1)::text END, false FROM d
          UNION ALL
-         SELECT s.live, pg_notify($3, $1)::text, {after_share} FROM s
+         SELECT s.live, {share_notify}, {after_share} FROM s
          UNION ALL
          SELECT false, NULL, {on_gate} FROM {t}
          WHERE key = $1 AND {is_gate} AND NOT EXISTS (SELECT 1 FROM d) AND NOT EXISTS (SELECT 1 FROM s)",
