@@ -141,7 +141,14 @@ pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
             .acquire()
             .await
             .expect("acquire");
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        // Two renewals done (every 100 ms on an idle machine; a loaded one
+        // may take longer, and a fixed sleep then saw fewer).
+        let renewed = || rec.named("renew").iter().filter(|r| r.field("outcome").is_some()).count();
+        let started = std::time::Instant::now();
+        while renewed() < 2 {
+            assert!(started.elapsed() < Duration::from_secs(20), "no two renewals in 20 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert!(client.mutex("sp:k").try_acquire().await.expect("try").is_none());
         let fence = g.fence();
         g.release().await.expect("release");
@@ -160,11 +167,12 @@ pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
     assert_eq!(waits.len(), 1);
     assert_eq!(waits[0].ancestors, ["acquire"]);
     let renews = rec.named("renew");
-    // On a loaded machine one renewal may still be in flight when the guard
-    // is released and the runtime stops: its span has no outcome (and maybe
-    // no store call) yet. Every other one renewed.
+    // Renewals may still be in flight when the guard is released and the
+    // runtime stops (one, or up to four once renewal falls behind on a
+    // loaded machine): their spans have no outcome (and maybe no store call)
+    // yet. Every other one renewed.
     let done = renews.iter().filter(|r| r.field("outcome").is_some()).count();
-    assert!(done >= 2 && renews.len() - done <= 1, "{renews:#?}");
+    assert!(done >= 2 && renews.len() - done <= 4, "{renews:#?}");
     for r in &renews {
         assert_eq!((r.field("key"), r.field("store")), (Some("sp:k"), Some(store)));
         assert_eq!(r.field("fence"), Some(fence.as_str()));
