@@ -131,6 +131,24 @@ async fn a_permits_release_frees_the_key_with_or_without_the_share_functions() {
     frees_at_once(&new, &waiter, "gate/new").await;
 }
 
+/// A permit taken while the namespace had its functions, released after
+/// they were dropped: the release (one statement that calls the gate
+/// function) finds the function gone and runs the two calls instead, so it
+/// succeeds and the key is free at once for another client's mutex (before
+/// the fall-back, it would fail with "function ... does not exist").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permits_release_falls_back_when_the_functions_went_while_it_was_held() {
+    let server = PostgresServer::start();
+    let holder = connect(&server.url(), "holder").await;
+    let ttl = Duration::from_secs(60);
+    let permit = holder.semaphore("gone/k", 1).ttl(ttl).acquire().await.expect("permit");
+    psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    permit.release().await.expect("the release without the functions");
+    let other = connect(&format!("{}&create=false", server.url()), "other").await;
+    let mutex = other.mutex("gone/k").try_acquire().await.expect("try");
+    assert!(mutex.is_some(), "the gate is still up after the permit's release");
+}
+
 /// `holder` takes the one permit of `key`'s semaphore, `waiter` waits for
 /// the key's mutex; the permit's release must reach the waiter within 2 s
 /// (its poll is 20 s: only the gate's shrink and notification explain it).

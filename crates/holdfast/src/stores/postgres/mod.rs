@@ -254,8 +254,8 @@ impl Backend for PostgresBackend {
         let released = match rows.first() {
             Some(row) => {
                 if row.try_get::<_, bool>(2).map_err(map_err)? {
-                    // A held share released (or nothing found on a gated key:
-                    // see `release` in `statements`): the key's gate comes
+                    // A held share released by the two-call form (or nothing
+                    // found on a gated key: see `release_sql`): the key's gate comes
                     // down to the shares left. If it cannot, the release
                     // fails, so that it is retried: the retry finds nothing
                     // and shrinks the gate (left up, it would refuse every
