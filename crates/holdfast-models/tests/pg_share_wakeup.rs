@@ -9,8 +9,9 @@
 //! leaves a waiter asleep. With waiters that release the key they took, the
 //! two-transaction form loses a wake-up whichever notification a release
 //! sends: the writer takes the key from a gate still up and its grant
-//! clears the mutex acquire's mark; and a client that ends between the two
-//! calls leaves the writer asleep unless its delete notified.
+//! clears the mutex acquire's mark (not when the grant keeps the mark, the
+//! fix shipped); and a client that ends between the two calls leaves the
+//! writer asleep unless its delete notified.
 //!
 //! Run with `--nocapture` to see the counterexamples, state counts and times;
 //! README.md records them.
@@ -70,7 +71,7 @@ fn assert_sound(
 ) -> [usize; 6] {
     SIZES.map(|(holders, waiters)| {
         let (checker, states) =
-            explore(ShareWakeupModel { variant, form, holders, waiters, waiters_release, stops: false });
+            explore(ShareWakeupModel { holders, waiters, waiters_release, ..ShareWakeupModel::new(variant, form) });
         for property in [NO_LOST_WAKEUP, EXCLUSION] {
             if let Some(path) = checker.discovery(property) {
                 panic!("{variant:?} {form:?}: {property} violated:\n{}", readable_trace(&path));
@@ -242,4 +243,53 @@ fn h_a_client_that_ends_between_the_two_calls_leaves_the_writer_asleep_unless_it
             "GateOnly TwoStep, X alone, clients that end: a lost wake-up"
         );
     }
+}
+
+/// Finding (b)'s fix: in the two-call form a writer's grant keeps the mark
+/// it finds (`wanted = others_wait OR wanted`), so the mutex acquire's mark
+/// outlives it and the writer's release wakes it. No lost wake-up with
+/// waiters that release, with the unconditional first call (shipped) or
+/// the gate's only, nor with clients that end between the two calls (with
+/// the first call's notification, as shipped).
+#[test]
+fn i_a_writers_grant_that_keeps_the_mark_loses_no_wake_up_in_the_two_step_form() {
+    let mut counts = Vec::new();
+    for variant in [NotifyVariant::Always, NotifyVariant::GateOnly] {
+        for (holders, waiters) in SIZES {
+            let model = ShareWakeupModel {
+                holders,
+                waiters,
+                waiters_release: true,
+                writer_keeps_mark: true,
+                ..ShareWakeupModel::new(variant, ReleaseForm::TwoStep)
+            };
+            let (checker, states) = explore(model);
+            for property in [NO_LOST_WAKEUP, EXCLUSION] {
+                if let Some(path) = checker.discovery(property) {
+                    panic!("{variant:?} TwoStep, mark kept: {property} violated:\n{}", readable_trace(&path));
+                }
+            }
+            if (holders, waiters) == (2, Waiters::Both) {
+                for property in [TAKEN_FROM_UP_GATE, EXCLUSIVE_GRANTED, WRITER_GRANTED] {
+                    assert!(checker.discovery(property).is_some(), "{variant:?} TwoStep, mark kept: never {property}");
+                }
+            }
+            counts.push(states);
+        }
+    }
+    for (holders, waiters) in SIZES {
+        let model = ShareWakeupModel {
+            holders,
+            waiters,
+            waiters_release: true,
+            stops: true,
+            writer_keeps_mark: true,
+            ..ShareWakeupModel::new(NotifyVariant::Always, ReleaseForm::TwoStep)
+        };
+        let (checker, states) = explore(model);
+        assert!(checker.discovery(NO_LOST_WAKEUP).is_none(), "Always TwoStep, mark kept, clients that end: a loss");
+        counts.push(states);
+    }
+    let expected = [31, 27, 226, 151, 175, 1067, 22, 20, 167, 126, 140, 1071, 41, 33, 291, 266, 283, 1819];
+    assert_eq!(counts, expected, "TwoStep, mark kept: state counts");
 }

@@ -1,8 +1,9 @@
 //! PostgreSQL's wake-ups on a busy key: a waiting attempt marks the key's
 //! row `wanted` so that its release notifies, and writes nothing when the
 //! row is marked already (model pg_wakeup); a permit's release that wakes
-//! a waiter through the share functions or without them, and clients with
-//! and without them on one semaphore. The notification's cost and the
+//! a waiter through the share functions or without them, clients with and
+//! without them on one semaphore, and a writer's grant between the two
+//! calls of a release without them that keeps a mutex waiter's mark. The notification's cost and the
 //! listener's reconnect are in `postgres.rs`.
 #![cfg(feature = "postgres")]
 
@@ -355,4 +356,79 @@ async fn listen(server: &PostgresServer, channel: &str) -> Listening {
     });
     session.batch_execute(&format!("LISTEN \"{channel}\"")).await.expect("listen");
     (rx, session, driver)
+}
+
+/// Finding (b) of model 21 (`pg_share_wakeup`, `TwoStep` with waiters that
+/// release): without the namespace's functions a share's release is two
+/// calls, so a writer may take the key from a gate still up, between the
+/// delete and the gate's shrink. A mutex waiter that marked the gate and,
+/// woken by the delete's notification, finds it still up and marked sleeps
+/// registered without writing; a writer's grant that wrote `wanted =
+/// false` erased that mark, so the writer's release sent nothing and the
+/// mutex waiter slept to its poll (20 s here). The grant now keeps the
+/// mark. The interleaving is forced: the release's first call is run by
+/// hand (the holder's own second call would find the writer's row and do
+/// nothing), and the writer is held at the gate's lock until the mutex
+/// waiter has looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writers_grant_between_the_two_calls_keeps_a_mutex_waiters_mark() {
+    let server = PostgresServer::start();
+    let url = format!("{}&poll_min_ms=20000&poll_max_ms=30000", server.url());
+    connect(&url, "namespace").await;
+    psql(&server, "DROP FUNCTION holdfast_leases_gate; DROP FUNCTION holdfast_leases_share");
+    let url = format!("{url}&create=false");
+    let (s, x, w) = (connect(&url, "reader").await, connect(&url, "mutex").await, connect(&url, "writer").await);
+    let (key, ttl) = ("mark/kept", Duration::from_secs(60));
+    let _read = s.rwlock(key).read().ttl(ttl).acquire().await.expect("read");
+    let mutex = tokio::spawn(async move {
+        let g = x.mutex(key).ttl(ttl).acquire().await.expect("mutex");
+        g.release().await.expect("release the mutex");
+    });
+    wait_for(&server, &format!("SELECT wanted FROM holdfast_leases WHERE key = '{key}'"), "t").await;
+    let ((granted_tx, granted), (release_tx, release_rx)) = (oneshot::channel(), oneshot::channel::<()>());
+    let writer = tokio::spawn(async move {
+        let g = w.rwlock(key).write().ttl(ttl).acquire().await.expect("write");
+        granted_tx.send(()).expect("the test waits");
+        release_rx.await.expect("the release signal");
+        g.release().await.expect("release the write lock");
+    });
+    let reserved = format!("SELECT count(*) FROM holdfast_leases_shares WHERE key = '{key}' AND NOT held");
+    wait_for(&server, &reserved, "1").await;
+    let channel = listening_channel(&server).await;
+    let (gate, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.expect("session");
+    tokio::spawn(connection);
+    gate.batch_execute("BEGIN").await.expect("begin");
+    let lock = format!("SELECT 1 FROM holdfast_leases WHERE key = '{key}' FOR UPDATE");
+    gate.batch_execute(&lock).await.expect("the gate's lock");
+    // The release's first call: the share deleted, and its notification.
+    psql(
+        &server,
+        &format!(
+            "DELETE FROM holdfast_leases_shares WHERE key = '{key}' AND held; SELECT pg_notify('{channel}', '{key}')"
+        ),
+    );
+    // Both wake: the mutex waiter finds the gate up and marked and sleeps,
+    // the writer waits for the gate's lock.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    gate.batch_execute("COMMIT").await.expect("commit");
+    tokio::time::timeout(Duration::from_secs(5), granted).await.expect("the writer was not granted").expect("granted");
+    let marked = psql(&server, &format!("SELECT wanted FROM holdfast_leases WHERE key = '{key}'"));
+    release_tx.send(()).expect("the writer holds");
+    writer.await.expect("writer");
+    tokio::time::timeout(Duration::from_secs(5), mutex)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the mutex waiter slept past the writer's release (its mark after the grant: {marked})")
+        })
+        .expect("mutex");
+    assert_eq!(marked, "t", "the writer's grant kept the mutex waiter's mark");
+}
+
+/// Waits until `sql` (one value, by psql) gives `value`, at most 15 s.
+async fn wait_for(server: &PostgresServer, sql: &str, value: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while psql(server, sql) != value {
+        assert!(Instant::now() < deadline, "{sql} never gave {value}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -26,7 +26,7 @@
 //! locks the gate, reads the shares in a snapshot under the lock (an
 //! uncommitted delete still counts), and either takes the key (no share
 //! held; the row written with `wanted = others_wait`, false: X has no
-//! reservation) or reserves its place and marks the row if unmarked; it
+//! reservation; with `writer_keeps_mark`, the mark it finds kept) or reserves its place and marks the row if unmarked; it
 //! commits, and sleeps if refused. X, a mutex acquire (`acquire_sql.rs`),
 //! takes its snapshot; a gate it shows down is taken by an update
 //! re-checked on the latest version (run again at once if it went up); one
@@ -136,12 +136,24 @@ pub struct ShareWakeupModel {
     /// `TwoStep`: a holder's client may end after its delete committed,
     /// before the gate function's call.
     pub stops: bool,
+    /// W's grant keeps a mark it finds (`wanted = others_wait OR wanted`,
+    /// `shares.rs`'s `grant_writer`, the two-call form since finding (b)):
+    /// a mutex acquire's mark outlives the writer's grant.
+    pub writer_keeps_mark: bool,
 }
 
 impl ShareWakeupModel {
     /// Two holders and both waiters, which hold the key once granted.
     pub fn new(variant: NotifyVariant, form: ReleaseForm) -> Self {
-        ShareWakeupModel { variant, form, holders: 2, waiters: Waiters::Both, waiters_release: false, stops: false }
+        ShareWakeupModel {
+            variant,
+            form,
+            holders: 2,
+            waiters: Waiters::Both,
+            waiters_release: false,
+            stops: false,
+            writer_keeps_mark: false,
+        }
     }
 
     fn fused(&self) -> bool {
@@ -218,7 +230,7 @@ impl ShareWakeupModel {
         s.pending = Some(if others_held {
             Gate { wanted: true, ..latest }
         } else {
-            Gate { holder: Holder::Waiter(Kind::Writer), wanted: false }
+            Gate { holder: Holder::Waiter(Kind::Writer), wanted: self.writer_keeps_mark && latest.wanted }
         });
         s.lock = Some(Txn::Writer);
         let behind_deletes =

@@ -151,9 +151,16 @@ impl ShareSql {
                      label = excluded.label, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
                  RETURNING fence"
             ),
+            // Keeps a mark it finds: in this two-call form the writer may
+            // take the key between a share's delete and the gate's shrink,
+            // past a mutex waiter that woke, found the gate still marked
+            // and slept on that mark (model 21, finding (b)). The
+            // function's form is one commit and cannot be passed so, and
+            // a kept mark there would make every later share release of
+            // the key notify.
             grant_writer: format!(
                 "UPDATE {t} SET token = $3, fence = $4, label = $5, acquired_at = clock_timestamp(),
-                     expires_at = {UNTIL}, wanted = $6, session = NULL
+                     expires_at = {UNTIL}, wanted = $6 OR wanted, session = NULL
                  WHERE key = $1"
             ),
             extend_writer: format!("UPDATE {t} SET expires_at = {UNTIL} WHERE key = $1 AND token = $3"),
