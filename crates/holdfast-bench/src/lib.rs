@@ -416,29 +416,14 @@ pub async fn run(opts: &BenchOptions, progress: impl Fn(ProgressEvent)) -> Resul
             notes.push(format!("{workload}: not run: the {} store has no shared leases yet", client.store_name()));
             continue;
         }
-        let floor = floor.as_ref().filter(|f| {
-            let has = workload != Workload::RwLock || f.has_rw();
-            if !has {
-                notes.push(format!("{workload}: no raw floor for this store (holdfast measured alone)"));
-            }
-            has
-        });
-        // A floor without read-write locks takes each task's own key alone:
-        // with nobody else on the key, that is the least a read lock costs.
-        let floor_mix = match floor {
-            Some(f) if mix == Mix::Read && !f.has_rw() => {
-                notes.push(format!("{workload}: the floor takes each key with its mutex (no read-write floor)"));
-                Mix::Exclusive
-            }
-            _ => mix,
-        };
+        let floor = floor.as_ref();
         let mut hf_rounds = Vec::new();
         let mut floor_rounds = Vec::new();
         for round in 0..opts.rounds {
             let spec = |subject: &str, mix| CycleSpec::round_of(opts, (workload, tasks, mix), &run_id, round, subject);
             hf_rounds.push(run_cycles(holdfast.clone(), &spec("holdfast", mix), counter.as_deref(), &progress).await?);
             if let Some(floor) = floor {
-                let spec = spec("floor", floor_mix);
+                let spec = spec("floor", mix);
                 floor_rounds.push(run_cycles(floor.clone(), &spec, counter.as_deref(), &progress).await?);
             }
         }

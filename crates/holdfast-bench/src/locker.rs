@@ -143,11 +143,6 @@ impl FloorLocker {
     pub fn describe(&self) -> &'static str {
         self.floor.describe()
     }
-
-    /// Whether the floor has a read-write lock.
-    pub fn has_rw(&self) -> bool {
-        self.floor.has_rw()
-    }
 }
 
 /// A grant held by [`FloorLocker`]: the key it is on, its token, and

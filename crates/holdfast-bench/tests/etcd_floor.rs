@@ -40,26 +40,18 @@ async fn unreachable_etcd_is_a_typed_error_within_seconds() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
-/// `readers` on a store whose floor has no read-write lock: the floor takes
-/// each task's own key with its mutex, and the report says so; both subjects
-/// run every task with no two holders of a key.
+/// The read-write floor: reads share, writers exclude (a transaction a
+/// call, etcd's own compare over the readers' prefix); then `rwlock` and
+/// `readers` against it with every task served and no overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_on_a_floor_without_read_write_locks_compare_with_its_mutex() {
-    use holdfast_bench::{BenchOptions, Workload, run};
+async fn etcd_floor_has_a_read_write_lock() {
     let server = EtcdServer::start();
-    let mut opts = BenchOptions::new(server.url());
-    opts.workloads = vec![Workload::Readers];
-    opts.tasks_uncontended = 8;
-    opts.duration = Duration::from_millis(500);
-    let report = run(&opts, |_| {}).await.expect("bench");
-    for subject in ["holdfast", "floor"] {
-        let r = report.result(Workload::Readers, subject).unwrap_or_else(|| panic!("no readers result for {subject}"));
-        assert!(r.cycles > 0 && r.tasks_never_acquired == 0 && r.overlaps == 0, "{subject}: {r:?}");
-    }
-    assert!(
-        report.notes.iter().any(|n| n.contains("the floor takes each key with its mutex")),
-        "the report does not say what the floor ran: {:?}",
-        report.notes
-    );
-    assert_eq!(report.ratios.len(), 1, "one holdfast/floor ratio");
+    let floor = floor_for(&server.url()).await.unwrap();
+    floor_checks::read_write_with(floor.as_ref(), "rw", false).await;
+    // A reader of another key whose name extends this one's is not this
+    // key's reader.
+    let (r, w) = (OwnerToken::random(), OwnerToken::random());
+    assert!(floor.acquire_rw("rw/r/x", r, floor_checks::TTL, false).await.unwrap());
+    assert!(floor.acquire_rw("rw", w, floor_checks::TTL, true).await.unwrap(), "another key's reader kept it");
+    floor_checks::rwlock_and_readers_run(server.url()).await;
 }

@@ -34,3 +34,15 @@ async fn unreachable_zookeeper_is_a_typed_error_within_seconds() {
     assert!(matches!(err, holdfast::Error::Backend { store: "zookeeper", .. }), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// The read-write floor: reads share, writers exclude (a child created and
+/// checked in one round trip); then `rwlock` and `readers` against it with
+/// every task served and no overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_floor_has_a_read_write_lock() {
+    let server = tokio::task::spawn_blocking(ZkServer::start).await.unwrap();
+    let floor = floor_for(&server.url()).await.unwrap();
+    floor_checks::read_write_with(floor.as_ref(), "rw", false).await;
+    floor_checks::rwlock_and_readers_run(server.url()).await;
+    drop(server);
+}

@@ -4,13 +4,20 @@
 //! etcd lease per TTL (in whole seconds, as etcd counts), granted once and
 //! kept alive in the background, as a hand-written etcd lock would: a lease
 //! grant per cycle would be a third request.
+//!
+//! Its read-write lock is one transaction a call too, barging as the mutex
+//! does: a reader puts `<key>\0r\0<token>` if `<key>\0w` does not exist; a
+//! writer puts `<key>\0w` if it does not exist and no key has the readers'
+//! prefix (a compare over a range holds for every key in it, and for none);
+//! the release deletes the writer key if it holds the token, else the
+//! token's reader key. etcd's lease expiry frees either, as for the mutex.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use holdfast::{Error, OwnerToken, Result};
 
 use super::{Floor, OP_TIMEOUT};
@@ -50,6 +57,13 @@ impl EtcdFloor {
         let opts = etcd_client::ConnectOptions::new().with_connect_timeout(Duration::from_secs(1));
         let client = timed(etcd_client::Client::connect(endpoints, Some(opts))).await?;
         Ok(EtcdFloor { client, leases: tokio::sync::Mutex::default() })
+    }
+
+    /// The read-write floor's writer key of `key`, and the prefix of its
+    /// reader keys (`\0` cannot end a bench key, so no key's keys fall under
+    /// another's prefix).
+    fn rw_keys(key: &str) -> (String, String) {
+        (format!("{key}\0w"), format!("{key}\0r\0"))
     }
 
     /// The lease for `ttl` (rounded up to whole seconds), granted and kept
@@ -100,5 +114,34 @@ impl Floor for EtcdFloor {
             .and_then([TxnOp::delete(key, None)]);
         let mut client = self.client.clone();
         Ok(timed(client.txn(txn)).await?.succeeded())
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
+        let lease = Some(PutOptions::new().with_lease(self.lease(ttl).await?));
+        let (writer, readers) = Self::rw_keys(key);
+        let no_writer = Compare::create_revision(writer.as_str(), CompareOp::Equal, 0);
+        let txn = if write {
+            let no_reader = Compare::create_revision(readers, CompareOp::Equal, 0).with_prefix();
+            Txn::new().when([no_writer, no_reader]).and_then([TxnOp::put(writer, token.to_hex(), lease)])
+        } else {
+            Txn::new().when([no_writer]).and_then([TxnOp::put(format!("{readers}{}", token.to_hex()), "", lease)])
+        };
+        let mut client = self.client.clone();
+        Ok(timed(client.txn(txn)).await?.succeeded())
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let (writer, readers) = Self::rw_keys(key);
+        let txn = Txn::new()
+            .when([Compare::value(writer.as_str(), CompareOp::Equal, token.to_hex())])
+            .and_then([TxnOp::delete(writer.as_str(), None)])
+            .or_else([TxnOp::delete(format!("{readers}{}", token.to_hex()), None)]);
+        let mut client = self.client.clone();
+        let reply = timed(client.txn(txn)).await?;
+        let deleted = match reply.op_responses().first() {
+            Some(TxnOpResponse::Delete(d)) => d.deleted() > 0,
+            _ => false,
+        };
+        Ok(reply.succeeded() || deleted)
     }
 }

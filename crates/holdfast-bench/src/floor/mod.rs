@@ -17,7 +17,9 @@
 //!    or expired, with the expiry on the store's clock; release is one
 //!    owner-checked delete. Map errors with
 //!    `holdfast::Error::backend("<store>", retryable, e)` and bound every call
-//!    with a timeout ([`OP_TIMEOUT`]).
+//!    with a timeout ([`OP_TIMEOUT`]). Its read-write lock (`acquire_rw`,
+//!    `release_rw`) is the least a hand-written one costs on the store, with
+//!    the same expiry.
 //! 2. One `#[cfg(feature = "<store>")] pub mod <store>;` line below.
 //! 3. One arm in [`floor_for`].
 //!
@@ -59,24 +61,13 @@ pub trait Floor: Send + Sync + 'static {
     /// Deletes `key` if `token` holds it. `true` if it did.
     async fn release(&self, key: &str, token: OwnerToken) -> Result<bool>;
 
-    /// Whether this floor has a read-write lock ([`acquire_rw`](Self::acquire_rw)).
-    fn has_rw(&self) -> bool {
-        false
-    }
-
     /// One attempt at a read share (`write` false: granted unless a writer
-    /// holds `key`) or the write side (granted if nobody holds it), in one
-    /// command. Floors without one fail with `Unsupported`.
-    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
-        let _ = (key, token, ttl, write);
-        Err(Error::Unsupported { store: "holdfast-bench", what: "a raw read-write lock floor for this store" })
-    }
+    /// holds `key`) or the write side (granted if nobody holds it), in the
+    /// fewest requests the store allows.
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool>;
 
     /// Releases a read or write share of `token`. `true` if it held one.
-    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
-        let _ = (key, token);
-        Err(Error::Unsupported { store: "holdfast-bench", what: "a raw read-write lock floor for this store" })
-    }
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool>;
 }
 
 /// The floor of the store `url` names (the same URL holdfast connects to).

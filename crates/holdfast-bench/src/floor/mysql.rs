@@ -186,10 +186,6 @@ impl Floor for MysqlFloor {
         .await
     }
 
-    fn has_rw(&self) -> bool {
-        true
-    }
-
     async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
         let us = i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX);
         timed(async {

@@ -169,10 +169,6 @@ impl Floor for PostgresFloor {
         timed(async { Ok(self.client.execute(&self.release, &[&key, &token]).await.map_err(map_err)? == 1) }).await
     }
 
-    fn has_rw(&self) -> bool {
-        true
-    }
-
     async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
         let token = token.to_bytes().to_vec();
         let ttl_ms = ttl.as_millis() as i64;

@@ -187,10 +187,6 @@ impl Floor for RedisFloor {
         Ok(deleted == 1)
     }
 
-    fn has_rw(&self) -> bool {
-        true
-    }
-
     async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
         let mut conn = self.conn.clone();
         let [r, w] = rw_keys(key);

@@ -124,10 +124,6 @@ impl Floor for SqliteFloor {
         .await
     }
 
-    fn has_rw(&self) -> bool {
-        true
-    }
-
     async fn acquire_rw(&self, key: &str, token: OwnerToken, ttl: Duration, write: bool) -> Result<bool> {
         let key = key.to_owned();
         let ttl_ms = ttl.as_millis() as i64;

@@ -8,6 +8,15 @@
 //! is freed by release or by the end of the session). Release is owner-checked
 //! locally: only a node this floor created for `token` (its session owns it)
 //! is deleted, with no extra round trip.
+//!
+//! Its read-write lock has no queue either: a share is an EPHEMERAL child
+//! of the key's persistent node `/holdfast-bench/floor-rw/{key}` (`w` for
+//! the writer, `r-{token}` for a reader), created and then checked in one
+//! round trip (the session's requests run in order, so the check sees the
+//! create): a reader is refused if `w` exists, a writer if the node has
+//! another child; refused, it deletes its child. Two attempts that clash
+//! may both be refused, never both granted: each checks after its own
+//! create, so the later check sees the earlier create.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +32,7 @@ use super::{Floor, OP_TIMEOUT};
 
 const STORE: &str = "zookeeper";
 const ROOT: &str = "/holdfast-bench/floor";
+const RW_ROOT: &str = "/holdfast-bench/floor-rw";
 
 fn map_err(e: zk::Error) -> Error {
     let retryable =
@@ -56,6 +66,8 @@ pub struct ZkFloor {
     acls: zk::Acls<'static>,
     /// Nodes this floor's session created, by key.
     held: Mutex<HashMap<String, OwnerToken>>,
+    /// The read-write floor's nodes this session created, by key and token.
+    shares: Mutex<HashMap<(String, OwnerToken), String>>,
 }
 
 impl ZkFloor {
@@ -72,8 +84,46 @@ impl ZkFloor {
             Ok(()) => {}
             Err(e) => return Err(e),
         }
-        Ok(ZkFloor { client, acls, held: Mutex::default() })
+        Ok(ZkFloor { client, acls, held: Mutex::default(), shares: Mutex::default() })
     }
+
+    /// One attempt at `path` (a child of `dir`), checked in the same round
+    /// trip by `clashes` on the stat of `check`: `Some(granted)`, or `None`
+    /// if `dir` does not exist yet.
+    async fn create_checked(
+        &self,
+        dir: &str,
+        path: &str,
+        check: &str,
+        clashes: fn(&zk::Stat) -> bool,
+    ) -> Result<Option<bool>> {
+        let options = zk::CreateMode::Ephemeral.with_acls(self.acls);
+        // Both sent before either is awaited: one round trip, in order.
+        let created = self.client.create(path, &[], &options);
+        let checked = self.client.check_stat(check);
+        let (created, checked) = timed_pair(created, checked).await?;
+        match created {
+            Ok(_) => {}
+            Err(zk::Error::NodeExists) => return Ok(Some(false)),
+            Err(zk::Error::NoNode) => {
+                timed(self.client.mkdir(dir, &zk::CreateMode::Persistent.with_acls(self.acls))).await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(map_err(e)),
+        }
+        if checked.map_err(map_err)?.is_some_and(|stat| clashes(&stat)) {
+            timed(self.client.delete(path, None)).await?;
+            return Ok(Some(false));
+        }
+        Ok(Some(true))
+    }
+}
+
+/// Two replies awaited together within [`OP_TIMEOUT`].
+async fn timed_pair<A, B>(a: impl Future<Output = A>, b: impl Future<Output = B>) -> Result<(A, B)> {
+    tokio::time::timeout(OP_TIMEOUT, async { tokio::join!(a, b) })
+        .await
+        .map_err(|_| Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}")))
 }
 
 #[async_trait]
@@ -105,6 +155,36 @@ impl Floor for ZkFloor {
             held.remove(key);
         }
         let path = format!("{ROOT}/{}", segment(key));
+        match tokio::time::timeout(OP_TIMEOUT, self.client.delete(&path, None)).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(zk::Error::NoNode)) => Ok(false),
+            Ok(Err(e)) => Err(map_err(e)),
+            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
+        }
+    }
+
+    async fn acquire_rw(&self, key: &str, token: OwnerToken, _ttl: Duration, write: bool) -> Result<bool> {
+        let dir = format!("{RW_ROOT}/{}", segment(key));
+        let writer = format!("{dir}/w");
+        let (path, check, clashes): (String, &str, fn(&zk::Stat) -> bool) = if write {
+            // The writer's own node is one of the children it counts.
+            (writer.clone(), &dir, |stat| stat.num_children > 1)
+        } else {
+            (format!("{dir}/r-{}", token.to_hex()), &writer, |_| true)
+        };
+        let granted = match self.create_checked(&dir, &path, check, clashes).await? {
+            Some(granted) => granted,
+            None => self.create_checked(&dir, &path, check, clashes).await?.unwrap_or(false),
+        };
+        if granted {
+            self.shares.lock().unwrap_or_else(|p| p.into_inner()).insert((key.to_owned(), token), path);
+        }
+        Ok(granted)
+    }
+
+    async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
+        let path = self.shares.lock().unwrap_or_else(|p| p.into_inner()).remove(&(key.to_owned(), token));
+        let Some(path) = path else { return Ok(false) };
         match tokio::time::timeout(OP_TIMEOUT, self.client.delete(&path, None)).await {
             Ok(Ok(())) => Ok(true),
             Ok(Err(zk::Error::NoNode)) => Ok(false),
