@@ -94,7 +94,8 @@ impl EtcdFloor {
 #[async_trait]
 impl Floor for EtcdFloor {
     fn describe(&self) -> &'static str {
-        "etcd-client: txn(create_revision == 0 -> put with lease) + txn(value == token -> delete)"
+        "etcd-client: txn(create_revision == 0 -> put with lease) + txn(value == token -> delete); \
+         read-write: txn(no writer [and no reader] -> put with lease) + txn(writer == token -> delete, else delete reader)"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, ttl: Duration) -> Result<bool> {

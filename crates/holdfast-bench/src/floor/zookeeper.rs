@@ -129,7 +129,8 @@ async fn timed_pair<A, B>(a: impl Future<Output = A>, b: impl Future<Output = B>
 #[async_trait]
 impl Floor for ZkFloor {
     fn describe(&self) -> &'static str {
-        "zookeeper-client session: create EPHEMERAL + delete"
+        "zookeeper-client session: create EPHEMERAL + delete; read-write: create EPHEMERAL child and, in the \
+         same round trip, stat the writer (or the node's children), delete it if refused + delete"
     }
 
     async fn acquire(&self, key: &str, token: OwnerToken, _ttl: Duration) -> Result<bool> {

@@ -164,6 +164,33 @@ fn uncontended_share_cycle_is_two_writes() {
     });
 }
 
+/// An uncontended share's cycle is two requests: the join, whose own read
+/// shows the share alone in the queue, and the release; the join was
+/// followed by a read of the queue ahead (three requests, against the raw
+/// floor's two). For a permit and a read lock.
+#[test]
+fn uncontended_share_cycle_is_two_requests() {
+    let server = EtcdCluster::start();
+    let url = server.url();
+    let member = &server.members[0];
+    let requests = || member.metric(&["grpc_server_handled_total", "grpc_type=\"unary\""]);
+    rt().block_on(async {
+        let a = client(&url, "a").await;
+        let sem = a.semaphore("two-requests-permit", 4).ttl(Duration::from_secs(30));
+        let rw = a.rwlock("two-requests-read");
+        // The session lease is granted by the first acquire.
+        sem.acquire().await.expect("acquire").release().await.expect("release");
+        let before = requests();
+        for _ in 0..20 {
+            sem.acquire().await.expect("acquire").release().await.expect("release");
+            rw.read().ttl(Duration::from_secs(30)).acquire().await.expect("read").release().await.expect("release");
+        }
+        let per_cycle = (requests() - before) / 40.0;
+        eprintln!("etcd requests per uncontended share cycle: {per_cycle:.2}");
+        assert!(per_cycle <= 2.05, "an uncontended share cycle took {per_cycle:.2} requests");
+    });
+}
+
 /// Runs 20 cycles (each answers its grant's fence, an etcd revision) and
 /// asserts that consecutive fences differ by exactly two: two writes a cycle.
 async fn assert_two_writes_a_cycle<F, Fut>(mut cycle: F)

@@ -25,7 +25,17 @@ impl Shared {
     /// `wait`) until it is, or leaves the queue (refused, or in conflict
     /// with the limit of the shares ahead).
     pub(super) async fn share(&self, req: &AcquireRequest, wait: bool) -> Result<Option<Grant>> {
+        let started = Instant::now();
         let Joined { prefix, own, session, gone, resp, read_at } = self.join_queue(req).await?;
+        // Alone in the queue at the join's own revision (the join reads the
+        // two newest keys, ours the newest, in the same transaction as its
+        // put): nothing ahead to wait for or conflict with, nobody behind to
+        // wake (a share that joins later reads us as admitted). Granted from
+        // that read, as a mutex first in line is, its TTL counted from the
+        // join's send: one request where the position read made two.
+        if resp.succeeded() && ops::kvs(&resp, 1).len() == 1 && admitted_in_queue([req.mode]) == 1 {
+            return self.granted(req, &session, &gone, read_at, started).map(Some);
+        }
         let my_rev = if resp.succeeded() {
             read_at
         } else {
