@@ -15,7 +15,7 @@ mod sql;
 mod sweep;
 mod takeover;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -104,6 +104,13 @@ pub struct MysqlBackend {
     /// Connections given up with a statement of unknown outcome, ended on
     /// the server before any later lock statement (see `lost`).
     lost: Arc<LostConnections>,
+    /// Tokens of this client's shares and reservations (granted, left
+    /// waiting, or a lease shrunk to a share): their release goes to the
+    /// shares' transaction first, without the lease row's release
+    /// statement, which finds nothing for them (a statement of a read
+    /// cycle's 14). Only an order: any token still falls through to the
+    /// other statements.
+    share_tokens: Arc<Mutex<HashSet<OwnerToken>>>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -182,6 +189,7 @@ impl MysqlBackend {
             fence_durability: facts.fence_durability,
             sessions: Arc::default(),
             lost: Arc::default(),
+            share_tokens: Arc::default(),
         })
     }
 
@@ -256,6 +264,10 @@ impl MysqlBackend {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn share_tokens(&self) -> std::sync::MutexGuard<'_, HashSet<OwnerToken>> {
+        self.share_tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// One attempt of a writer or a share (see `shares`); a waiting one
     /// (`reserve`) leaves a reservation when refused.
     async fn attempt_shared(&self, req: &AcquireRequest, reserve: bool) -> Result<Attempt> {
@@ -268,6 +280,9 @@ impl MysqlBackend {
                 shares::acquire(&mut conn, &self.shares, ask()).await
             })
             .await?;
+        if matches!(outcome, shares::Shared::Granted(_)) || reserve && matches!(outcome, shares::Shared::Busy(_)) {
+            self.share_tokens().insert(req.token);
+        }
         match outcome {
             shares::Shared::Granted(fence) => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
             shares::Shared::Busy(expires_in) => Ok(Attempt::Busy { expires_in }),
@@ -337,23 +352,29 @@ impl Backend for MysqlBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let own = self.book().session_of(token);
+        let share = self.share_tokens().contains(&token);
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
                 self.timed(async |op| {
                     let mut conn = op.conn().await?;
-                    if sql::release(&mut conn, &self.sql, key.as_str(), token, own.as_ref().map(|id| &id[..])).await? {
+                    let (k, own) = (key.as_str(), own.as_ref().map(|id| &id[..]));
+                    if !share && sql::release(&mut conn, &self.sql, k, token, own).await? {
                         return Ok(true);
                     }
                     // Not a grant of the lease row: maybe a share or a
                     // reservation, else a row of a session.
-                    if let Some(released) = shares::release(&mut conn, &self.shares, key.as_str(), token).await? {
+                    if let Some(released) = shares::release(&mut conn, &self.shares, k, token).await? {
                         return Ok(released);
                     }
-                    sql::release_counted(&mut conn, &self.sql, key.as_str(), token).await
+                    if share && sql::release(&mut conn, &self.sql, k, token, own).await? {
+                        return Ok(true);
+                    }
+                    sql::release_counted(&mut conn, &self.sql, k, token).await
                 })
             })
             .await?;
+        self.share_tokens().remove(&token);
         self.book().released(token);
         self.wakeups.wake_one(key.as_str());
         self.maybe_sweep();
