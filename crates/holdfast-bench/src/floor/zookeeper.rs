@@ -87,6 +87,16 @@ impl ZkFloor {
         Ok(ZkFloor { client, acls, held: Mutex::default(), shares: Mutex::default() })
     }
 
+    /// Deletes a node this session created; `false` if it was gone.
+    async fn delete(&self, path: &str) -> Result<bool> {
+        match tokio::time::timeout(OP_TIMEOUT, self.client.delete(path, None)).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(zk::Error::NoNode)) => Ok(false),
+            Ok(Err(e)) => Err(map_err(e)),
+            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
+        }
+    }
+
     /// One attempt at `path` (a child of `dir`), checked in the same round
     /// trip by `clashes` on the stat of `check`: `Some(granted)`, or `None`
     /// if `dir` does not exist yet.
@@ -112,7 +122,7 @@ impl ZkFloor {
             Err(e) => return Err(map_err(e)),
         }
         if checked.map_err(map_err)?.is_some_and(|stat| clashes(&stat)) {
-            timed(self.client.delete(path, None)).await?;
+            self.delete(path).await?;
             return Ok(Some(false));
         }
         Ok(Some(true))
@@ -156,12 +166,7 @@ impl Floor for ZkFloor {
             held.remove(key);
         }
         let path = format!("{ROOT}/{}", segment(key));
-        match tokio::time::timeout(OP_TIMEOUT, self.client.delete(&path, None)).await {
-            Ok(Ok(())) => Ok(true),
-            Ok(Err(zk::Error::NoNode)) => Ok(false),
-            Ok(Err(e)) => Err(map_err(e)),
-            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
-        }
+        self.delete(&path).await
     }
 
     async fn acquire_rw(&self, key: &str, token: OwnerToken, _ttl: Duration, write: bool) -> Result<bool> {
@@ -186,11 +191,6 @@ impl Floor for ZkFloor {
     async fn release_rw(&self, key: &str, token: OwnerToken) -> Result<bool> {
         let path = self.shares.lock().unwrap_or_else(|p| p.into_inner()).remove(&(key.to_owned(), token));
         let Some(path) = path else { return Ok(false) };
-        match tokio::time::timeout(OP_TIMEOUT, self.client.delete(&path, None)).await {
-            Ok(Ok(())) => Ok(true),
-            Ok(Err(zk::Error::NoNode)) => Ok(false),
-            Ok(Err(e)) => Err(map_err(e)),
-            Err(_) => Err(Error::backend(STORE, true, format!("no reply within {OP_TIMEOUT:?}"))),
-        }
+        self.delete(&path).await
     }
 }
