@@ -12,24 +12,24 @@ use holdfast::stores::mysql::MysqlBackend;
 use holdfast::{Client, ClientOptions, Error, LockKey, OwnerToken};
 use holdfast_testkit::servers::mysql::{DATABASE, MysqlServer, PASSWORD};
 
-fn rt() -> tokio::runtime::Runtime {
+pub(crate) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime")
 }
 
-async fn client(url: &str, label: &str) -> Client {
+pub(crate) async fn client(url: &str, label: &str) -> Client {
     Client::connect_with(url, ClientOptions::default().with_label(label)).await.expect("connect")
 }
 
 /// The rows of `table`; of a lease table, those that are not released
 /// markers (a release leaves the row with its fence, the key's, and the
 /// marker token all ones).
-fn rows(server: &MysqlServer, table: &str) -> u64 {
+pub(crate) fn rows(server: &MysqlServer, table: &str) -> u64 {
     let not_released =
         if table.ends_with("_leases") { format!(" WHERE token <> X'{}'", "FF".repeat(16)) } else { String::new() };
     server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.{table}{not_released}")).trim().parse().expect("count")
 }
 
-fn req(key: &str, token: OwnerToken, ttl: Duration) -> AcquireRequest {
+pub(crate) fn req(key: &str, token: OwnerToken, ttl: Duration) -> AcquireRequest {
     AcquireRequest::new(LockKey::new(key).expect("key"), token, ttl).with_label("test")
 }
 
@@ -447,47 +447,4 @@ fn concurrent_distinct_keys_never_fail() {
         }
     });
     assert_eq!(rows(&server, "holdfast_leases"), 0);
-}
-
-/// A read lock's or permit's release goes to the shares' transaction
-/// without the lease row's release statement first, which found nothing
-/// for a share: one statement fewer a cycle (the server's `Questions`,
-/// the fewest a cycle over three batches of ten cycles, since the client's
-/// sweep of expired rows runs once a second; TTL 60 s so that no renewal
-/// runs). A writer's release still frees the key.
-#[test]
-fn a_shares_release_sends_no_statement_for_the_lease_row() {
-    let server = MysqlServer::start();
-    let questions = || -> f64 {
-        let line = server.sql("SHOW GLOBAL STATUS LIKE 'Questions'");
-        line.split_whitespace().last().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("Questions: {line:?}"))
-    };
-    rt().block_on(async {
-        let c = client(&server.url(), "a").await;
-        let ttl = Duration::from_secs(60);
-        let (rw, sem) = (c.rwlock("cycle/read"), c.semaphore("cycle/permit", 4).ttl(ttl));
-        let mut fewest = [f64::MAX; 2];
-        for _ in 0..4 {
-            for (kind, least) in fewest.iter_mut().enumerate() {
-                let before = questions();
-                for _ in 0..10 {
-                    if kind == 0 {
-                        rw.read().ttl(ttl).acquire().await.expect("read").release().await.expect("release");
-                    } else {
-                        sem.acquire().await.expect("permit").release().await.expect("release");
-                    }
-                }
-                // The status query itself is one question.
-                *least = least.min((questions() - before - 1.0) / 10.0);
-            }
-        }
-        let [reads, permits] = fewest;
-        eprintln!("MySQL statements a cycle: read lock {reads:.2}, permit {permits:.2}");
-        assert!(reads <= 13.3 && permits <= 13.3, "statements a cycle: read lock {reads}, permit {permits}");
-        let w = rw.write().ttl(ttl).acquire().await.expect("write");
-        w.release().await.expect("release the write lock");
-        let other = client(&server.url(), "b").await;
-        let free = other.rwlock("cycle/read").write().try_acquire().await.expect("try");
-        assert!(free.is_some(), "the writer's release did not free the key");
-    });
 }

@@ -45,6 +45,8 @@ mod mysql_session_leases;
 mod mysql_session_rows;
 #[path = "mysql_sessions.rs"]
 mod mysql_sessions;
+#[path = "mysql_shares.rs"]
+mod mysql_shares;
 #[path = "observability/mod.rs"]
 mod observability;
 #[path = "postgres.rs"]

@@ -1,18 +1,18 @@
-//! The admin calls on MySQL/MariaDB: the held keys under a prefix and the
-//! forced release. Their statements are built at the call from the
-//! namespace's checked table names (admin calls are rare); every value is
-//! a bound parameter.
+//! The admin calls on MySQL/MariaDB: the held keys under a prefix, the
+//! forced release and a holder's new label. The first two build their
+//! statements at the call from the namespace's checked table names (admin
+//! calls are rare); every value is a bound parameter.
 
-use mysql_async::TxOpts;
 use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, TxOpts};
 
 use super::MysqlBackend;
 use super::session_rows::{self, SessionSql, held_session_sql, until_sql};
-use super::shares::is_gate;
+use super::shares::{ShareSql, is_gate};
 use crate::backend::ForceReleased;
 use crate::backend::LockStatus;
 use crate::vocabulary::error::Result;
-use crate::vocabulary::key::LockKey;
+use crate::vocabulary::key::{LockKey, OwnerToken};
 
 impl MysqlBackend {
     /// Every key under `prefix` with an unexpired lease row (an exclusive
@@ -101,4 +101,27 @@ impl MysqlBackend {
         }
         Ok(out)
     }
+}
+
+/// Changes the label of `token`'s live grant or share; true if it had one.
+pub(super) async fn relabel(
+    conn: &mut Conn,
+    q: &ShareSql,
+    key: &str,
+    token: OwnerToken,
+    label: &str,
+) -> mysql_async::Result<bool> {
+    let label: String = label.chars().take(255).collect();
+    let (k, tok) = (key.as_bytes(), token.to_bytes());
+    conn.exec_drop(q.relabel_lease.as_str(), (&label, k, &tok[..])).await?;
+    if conn.affected_rows() == 1 {
+        return Ok(true);
+    }
+    conn.exec_drop(q.relabel_share.as_str(), (&label, k, &tok[..])).await?;
+    if conn.affected_rows() == 1 {
+        return Ok(true);
+    }
+    // MySQL counts a row set to the value it had as unchanged.
+    let owns: Option<i64> = conn.exec_first(q.owns.as_str(), (k, &tok[..], k, &tok[..])).await?;
+    Ok(owns == Some(1))
 }

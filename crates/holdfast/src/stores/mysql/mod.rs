@@ -15,7 +15,7 @@ mod sql;
 mod sweep;
 mod takeover;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -104,13 +104,13 @@ pub struct MysqlBackend {
     /// Connections given up with a statement of unknown outcome, ended on
     /// the server before any later lock statement (see `lost`).
     lost: Arc<LostConnections>,
-    /// Tokens of this client's shares and reservations (granted, left
-    /// waiting, or a lease shrunk to a share): their release goes to the
+    /// Tokens of this client's shares (`true`: granted, or a lease shrunk
+    /// to a share) and reservations (`false`): their release goes to the
     /// shares' transaction first, without the lease row's release
-    /// statement, which finds nothing for them (a statement of a read
-    /// cycle's 14). Only an order: any token still falls through to the
-    /// other statements.
-    share_tokens: Arc<Mutex<HashSet<OwnerToken>>>,
+    /// statement, which finds nothing for them, and a granted one's without
+    /// the read of its row (two statements of a read cycle's 14). Only an
+    /// order: any token still falls through to the other statements.
+    share_tokens: Arc<Mutex<HashMap<OwnerToken, bool>>>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -264,7 +264,7 @@ impl MysqlBackend {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn share_tokens(&self) -> std::sync::MutexGuard<'_, HashSet<OwnerToken>> {
+    fn share_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<OwnerToken, bool>> {
         self.share_tokens.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -280,8 +280,10 @@ impl MysqlBackend {
                 shares::acquire(&mut conn, &self.shares, ask()).await
             })
             .await?;
-        if matches!(outcome, shares::Shared::Granted(_)) || reserve && matches!(outcome, shares::Shared::Busy(_)) {
-            self.share_tokens().insert(req.token);
+        match outcome {
+            shares::Shared::Granted(_) => drop(self.share_tokens().insert(req.token, true)),
+            shares::Shared::Busy(_) if reserve => drop(self.share_tokens().insert(req.token, false)),
+            _ => {}
         }
         match outcome {
             shares::Shared::Granted(fence) => Ok(Attempt::Granted(Grant::new(fence, started, req.ttl))),
@@ -352,7 +354,8 @@ impl Backend for MysqlBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let own = self.book().session_of(token);
-        let share = self.share_tokens().contains(&token);
+        let granted = self.share_tokens().get(&token).copied();
+        let share = granted.is_some();
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
@@ -364,7 +367,8 @@ impl Backend for MysqlBackend {
                     }
                     // Not a grant of the lease row: maybe a share or a
                     // reservation, else a row of a session.
-                    if let Some(released) = shares::release(&mut conn, &self.shares, k, token).await? {
+                    let granted = granted == Some(true);
+                    if let Some(released) = shares::release(&mut conn, &self.shares, k, token, granted).await? {
                         return Ok(released);
                     }
                     if share && sql::release(&mut conn, &self.sql, k, token, own).await? {
@@ -436,7 +440,7 @@ impl Backend for MysqlBackend {
     async fn relabel(&self, key: &LockKey, token: OwnerToken, label: &str) -> Result<bool> {
         self.timed(async |op| {
             let mut conn = op.conn().await?;
-            shares::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
+            admin::relabel(&mut conn, &self.shares, key.as_str(), token, label).await
         })
         .await
     }

@@ -71,14 +71,15 @@ pub(super) struct ShareSql {
     extend_writer: String,
     extend_share: String,
     drop_own: String,
+    drop_live_held: String,
     own: String,
     latest: String,
     shrink: String,
     list: String,
     resize: String,
-    relabel_lease: String,
-    relabel_share: String,
-    owns: String,
+    pub(super) relabel_lease: String,
+    pub(super) relabel_share: String,
+    pub(super) owns: String,
     renew_share: String,
     gate_up: String,
     lock_gate: String,
@@ -163,6 +164,9 @@ impl ShareSql {
                  WHERE lock_key = ? AND token = ? AND held = 1"
             ),
             drop_own: format!("DELETE FROM {s} WHERE lock_key = ? AND token = ?"),
+            drop_live_held: format!(
+                "DELETE FROM {s} WHERE lock_key = ? AND token = ? AND held = 1 AND live_until > {NOW}"
+            ),
             own: format!("SELECT held, live_until > {NOW} FROM {s} WHERE lock_key = ? AND token = ?"),
             latest: format!(
                 "SELECT MAX({left}) FROM {s} WHERE lock_key = ? AND held = 1 AND live_until > {NOW} FOR UPDATE"
@@ -378,26 +382,43 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
 
 /// Deletes the share or reservation of `token`: `Some(live)` if there was
 /// one (`live`: an unexpired held share), then moves the gate down if it
-/// was held.
+/// was held. With `granted` (this client was granted the share), the
+/// delete of a held, unexpired share comes first and tells it, without the
+/// read of its row (one statement fewer); anything else is read as without.
 pub(super) async fn release(
     conn: &mut Conn,
     q: &ShareSql,
     key: &str,
     token: OwnerToken,
+    granted: bool,
 ) -> mysql_async::Result<Option<bool>> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    let own: Option<(u8, Option<i64>)> = tx.exec_first(q.own.as_str(), (k, &tok[..])).await?;
-    let Some((held, live)) = own else {
-        tx.rollback().await?;
-        return Ok(None);
+    // The key's row first, as every grant of the key locks it first (no
+    // deadlock): no grant or other shrink of the key runs until commit.
+    let mut deleted = false;
+    if granted {
+        tx.exec_drop(q.lock_row.as_str(), (k,)).await?;
+        tx.exec_drop(q.drop_live_held.as_str(), (k, &tok[..])).await?;
+        deleted = tx.affected_rows() == 1;
+    }
+    let (held, live) = if deleted {
+        (1, Some(1))
+    } else {
+        match tx.exec_first::<(u8, Option<i64>), _, _>(q.own.as_str(), (k, &tok[..])).await? {
+            Some(own) => own,
+            None => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+        }
     };
-    if held == 1 {
-        // The key's row first, as every grant of the key locks it first (no
-        // deadlock): no grant or other shrink of the key runs until commit.
+    if held == 1 && !granted {
         tx.exec_drop(q.lock_row.as_str(), (k,)).await?;
     }
-    tx.exec_drop(q.drop_own.as_str(), (k, &tok[..])).await?;
+    if !deleted {
+        tx.exec_drop(q.drop_own.as_str(), (k, &tok[..])).await?;
+    }
     if held == 1 {
         // The gate down to the latest remaining share, read with locks (a
         // renewal in flight waits for them, then moves the gate up again).
@@ -451,29 +472,6 @@ pub(super) async fn resize(conn: &mut Conn, q: &ShareSql, key: &str, limit: u32)
     conn.exec_drop(q.resize.as_str(), (limit, key.as_bytes())).await?;
     let held: Option<i64> = conn.exec_first(q.held_weight.as_str(), (key.as_bytes(),)).await?;
     Ok(held.unwrap_or(0).max(0) as u64)
-}
-
-/// Changes the label of `token`'s live grant or share; true if it had one.
-pub(super) async fn relabel(
-    conn: &mut Conn,
-    q: &ShareSql,
-    key: &str,
-    token: OwnerToken,
-    label: &str,
-) -> mysql_async::Result<bool> {
-    let label: String = label.chars().take(255).collect();
-    let (k, tok) = (key.as_bytes(), token.to_bytes());
-    conn.exec_drop(q.relabel_lease.as_str(), (&label, k, &tok[..])).await?;
-    if conn.affected_rows() == 1 {
-        return Ok(true);
-    }
-    conn.exec_drop(q.relabel_share.as_str(), (&label, k, &tok[..])).await?;
-    if conn.affected_rows() == 1 {
-        return Ok(true);
-    }
-    // MySQL counts a row set to the value it had as unchanged.
-    let owns: Option<i64> = conn.exec_first(q.owns.as_str(), (k, &tok[..], k, &tok[..])).await?;
-    Ok(owns == Some(1))
 }
 
 #[cfg(test)]

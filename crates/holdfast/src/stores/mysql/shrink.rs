@@ -86,7 +86,7 @@ impl MysqlBackend {
         if outcome == Shrink::Shrunk {
             // A mutex lease is now a share of its own expiry, renewed as one.
             self.book().released(token);
-            self.share_tokens().insert(token);
+            self.share_tokens().insert(token, true);
             // Room was made, as by a release: this process's waiter whose
             // turn it is tries again (other processes poll).
             self.wakeups.wake_one(key.as_str());
