@@ -354,24 +354,24 @@ impl Backend for MysqlBackend {
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         let own = self.book().session_of(token);
-        let granted = self.share_tokens().get(&token).copied();
-        let share = granted.is_some();
+        // This client's share (`Some(true)`: granted) or reservation.
+        let share = self.share_tokens().get(&token).copied();
         // Deleting by token is idempotent, so a deadlock victim just retries.
         let released = self
             .retry_contention(|| {
                 self.timed(async |op| {
                     let mut conn = op.conn().await?;
                     let (k, own) = (key.as_str(), own.as_ref().map(|id| &id[..]));
-                    if !share && sql::release(&mut conn, &self.sql, k, token, own).await? {
+                    if share.is_none() && sql::release(&mut conn, &self.sql, k, token, own).await? {
                         return Ok(true);
                     }
                     // Not a grant of the lease row: maybe a share or a
                     // reservation, else a row of a session.
-                    let granted = granted == Some(true);
+                    let granted = share == Some(true);
                     if let Some(released) = shares::release(&mut conn, &self.shares, k, token, granted).await? {
                         return Ok(released);
                     }
-                    if share && sql::release(&mut conn, &self.sql, k, token, own).await? {
+                    if share.is_some() && sql::release(&mut conn, &self.sql, k, token, own).await? {
                         return Ok(true);
                     }
                     sql::release_counted(&mut conn, &self.sql, k, token).await
