@@ -1,7 +1,10 @@
 //! The admin calls on MySQL/MariaDB: the held keys under a prefix, the
-//! forced release and a holder's new label. The first two build their
-//! statements at the call from the namespace's checked table names (admin
-//! calls are rare); every value is a bound parameter.
+//! forced release, a holder's new label and the held shares of a key. The
+//! first two build their statements at the call from the namespace's
+//! checked table names (admin calls are rare); every value is a bound
+//! parameter.
+
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
@@ -124,4 +127,17 @@ pub(super) async fn relabel(
     // MySQL counts a row set to the value it had as unchanged.
     let owns: Option<i64> = conn.exec_first(q.owns.as_str(), (k, &tok[..], k, &tok[..])).await?;
     Ok(owns == Some(1))
+}
+
+/// The held shares of `key`: (label, fence, time left, weight, limit).
+pub(super) async fn list(
+    conn: &mut Conn,
+    q: &ShareSql,
+    key: &str,
+) -> mysql_async::Result<Vec<(String, u64, Duration, u64, u64)>> {
+    let rows: Vec<(String, u64, Option<i64>, u64, u64)> = conn.exec(q.list.as_str(), (key.as_bytes(),)).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(l, f, us, w, n)| (l, f, Duration::from_micros(us.unwrap_or(0).max(0) as u64), w, n))
+        .collect())
 }

@@ -9,6 +9,7 @@ mod lost;
 mod renew;
 mod session;
 mod session_rows;
+mod share_procs;
 mod shares;
 mod shrink;
 mod sql;
@@ -153,6 +154,7 @@ impl MysqlBackend {
             &config.sessions_table(),
         );
         let share_sql = shares::ShareSql::new(
+            &config.namespace,
             &config.leases_table(),
             &config.fence_table(),
             &config.shares_table(),
@@ -167,7 +169,8 @@ impl MysqlBackend {
         let mut init = session::base_init(&config);
         let once = session::driver_opts(&config, 1, init.clone()).into();
         let tables = [config.leases_table(), config.shares_table()];
-        let facts = timed(&config, session::open_once(once, &tables, &schema, config.timeout)).await?;
+        let facts =
+            timed(&config, session::open_once(once, &tables, &schema, &share_sql.procs, config.timeout)).await?;
         if facts.read_committed {
             init.push(session::READ_COMMITTED.to_owned());
         } else {
@@ -406,7 +409,7 @@ impl Backend for MysqlBackend {
         let listed = self
             .timed(async |op| {
                 let mut conn = op.conn().await?;
-                shares::list(&mut conn, &self.shares, key.as_str()).await
+                admin::list(&mut conn, &self.shares, key.as_str()).await
             })
             .await?;
         let mut status = LockStatus {

@@ -33,6 +33,7 @@ use mysql_async::{Conn, Params, TxOpts, Value};
 
 use super::session::micros;
 use super::session_rows::{self, Lapse, SessionSql, held_session_sql, until_sql};
+use super::share_procs::ShareProcs;
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
 use crate::vocabulary::key::OwnerToken;
@@ -42,7 +43,7 @@ use crate::vocabulary::key::OwnerToken;
 type ShareRow = (Vec<u8>, u8, u64, u64, u8, u64, Option<i64>);
 
 /// The token of a key's lease row while shares hold the key. Only this
-/// module knows it: the others ask [`is_gate`], [`NOT_GATE`] and
+/// module knows it: the others ask [`is_gate`], [`NOT_GATE`], [`GATE_LITERAL`] and
 /// [`ShareSql::lease_to_gate`].
 const GATE: [u8; 16] = [0; 16];
 
@@ -55,6 +56,9 @@ pub(super) fn is_gate(token: &[u8]) -> bool {
 /// A condition on the lease table's `token` column that leaves out the gate
 /// of shares: an exclusive holder's row only ([`GATE`] written as a literal).
 pub(super) const NOT_GATE: &str = "token <> X'00000000000000000000000000000000'";
+
+/// [`GATE`] as an SQL literal, for the server-side release.
+pub(super) const GATE_LITERAL: &str = "X'00000000000000000000000000000000'";
 
 /// The statements of shared leases.
 #[derive(Debug)]
@@ -75,7 +79,7 @@ pub(super) struct ShareSql {
     own: String,
     latest: String,
     shrink: String,
-    list: String,
+    pub(super) list: String,
     resize: String,
     pub(super) relabel_lease: String,
     pub(super) relabel_share: String,
@@ -86,14 +90,16 @@ pub(super) struct ShareSql {
     held_weight: String,
     lease_to_gate: String,
     sessions: SessionSql,
+    /// The server-side release of a granted share, where it can be used.
+    pub(super) procs: ShareProcs,
 }
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
 impl ShareSql {
     /// Statements over `<leases>`, `<fence>`, `<shares>` and `<sessions>`,
-    /// all validated names.
-    pub(super) fn new(leases: &str, fence: &str, shares: &str, sessions: &str) -> Self {
+    /// all validated names, and the procedure of namespace `ns`.
+    pub(super) fn new(ns: &str, leases: &str, fence: &str, shares: &str, sessions: &str) -> Self {
         let (l, f, s) = (format!("`{leases}`"), format!("`{fence}`"), format!("`{shares}`"));
         let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, live_until)");
         // Until when the lease row aliased `l` is held: its session's
@@ -213,6 +219,7 @@ impl ShareSql {
                 m = admission::MODE_SHARED
             ),
             sessions: SessionSql::new(sessions, leases),
+            procs: ShareProcs::new(ns, leases, shares),
         }
     }
 }
@@ -390,9 +397,17 @@ pub(super) async fn release(
     q: &ShareSql,
     key: &str,
     token: OwnerToken,
-    granted: bool,
+    mut granted: bool,
 ) -> mysql_async::Result<Option<bool>> {
     let (k, tok) = (key.as_bytes(), token.to_bytes());
+    if granted && q.procs.usable() {
+        match q.procs.release_granted(conn, k, &tok).await? {
+            Some(true) => return Ok(Some(true)),
+            // Not live and held: read the row, as for any other token.
+            Some(false) => granted = false,
+            None => {}
+        }
+    }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     // The key's row first, as every grant of the key locks it first (no
     // deadlock): no grant or other shrink of the key runs until commit.
@@ -452,19 +467,6 @@ pub(super) async fn renew(
     }
     tx.commit().await?;
     Ok(out)
-}
-
-/// The held shares of `key`: (label, fence, time left, weight, limit).
-pub(super) async fn list(
-    conn: &mut Conn,
-    q: &ShareSql,
-    key: &str,
-) -> mysql_async::Result<Vec<(String, u64, Duration, u64, u64)>> {
-    let rows: Vec<(String, u64, Option<i64>, u64, u64)> = conn.exec(q.list.as_str(), (key.as_bytes(),)).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(l, f, us, w, n)| (l, f, Duration::from_micros(us.unwrap_or(0).max(0) as u64), w, n))
-        .collect())
 }
 
 /// Records `limit` with the key's live shares; returns the weight held.
