@@ -1,8 +1,24 @@
-//! The server-side release of a granted share: one `CALL` where the
-//! shares' transaction (`shares::release`) takes six round trips with the
-//! key's lease row locked across four of them.
+//! The server-side steps of shared leases: one `CALL` each where the
+//! shares' transactions (`shares::acquire`, `shares::release`) take six
+//! round trips with the key's lease row locked across four of them.
 //!
-//! The procedure runs that transaction's granted path, the same statements
+//! **The grant of a share to a key nobody else holds or waits for**
+//! (`NAME_share_alone1`) runs the shared acquire's transaction for that one
+//! case: the key's lease row locked first, then its live shares and
+//! reservations read with a locking read, as the transaction reads them.
+//! When the row is free (expired, released, or a gate whose shares are
+//! gone: not a row held under a session, whose lapse only the transaction
+//! counts) and no live share or reservation is left, the admission rule
+//! grants any share whose weight is within its limit, with the fence the
+//! transaction gives, the row's plus one (the row keeps the highest fence
+//! the key was granted), and the procedure writes what the transaction
+//! writes (the share, and the row as the gate). In every other case it
+//! rolls back and answers nothing, and the client runs the transaction: a
+//! key without a row (its first grant draws from the namespace's counter),
+//! one held or waited for, or this token's own live share or reservation.
+//!
+//! **The release of a granted share** (`NAME_share_release1`) is the
+//! release transaction's granted path, the same statements
 //! in the same order under the same locks: the key's lease row locked
 //! first (as every grant of the key locks it first), the share deleted only
 //! if it is held and unexpired, then the gate moved down to the latest
@@ -14,11 +30,11 @@
 //! Clients with and without the procedure can share a namespace: both
 //! change the rows in one transaction under the same row locks.
 //!
-//! Creating it needs `CREATE ROUTINE` on the database, and calling it
-//! `EXECUTE` (which its creator is given). A client whose user has neither,
-//! or whose server refuses the procedure in any other way, keeps the
-//! transaction (`SQL SECURITY INVOKER`: the procedure never reaches a table
-//! its caller could not). The name carries a version: a later change of the
+//! Creating them needs `CREATE ROUTINE` on the database, and calling them
+//! `EXECUTE` (which their creator is given). A client whose user has
+//! neither, or whose server refuses them in any other way, keeps the
+//! transactions (`SQL SECURITY INVOKER`: a procedure never reaches a table
+//! its caller could not). The names carry a version: a later change of a
 //! body gets a new name, so clients of different versions never run each
 //! other's.
 
@@ -28,36 +44,68 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use super::shares::GATE_LITERAL;
+use crate::backend::admission::MODE_SHARED;
 
-/// Server errors after which the procedure is not used again by this
+/// Server errors after which the procedures are not used again by this
 /// client: `ER_PROCACCESS_DENIED_ERROR` (no `EXECUTE`) and
 /// `ER_SP_DOES_NOT_EXIST` (dropped since).
 const GONE: [u16; 2] = [1370, 1305];
 
-/// The procedure of a namespace, and whether this client calls it.
+/// The procedures of a namespace, and whether this client calls them.
 #[derive(Debug)]
 pub(super) struct ShareProcs {
-    name: String,
-    create: String,
+    /// (name, `CREATE PROCEDURE` statement) of each.
+    procedures: [(String, String); 2],
+    alone_call: String,
     release_call: String,
     usable: AtomicBool,
 }
 
 impl ShareProcs {
-    /// The procedure over `<leases>` and `<shares>` of namespace `ns` (a
-    /// checked name of at most 48 bytes: the procedure's stays within 64).
+    /// The procedures over `<leases>` and `<shares>` of namespace `ns` (a
+    /// checked name of at most 48 bytes: theirs stay within 64).
     pub(super) fn new(ns: &str, leases: &str, shares: &str) -> Self {
-        let name = format!("{ns}_share_release1");
+        let (alone, release) = (format!("{ns}_share_alone1"), format!("{ns}_share_release1"));
         let now = "UTC_TIMESTAMP(6)";
-        let create = format!(
-            "CREATE PROCEDURE `{name}`(IN k VARBINARY(256), IN tok BINARY(16))
-             MODIFIES SQL DATA SQL SECURITY INVOKER
-             COMMENT 'holdfast: the release of a granted share (see the MySQL store docs)'
-             BEGIN
+        let head = "MODIFIES SQL DATA SQL SECURITY INVOKER
+             COMMENT 'holdfast: shared leases (see the MySQL store docs)'
+             BEGIN";
+        // Never leave the caller's connection inside a transaction.
+        let on_error = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;";
+        let create_alone = format!(
+            "CREATE PROCEDURE `{alone}`(IN k VARBINARY(256), IN tok BINARY(16), IN w BIGINT UNSIGNED,
+                 IN n BIGINT UNSIGNED, IN lbl VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN us BIGINT)
+             {head}
+                 DECLARE f BIGINT UNSIGNED DEFAULT NULL;
+                 DECLARE free INT DEFAULT 0;
+                 DECLARE others INT DEFAULT 1;
+                 {on_error}
+                 START TRANSACTION;
+                 SELECT fence, live_until <= {now} INTO f, free FROM `{leases}` WHERE lock_key = k FOR UPDATE;
+                 SELECT COUNT(*) INTO others FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
+                 IF f IS NOT NULL AND free = 1 AND others = 0 AND w <= n THEN
+                     INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
+                         VALUES (k, tok, {shared}, w, n, 1, f + 1, lbl, {now} + INTERVAL us MICROSECOND)
+                         ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
+                             limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
+                             live_until = VALUES(live_until);
+                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {GATE_LITERAL},
+                         fence = f + 1, label = '', session = NULL WHERE lock_key = k;
+                     COMMIT;
+                     SELECT f + 1;
+                 ELSE
+                     ROLLBACK;
+                     SELECT CAST(NULL AS UNSIGNED);
+                 END IF;
+             END",
+            shared = MODE_SHARED,
+        );
+        let create_release = format!(
+            "CREATE PROCEDURE `{release}`(IN k VARBINARY(256), IN tok BINARY(16))
+             {head}
                  DECLARE locked INT DEFAULT 0;
                  DECLARE latest DATETIME(6) DEFAULT NULL;
-                 -- Never leave the caller's connection inside a transaction.
-                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+                 {on_error}
                  START TRANSACTION;
                  SELECT COUNT(*) INTO locked FROM `{leases}` WHERE lock_key = k FOR UPDATE;
                  DELETE FROM `{shares}` WHERE lock_key = k AND token = tok AND held = 1 AND live_until > {now};
@@ -74,48 +122,78 @@ impl ShareProcs {
                  END IF;
              END"
         );
-        let release_call = format!("CALL `{name}`(?, ?)");
-        ShareProcs { name, create, release_call, usable: AtomicBool::new(false) }
+        ShareProcs {
+            alone_call: format!("CALL `{alone}`(?, ?, ?, ?, ?, ?)"),
+            release_call: format!("CALL `{release}`(?, ?)"),
+            procedures: [(alone, create_alone), (release, create_release)],
+            usable: AtomicBool::new(false),
+        }
     }
 
-    /// Creates the procedure if the namespace has none, and marks it usable
-    /// if it is there afterwards. A refusal is not an error: the client
-    /// keeps the transaction.
+    /// Creates the procedures the namespace lacks, and marks them usable if
+    /// both are there afterwards. A refusal is not an error: the client
+    /// keeps the transactions.
     pub(super) async fn install(&self, conn: &mut Conn) -> mysql_async::Result<()> {
         let there = "SELECT 1 FROM information_schema.ROUTINES
                      WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = ? AND ROUTINE_TYPE = 'PROCEDURE'";
-        let found: Option<u8> = conn.exec_first(there, (self.name.as_str(),)).await?;
-        let usable = match found {
-            Some(_) => true,
-            None => match conn.query_drop(self.create.as_str()).await {
-                Ok(()) => true,
+        let mut usable = true;
+        for (name, create) in &self.procedures {
+            if conn.exec_first::<u8, _, _>(there, (name.as_str(),)).await?.is_some() {
+                continue;
+            }
+            match conn.query_drop(create.as_str()).await {
+                Ok(()) => {}
                 // ER_SP_ALREADY_EXISTS: another client created it meanwhile.
-                Err(mysql_async::Error::Server(e)) if e.code == 1304 => true,
+                Err(mysql_async::Error::Server(e)) if e.code == 1304 => {}
                 Err(mysql_async::Error::Server(e)) => {
                     tracing::debug!(
-                        procedure = self.name,
+                        procedure = name,
                         code = e.code,
-                        "share releases stay transactions: the server refused the procedure ({})",
+                        "shared leases stay transactions: the server refused the procedure ({})",
                         e.message
                     );
-                    false
+                    usable = false;
+                    break;
                 }
                 Err(other) => return Err(other),
-            },
-        };
+            }
+        }
         self.usable.store(usable, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Whether this client calls the procedure.
+    /// Whether this client calls the procedures.
     pub(super) fn usable(&self) -> bool {
         self.usable.load(Ordering::Relaxed)
+    }
+
+    /// Grants `token` a held share of `key` (`mode`'s weight and limit) if
+    /// nobody else holds or waits for the key and it has a row:
+    /// `Some(Some(fence))`; `Some(None)` when the transaction must decide
+    /// (nothing changed); `None` if the procedures cannot be called (no
+    /// longer used by this client).
+    ///
+    /// # Cancel safety
+    ///
+    /// One statement whose transaction commits inside it: dropped, the
+    /// server committed it or rolls it back with the connection.
+    pub(super) async fn acquire_alone(
+        &self,
+        conn: &mut Conn,
+        (key, token): (&[u8], &[u8; 16]),
+        (weight, limit): (u64, u64),
+        label: &str,
+        ttl_us: i64,
+    ) -> mysql_async::Result<Option<Option<u64>>> {
+        let params = (key, &token[..], weight, limit, label, ttl_us);
+        let answer = conn.exec_first::<Option<u64>, _, _>(self.alone_call.as_str(), params).await;
+        self.answer(answer.map(Option::flatten))
     }
 
     /// Releases `token`'s granted share of `key` in one call: `Some(true)`
     /// if it was held and unexpired and is gone, with the gate moved down;
     /// `Some(false)` if there was no such share (nothing changed); `None`
-    /// if the procedure cannot be called (no longer used by this client).
+    /// if the procedures cannot be called (no longer used by this client).
     ///
     /// # Cancel safety
     ///
@@ -127,10 +205,17 @@ impl ShareProcs {
         key: &[u8],
         token: &[u8; 16],
     ) -> mysql_async::Result<Option<bool>> {
-        match conn.exec_first::<u8, _, _>(self.release_call.as_str(), (key, &token[..])).await {
-            Ok(answer) => Ok(Some(answer == Some(1))),
+        let answer = conn.exec_first::<u8, _, _>(self.release_call.as_str(), (key, &token[..])).await;
+        self.answer(answer.map(|a| a == Some(1)))
+    }
+
+    /// A call's answer, or `None` (and the procedures no longer used) if
+    /// they cannot be called.
+    fn answer<T>(&self, answer: mysql_async::Result<T>) -> mysql_async::Result<Option<T>> {
+        match answer {
+            Ok(answer) => Ok(Some(answer)),
             Err(mysql_async::Error::Server(e)) if GONE.contains(&e.code) => {
-                tracing::debug!(procedure = self.name, code = e.code, "share releases back to transactions");
+                tracing::debug!(code = e.code, "shared leases back to transactions: {}", e.message);
                 self.usable.store(false, Ordering::Relaxed);
                 Ok(None)
             }

@@ -262,6 +262,12 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
     let Ask { key, token, mode, ttl, label, reserve } = ask;
     let (tok, k) = (token.to_bytes(), key.as_bytes());
     let label: String = label.chars().take(255).collect();
+    if let (true, LeaseMode::Shared { weight, limit }) = (q.procs.usable(), mode) {
+        let (ask, ttl_us) = ((weight.into(), limit.into()), micros(ttl));
+        if let Some(Some(fence)) = q.procs.acquire_alone(conn, (k, &tok), ask, &label, ttl_us).await? {
+            return Ok(Shared::Granted(fence));
+        }
+    }
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let mut rows = Vec::new();
     let mut soonest: Option<i64> = None;
