@@ -43,7 +43,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use super::shares::GATE_LITERAL;
 use crate::backend::admission::MODE_SHARED;
 
 /// Server errors after which the procedures are not used again by this
@@ -63,8 +62,9 @@ pub(super) struct ShareProcs {
 
 impl ShareProcs {
     /// The procedures over `<leases>` and `<shares>` of namespace `ns` (a
-    /// checked name of at most 48 bytes: theirs stay within 64).
-    pub(super) fn new(ns: &str, leases: &str, shares: &str) -> Self {
+    /// checked name of at most 48 bytes: theirs stay within 64), with
+    /// `gate`, the token of a lease row that gates shares, as an SQL literal.
+    pub(super) fn new(ns: &str, leases: &str, shares: &str, gate: &str) -> Self {
         let (alone, release) = (format!("{ns}_share_alone1"), format!("{ns}_share_release1"));
         let now = "UTC_TIMESTAMP(6)";
         let head = "MODIFIES SQL DATA SQL SECURITY INVOKER
@@ -89,7 +89,7 @@ impl ShareProcs {
                          ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
                              limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
                              live_until = VALUES(live_until);
-                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {GATE_LITERAL},
+                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {gate},
                          fence = f + 1, label = '', session = NULL WHERE lock_key = k;
                      COMMIT;
                      SELECT f + 1;
@@ -113,7 +113,7 @@ impl ShareProcs {
                      SELECT MAX(live_until) INTO latest FROM `{shares}`
                          WHERE lock_key = k AND held = 1 AND live_until > {now} FOR UPDATE;
                      UPDATE `{leases}` SET live_until = COALESCE(latest, '1970-01-01')
-                         WHERE lock_key = k AND token = {GATE_LITERAL};
+                         WHERE lock_key = k AND token = {gate};
                      COMMIT;
                      SELECT 1;
                  ELSE

@@ -43,7 +43,7 @@ use crate::vocabulary::key::OwnerToken;
 type ShareRow = (Vec<u8>, u8, u64, u64, u8, u64, Option<i64>);
 
 /// The token of a key's lease row while shares hold the key. Only this
-/// module knows it: the others ask [`is_gate`], [`NOT_GATE`], [`GATE_LITERAL`] and
+/// module knows it: the others ask [`is_gate`], [`NOT_GATE`] and
 /// [`ShareSql::lease_to_gate`].
 const GATE: [u8; 16] = [0; 16];
 
@@ -57,8 +57,8 @@ pub(super) fn is_gate(token: &[u8]) -> bool {
 /// of shares: an exclusive holder's row only ([`GATE`] written as a literal).
 pub(super) const NOT_GATE: &str = "token <> X'00000000000000000000000000000000'";
 
-/// [`GATE`] as an SQL literal, for the server-side release.
-pub(super) const GATE_LITERAL: &str = "X'00000000000000000000000000000000'";
+/// [`GATE`] as an SQL literal, for the procedures (`share_procs`).
+const GATE_LITERAL: &str = "X'00000000000000000000000000000000'";
 
 /// The statements of shared leases.
 #[derive(Debug)]
@@ -219,7 +219,7 @@ impl ShareSql {
                 m = admission::MODE_SHARED
             ),
             sessions: SessionSql::new(sessions, leases),
-            procs: ShareProcs::new(ns, leases, shares),
+            procs: ShareProcs::new(ns, leases, shares, GATE_LITERAL),
         }
     }
 }
@@ -490,6 +490,7 @@ mod tests {
     fn the_gate_condition_names_the_gate_token() {
         let hex: String = GATE.iter().map(|b| format!("{b:02X}")).collect();
         assert_eq!(NOT_GATE, format!("token <> X'{hex}'"));
+        assert_eq!(GATE_LITERAL, format!("X'{hex}'"));
         assert!(is_gate(&GATE) && !is_gate(&[1; 16]));
     }
 }
