@@ -25,8 +25,11 @@ fn at(ms: i64) -> String {
     format!("UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND", ms * 1000)
 }
 
-/// The statements that seed a case's rows under `key`.
-fn seed_sql(key: &str, case: &Case) -> String {
+/// The statements that seed a case's rows under `key`; with `marker`, a
+/// key without a live lease row or gate gets a released one, at the
+/// table's highest order (so that the shared acquire's procedure, which
+/// leaves a key without a row to the transaction, decides every case).
+fn seed_sql(key: &str, case: &Case, marker: bool) -> String {
     let (l, s) = (format!("{DATABASE}.holdfast_leases"), format!("{DATABASE}.holdfast_shares"));
     let mut sql = format!(
         "UPDATE {DATABASE}.holdfast_fence SET value = GREATEST(value, {MAX_ORDER}) WHERE id = 0;
@@ -49,6 +52,8 @@ fn seed_sql(key: &str, case: &Case) -> String {
         // a share's grant takes + 1 (and the table's orders stand for the
         // key's history, as for an expired holder above).
         sql += &lease(GATE.to_owned(), MAX_ORDER, at(ends_in_ms(latest)));
+    } else if marker {
+        sql += &lease(format!("X'{}'", "FF".repeat(16)), MAX_ORDER, "UTC_TIMESTAMP(6)".to_owned());
     }
     for r in case.rows.iter().filter(|r| !(r.held && r.mode.is_exclusive())) {
         let (m, w, lim) = admission::encode(r.mode);
@@ -84,17 +89,30 @@ fn live(server: &MysqlServer, key: &str) -> BTreeSet<Live> {
 }
 
 /// Every case of the table through `MysqlBackend::try_acquire` (the
-/// mutex's statements for an exclusive request, the shared transaction
-/// otherwise) on the case's rows seeded into the real tables.
+/// mutex's statements for an exclusive request, shared ones otherwise) on
+/// the case's rows seeded into the real tables, twice: as a user with the
+/// namespace's procedures (the shared acquire's procedure decides, every
+/// key having a row), and as a user without `CREATE ROUTINE` (the shared
+/// transaction decides, keys seeded as they come).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_store_passes_the_admission_table() {
     let server = MysqlServer::start();
-    let store = MysqlBackend::open_url(&server.url()).await.expect("open");
-    // The first use creates the tables.
-    let warm = AcquireRequest::new(LockKey::new("admission/warm-up").expect("key"), OwnerToken::random(), TTL);
-    store.try_acquire(&warm).await.expect("first acquire").expect("granted");
-    store.release(&warm.key, warm.token).await.expect("release");
-    // A retry of the token's own live row (after a lost reply) keeps its fence.
-    let leeway = Leeway { retry_takes_a_new_fence: false };
-    run_table(&store, leeway, |key, case| drop(server.sql(&seed_sql(key, case))), |key| live(&server, key)).await;
+    server.sql(&format!(
+        "CREATE USER 'plain'@'127.0.0.1' IDENTIFIED BY 'plain-pw'; \
+         GRANT SELECT, INSERT, UPDATE, DELETE, CREATE ON {DATABASE}.* TO 'plain'@'127.0.0.1';"
+    ));
+    let plain_url = format!("mysql://plain:plain-pw@127.0.0.1:{}/{DATABASE}", server.port());
+    for (url, procedures) in [(server.url(), true), (plain_url, false)] {
+        let store = MysqlBackend::open_url(&url).await.expect("open");
+        // The first use creates the tables.
+        let warm = AcquireRequest::new(LockKey::new("admission/warm-up").expect("key"), OwnerToken::random(), TTL);
+        store.try_acquire(&warm).await.expect("first acquire").expect("granted");
+        store.release(&warm.key, warm.token).await.expect("release");
+        let count = format!("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}'");
+        assert_eq!(server.sql(&count).trim(), "2", "the namespace's procedures");
+        // A retry of the token's own live row (after a lost reply) keeps its fence.
+        let leeway = Leeway { retry_takes_a_new_fence: false };
+        let seed = |key: &str, case: &Case| drop(server.sql(&seed_sql(key, case, procedures)));
+        run_table(&store, leeway, seed, |key| live(&server, key)).await;
+    }
 }
