@@ -27,8 +27,9 @@ fn at(ms: i64) -> String {
 
 /// The statements that seed a case's rows under `key`; with `marker`, a
 /// key without a live lease row or gate gets a released one, at the
-/// table's highest order (so that the shared acquire's procedure, which
-/// leaves a key without a row to the transaction, decides every case).
+/// table's highest order (so that the shared grant's procedure, which
+/// leaves a key without a row to the transaction, decides every case with
+/// no live row left).
 fn seed_sql(key: &str, case: &Case, marker: bool) -> String {
     let (l, s) = (format!("{DATABASE}.holdfast_leases"), format!("{DATABASE}.holdfast_shares"));
     let mut sql = format!(
@@ -91,9 +92,10 @@ fn live(server: &MysqlServer, key: &str) -> BTreeSet<Live> {
 /// Every case of the table through `MysqlBackend::try_acquire` (the
 /// mutex's statements for an exclusive request, shared ones otherwise) on
 /// the case's rows seeded into the real tables, twice: as a user with the
-/// namespace's procedures (the shared acquire's procedure decides, every
-/// key having a row), and as a user without `CREATE ROUTINE` (the shared
-/// transaction decides, keys seeded as they come).
+/// namespace's procedures (the shared grant's procedure decides the cases
+/// without a live row, every key having one), and as a user without
+/// `CREATE ROUTINE` (the shared transaction decides every case, keys
+/// seeded as they come).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_store_passes_the_admission_table() {
     let server = MysqlServer::start();

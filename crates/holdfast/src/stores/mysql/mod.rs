@@ -169,11 +169,8 @@ impl MysqlBackend {
         let mut init = session::base_init(&config);
         let once = session::driver_opts(&config, 1, init.clone()).into();
         let tables = [config.leases_table(), config.shares_table()];
-        let facts = timed(
-            &config,
-            session::open_once(once, &tables, &schema, async |c| share_sql.procs.install(c).await, config.timeout),
-        )
-        .await?;
+        let facts =
+            timed(&config, session::open_once(once, &tables, &schema, &share_sql.procs, config.timeout)).await?;
         if facts.read_committed {
             init.push(session::READ_COMMITTED.to_owned());
         } else {

@@ -197,14 +197,14 @@ pub(super) async fn add_session_column(conn: &mut Conn, table: &str, wait_s: u64
 
 /// Connects once with `opts`, moves `tables` (the lease table, then the
 /// shares table) from an older layout if they have one, runs `schema` (idempotent `CREATE
-/// TABLE IF NOT EXISTS` statements), runs `procedures` (which creates the
-/// shares' procedures where the server lets it), and reads the server's commit durability and binary
+/// TABLE IF NOT EXISTS` statements), creates the shares' procedure where
+/// the server lets it, and reads the server's commit durability and binary
 /// log format; the connection is closed after.
 pub(super) async fn open_once(
     opts: Opts,
     tables: &[String],
     schema: &[&str],
-    procedures: impl AsyncFnOnce(&mut Conn) -> mysql_async::Result<()>,
+    procs: &super::share_procs::ShareProcs,
     wait: Duration,
 ) -> mysql_async::Result<ServerFacts> {
     let mut conn = Conn::new(opts).await?;
@@ -213,7 +213,7 @@ pub(super) async fn open_once(
         conn.query_drop(*stmt).await?;
     }
     add_session_column(&mut conn, &tables[0], wait.as_secs()).await?;
-    procedures(&mut conn).await?;
+    procs.install(&mut conn).await?;
     let row: Option<(Option<i64>, Option<i64>, Option<String>)> =
         conn.query_first("SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@binlog_format").await?;
     let _ = conn.disconnect().await;

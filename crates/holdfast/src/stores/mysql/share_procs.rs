@@ -39,44 +39,11 @@
 //! other's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::backend::LeaseMode;
-use crate::backend::UNLIMITED;
-use crate::backend::admission::{self, MODE_SHARED, MODE_WRITER};
-use crate::vocabulary::key::OwnerToken;
-
-/// What a shared acquire decided.
-pub(super) enum Shared {
-    Granted(u64),
-    Busy(Option<Duration>),
-    Conflict(String),
-}
-
-/// A request, as the shared acquire needs it.
-pub(super) struct Ask<'a> {
-    pub(super) key: &'a str,
-    pub(super) token: OwnerToken,
-    pub(super) mode: LeaseMode,
-    pub(super) ttl: Duration,
-    pub(super) label: &'a str,
-    pub(super) reserve: bool,
-}
-
-/// The acquire procedure's answers, in its first column: granted (the
-/// second is the fence), refused (the soonest held lease's microseconds
-/// left, if any), another limit holds the key (the second is it), or the
-/// transaction's to decide.
-const GRANTED: u8 = 0;
-/// See [`GRANTED`].
-const BUSY: u8 = 1;
-/// See [`GRANTED`].
-const CONFLICT: u8 = 2;
-/// See [`GRANTED`].
-const TRANSACTION: u8 = 3;
+use crate::backend::admission::MODE_SHARED;
 
 /// Server errors after which the procedures are not used again by this
 /// client: `ER_PROCACCESS_DENIED_ERROR` (no `EXECUTE`) and
@@ -88,7 +55,7 @@ const GONE: [u16; 2] = [1370, 1305];
 pub(super) struct ShareProcs {
     /// (name, `CREATE PROCEDURE` statement) of each.
     procedures: [(String, String); 2],
-    acquire_call: String,
+    alone_call: String,
     release_call: String,
     usable: AtomicBool,
 }
@@ -96,150 +63,42 @@ pub(super) struct ShareProcs {
 impl ShareProcs {
     /// The procedures over `<leases>` and `<shares>` of namespace `ns` (a
     /// checked name of at most 48 bytes: theirs stay within 64), with
-    /// `gate`, the token of a lease row that gates shares, and `far`, the
-    /// expiry of a row held under a session, as SQL literals.
-    pub(super) fn new(ns: &str, leases: &str, shares: &str, (gate, far): (&str, &str)) -> Self {
-        let (acquire, release) = (format!("{ns}_share_acquire1"), format!("{ns}_share_release1"));
+    /// `gate`, the token of a lease row that gates shares, as an SQL literal.
+    pub(super) fn new(ns: &str, leases: &str, shares: &str, gate: &str) -> Self {
+        let (alone, release) = (format!("{ns}_share_alone1"), format!("{ns}_share_release1"));
         let now = "UTC_TIMESTAMP(6)";
-        // What the acquire transaction writes: the row as the gate of its
-        // shares, keeping the highest fence (`ShareSql::gate_to_shares`), and
-        // the share or reservation (`ShareSql::upsert`), fenced or placed at `f`.
-        let gate_to_shares = |fence: &str| {
-            format!(
-                "UPDATE `{leases}` SET
-                     live_until = IF(token = {gate} AND live_until > {now},
-                                     GREATEST(live_until, {now} + INTERVAL us MICROSECOND),
-                                     {now} + INTERVAL us MICROSECOND),
-                     token = {gate}, fence = GREATEST(fence, {fence}), label = '', session = NULL
-                 WHERE lock_key = k;"
-            )
-        };
-        let upsert = |held: u8| {
-            format!(
-                "INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
-                     VALUES (k, tok, m, w, n, {held}, f, lbl, {now} + INTERVAL us MICROSECOND)
-                     ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight), limit_n = VALUES(limit_n),
-                         held = VALUES(held), fence = VALUES(fence), label = VALUES(label),
-                         live_until = VALUES(live_until);"
-            )
-        };
         let head = "MODIFIES SQL DATA SQL SECURITY INVOKER
              COMMENT 'holdfast: shared leases (see the MySQL store docs)'
              BEGIN";
         // Never leave the caller's connection inside a transaction.
         let on_error = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;";
-        let create_acquire = format!(
-            "CREATE PROCEDURE `{acquire}`(IN k VARBINARY(256), IN tok BINARY(16), IN m TINYINT UNSIGNED,
-                 IN w BIGINT UNSIGNED, IN n BIGINT UNSIGNED,
-                 IN lbl VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN us BIGINT, IN reserve TINYINT)
+        let create_alone = format!(
+            "CREATE PROCEDURE `{alone}`(IN k VARBINARY(256), IN tok BINARY(16), IN w BIGINT UNSIGNED,
+                 IN n BIGINT UNSIGNED, IN lbl VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN us BIGINT)
              {head}
-                 DECLARE rt BINARY(16) DEFAULT NULL;
-                 DECLARE rf BIGINT UNSIGNED DEFAULT NULL;
-                 DECLARE ru DATETIME(6) DEFAULT NULL;
-                 DECLARE holder INT DEFAULT 0;
-                 DECLARE soon BIGINT DEFAULT NULL;
-                 DECLARE held_soon BIGINT DEFAULT NULL;
-                 DECLARE top BIGINT UNSIGNED DEFAULT 0;
-                 DECLARE live INT DEFAULT 0;
-                 DECLARE own_held TINYINT DEFAULT NULL;
-                 DECLARE own_order BIGINT UNSIGNED DEFAULT NULL;
-                 DECLARE own_place BIGINT UNSIGNED DEFAULT NULL;
-                 DECLARE other_limit BIGINT UNSIGNED DEFAULT NULL;
-                 DECLARE blocked INT DEFAULT 0;
-                 DECLARE taken BIGINT UNSIGNED DEFAULT 0;
                  DECLARE f BIGINT UNSIGNED DEFAULT NULL;
+                 DECLARE free INT DEFAULT 0;
+                 DECLARE others INT DEFAULT 1;
                  {on_error}
                  START TRANSACTION;
-                 -- The key's row first, as every grant of the key locks it first.
-                 SELECT token, fence, live_until INTO rt, rf, ru FROM `{leases}` WHERE lock_key = k FOR UPDATE;
-                 -- No row (the first grant draws from the counter), or a row
-                 -- of a session (whose lapse is counted): the transaction's.
-                 IF rf IS NULL OR ru = {far} THEN
-                     ROLLBACK;
-                     SELECT {TRANSACTION}, NULL;
-                     LEAVE body;
-                 END IF;
-                 IF rt <> {gate} AND ru > {now} THEN
-                     SET holder = 1, soon = TIMESTAMPDIFF(MICROSECOND, {now}, ru);
-                 END IF;
-                 -- The live shares and reservations, locked as the transaction reads them.
-                 SELECT COUNT(*), COALESCE(MAX(fence), 0),
-                        MIN(IF(held = 1, TIMESTAMPDIFF(MICROSECOND, {now}, live_until), NULL))
-                     INTO live, top, held_soon
-                     FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
-                 SET top = GREATEST(top, rf), soon = COALESCE(LEAST(soon, held_soon), soon, held_soon);
-                 SELECT held, fence INTO own_held, own_order FROM `{shares}`
-                     WHERE lock_key = k AND token = tok AND live_until > {now};
-                 IF own_held = 0 THEN
-                     SET own_place = own_order;
-                 END IF;
-                 -- Held already: extended, with its fence.
-                 IF holder = 1 AND rt = tok THEN
-                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND
-                         WHERE lock_key = k AND token = tok;
+                 SELECT fence, live_until <= {now} INTO f, free FROM `{leases}` WHERE lock_key = k FOR UPDATE;
+                 SELECT COUNT(*) INTO others FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
+                 IF f IS NOT NULL AND free = 1 AND others = 0 AND w <= n THEN
+                     INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
+                         VALUES (k, tok, {shared}, w, n, 1, f + 1, lbl, {now} + INTERVAL us MICROSECOND)
+                         ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
+                             limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
+                             live_until = VALUES(live_until);
+                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {gate},
+                         fence = f + 1, label = '', session = NULL WHERE lock_key = k;
                      COMMIT;
-                     SELECT {GRANTED}, rf;
-                     LEAVE body;
-                 END IF;
-                 IF own_held = 1 THEN
-                     UPDATE `{shares}` SET live_until = {now} + INTERVAL us MICROSECOND
-                         WHERE lock_key = k AND token = tok AND held = 1;
-                     {gate_up}
-                     COMMIT;
-                     SELECT {GRANTED}, own_order;
-                     LEAVE body;
-                 END IF;
-                 IF m = {shared} THEN
-                     SELECT limit_n INTO other_limit FROM `{shares}`
-                         WHERE lock_key = k AND token <> tok AND live_until > {now} AND mode = {shared}
-                             AND limit_n <> n LIMIT 1;
-                     IF other_limit IS NOT NULL THEN
-                         ROLLBACK;
-                         SELECT {CONFLICT}, other_limit;
-                         LEAVE body;
-                     END IF;
-                     -- Held by a writer, or a writer waiting ahead: refused.
-                     SELECT holder + COUNT(*) INTO blocked FROM `{shares}`
-                         WHERE lock_key = k AND token <> tok AND live_until > {now}
-                             AND ((held = 1 AND mode <> {shared})
-                                  OR (held = 0 AND mode = {writer} AND (own_place IS NULL OR fence < own_place)));
-                     SELECT w + COALESCE(SUM(weight), 0) INTO taken FROM `{shares}`
-                         WHERE lock_key = k AND token <> tok AND live_until > {now} AND mode = {shared}
-                             AND (held = 1 OR own_place IS NULL OR fence < own_place);
-                     SET blocked = blocked > 0 OR taken > n;
-                 ELSE
-                     SELECT holder + COUNT(*) INTO blocked FROM `{shares}`
-                         WHERE lock_key = k AND token <> tok AND live_until > {now} AND held = 1;
-                 END IF;
-                 IF blocked = 0 THEN
-                     SET f = top + 1;
-                     IF m = {shared} THEN
-                         {upsert_held}
-                         {gate_up_f}
-                     ELSE
-                         UPDATE `{leases}` SET token = tok, fence = f, label = lbl,
-                             live_until = {now} + INTERVAL us MICROSECOND, session = NULL WHERE lock_key = k;
-                         DELETE FROM `{shares}` WHERE lock_key = k AND token = tok;
-                     END IF;
-                     COMMIT;
-                     SELECT {GRANTED}, f;
-                 ELSEIF reserve = 1 THEN
-                     SET f = COALESCE(own_place, top + 1);
-                     {upsert_place}
-                     COMMIT;
-                     SELECT {BUSY}, soon;
+                     SELECT f + 1;
                  ELSE
                      ROLLBACK;
-                     SELECT {BUSY}, soon;
+                     SELECT CAST(NULL AS UNSIGNED);
                  END IF;
-             END body",
-            head = head.replacen("BEGIN", "body: BEGIN", 1),
+             END",
             shared = MODE_SHARED,
-            writer = MODE_WRITER,
-            gate_up = gate_to_shares("own_order"),
-            gate_up_f = gate_to_shares("f"),
-            upsert_held = upsert(1),
-            upsert_place = upsert(0),
         );
         let create_release = format!(
             "CREATE PROCEDURE `{release}`(IN k VARBINARY(256), IN tok BINARY(16))
@@ -264,9 +123,9 @@ impl ShareProcs {
              END"
         );
         ShareProcs {
-            acquire_call: format!("CALL `{acquire}`(?, ?, ?, ?, ?, ?, ?, ?)"),
+            alone_call: format!("CALL `{alone}`(?, ?, ?, ?, ?, ?)"),
             release_call: format!("CALL `{release}`(?, ?)"),
-            procedures: [(acquire, create_acquire), (release, create_release)],
+            procedures: [(alone, create_alone), (release, create_release)],
             usable: AtomicBool::new(false),
         }
     }
@@ -308,36 +167,27 @@ impl ShareProcs {
         self.usable.load(Ordering::Relaxed)
     }
 
-    /// The shared acquire of `ask` in one call: what it decided, or `None`
-    /// when the transaction decides (a key without a row, or with a row of
-    /// a session: nothing changed) or the procedures cannot be called (no
+    /// Grants `token` a held share of `key` (`mode`'s weight and limit) if
+    /// nobody else holds or waits for the key and it has a row:
+    /// `Some(Some(fence))`; `Some(None)` when the transaction must decide
+    /// (nothing changed); `None` if the procedures cannot be called (no
     /// longer used by this client).
     ///
     /// # Cancel safety
     ///
     /// One statement whose transaction commits inside it: dropped, the
     /// server committed it or rolls it back with the connection.
-    pub(super) async fn acquire(
+    pub(super) async fn acquire_alone(
         &self,
         conn: &mut Conn,
-        ask: &Ask<'_>,
+        (key, token): (&[u8], &[u8; 16]),
+        (weight, limit): (u64, u64),
         label: &str,
-    ) -> mysql_async::Result<Option<Shared>> {
-        let (code, weight, limit) = admission::encode(ask.mode);
-        let (key, token) = (ask.key.as_bytes(), ask.token.to_bytes());
-        let ttl_us = i64::try_from(ask.ttl.as_micros()).unwrap_or(i64::MAX);
-        let params = (key, &token[..], code, weight, limit, label, ttl_us, u8::from(ask.reserve));
-        let answer = conn.exec_first::<(u8, Option<u64>), _, _>(self.acquire_call.as_str(), params).await;
-        let asked = ask.mode.limit().unwrap_or(UNLIMITED);
-        Ok(match self.answer(answer)?.flatten() {
-            Some((GRANTED, Some(fence))) => Some(Shared::Granted(fence)),
-            Some((BUSY, left)) => Some(Shared::Busy(left.map(Duration::from_micros))),
-            Some((CONFLICT, Some(held))) => {
-                let held = u32::try_from(held).unwrap_or(UNLIMITED);
-                Some(Shared::Conflict(admission::conflict_reason(asked, held)))
-            }
-            _ => None,
-        })
+        ttl_us: i64,
+    ) -> mysql_async::Result<Option<Option<u64>>> {
+        let params = (key, &token[..], weight, limit, label, ttl_us);
+        let answer = conn.exec_first::<Option<u64>, _, _>(self.alone_call.as_str(), params).await;
+        self.answer(answer.map(Option::flatten))
     }
 
     /// Releases `token`'s granted share of `key` in one call: `Some(true)`

@@ -34,7 +34,6 @@ use mysql_async::{Conn, Params, TxOpts, Value};
 use super::session::micros;
 use super::session_rows::{self, Lapse, SessionSql, held_session_sql, until_sql};
 use super::share_procs::ShareProcs;
-pub(super) use super::share_procs::{Ask, Shared};
 use crate::backend::LeaseMode;
 use crate::backend::admission::{self, Decision, Row};
 use crate::vocabulary::key::OwnerToken;
@@ -220,7 +219,7 @@ impl ShareSql {
                 m = admission::MODE_SHARED
             ),
             sessions: SessionSql::new(sessions, leases),
-            procs: ShareProcs::new(ns, leases, shares, (GATE_LITERAL, session_rows::FAR_SQL)),
+            procs: ShareProcs::new(ns, leases, shares, GATE_LITERAL),
         }
     }
 }
@@ -239,18 +238,36 @@ impl ShareSql {
     }
 }
 
+/// What a shared acquire decided.
+pub(super) enum Shared {
+    Granted(u64),
+    Busy(Option<Duration>),
+    Conflict(String),
+}
+
+/// A request, as the shared acquire needs it.
+pub(super) struct Ask<'a> {
+    pub(super) key: &'a str,
+    pub(super) token: OwnerToken,
+    pub(super) mode: LeaseMode,
+    pub(super) ttl: Duration,
+    pub(super) label: &'a str,
+    pub(super) reserve: bool,
+}
+
 /// One transaction: read the key's row (the gate) and its shares with
 /// locking reads (the counter's lock first only when the key has no row),
 /// decide, write.
 pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysql_async::Result<Shared> {
-    let label: String = ask.label.chars().take(255).collect();
-    if q.procs.usable() {
-        if let Some(decided) = q.procs.acquire(conn, &ask, &label).await? {
-            return Ok(decided);
+    let Ask { key, token, mode, ttl, label, reserve } = ask;
+    let (tok, k) = (token.to_bytes(), key.as_bytes());
+    let label: String = label.chars().take(255).collect();
+    if let (true, LeaseMode::Shared { weight, limit }) = (q.procs.usable(), mode) {
+        let (ask, ttl_us) = ((weight.into(), limit.into()), micros(ttl));
+        if let Some(Some(fence)) = q.procs.acquire_alone(conn, (k, &tok), ask, &label, ttl_us).await? {
+            return Ok(Shared::Granted(fence));
         }
     }
-    let Ask { key, token, mode, ttl, reserve, .. } = ask;
-    let (tok, k) = (token.to_bytes(), key.as_bytes());
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let mut rows = Vec::new();
     let mut soonest: Option<i64> = None;
