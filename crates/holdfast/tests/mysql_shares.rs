@@ -128,3 +128,22 @@ fn shares_keep_the_transactions_without_the_procedures() {
         assert!(reads > 11.5, "still calling a dropped procedure: {reads} statements a cycle");
     });
 }
+
+/// Clients of one application starting at once on a fresh database: each
+/// finds the procedures missing and creates them, all but one are told
+/// another client did it first, and every client uses them (2 statements
+/// a lone read or permit cycle each, not the transactions' 12).
+#[test]
+fn clients_starting_at_once_all_use_the_procedures() {
+    let server = MysqlServer::start();
+    rt().block_on(async {
+        let url = server.url();
+        let (a, b, c, d) = tokio::join!(client(&url, "a"), client(&url, "b"), client(&url, "c"), client(&url, "d"));
+        let q = format!("SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = '{DATABASE}'");
+        assert_eq!(server.sql(&q).trim(), "2", "the namespace's procedures");
+        for (name, c) in [("a", &a), ("b", &b), ("c", &c), ("d", &d)] {
+            let (reads, permits) = statements_a_cycle(&server, c).await;
+            assert!(reads <= 2.3 && permits <= 2.3, "client {name}: {reads}, {permits} statements a cycle");
+        }
+    });
+}

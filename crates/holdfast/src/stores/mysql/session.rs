@@ -197,7 +197,7 @@ pub(super) async fn add_session_column(conn: &mut Conn, table: &str, wait_s: u64
 
 /// Connects once with `opts`, moves `tables` (the lease table, then the
 /// shares table) from an older layout if they have one, runs `schema` (idempotent `CREATE
-/// TABLE IF NOT EXISTS` statements), creates the shares' procedure where
+/// TABLE IF NOT EXISTS` statements), creates the shares' procedures where
 /// the server lets it, and reads the server's commit durability and binary
 /// log format; the connection is closed after.
 pub(super) async fn open_once(

@@ -90,7 +90,8 @@ pub(super) struct ShareSql {
     held_weight: String,
     lease_to_gate: String,
     sessions: SessionSql,
-    /// The server-side release of a granted share, where it can be used.
+    /// The server-side grant of a share to a lone key and release of a
+    /// granted share, where they can be used.
     pub(super) procs: ShareProcs,
 }
 
@@ -98,7 +99,7 @@ const NOW: &str = "UTC_TIMESTAMP(6)";
 
 impl ShareSql {
     /// Statements over `<leases>`, `<fence>`, `<shares>` and `<sessions>`,
-    /// all validated names, and the procedure of namespace `ns`.
+    /// all validated names, and the procedures of namespace `ns`.
     pub(super) fn new(ns: &str, leases: &str, fence: &str, shares: &str, sessions: &str) -> Self {
         let (l, f, s) = (format!("`{leases}`"), format!("`{fence}`"), format!("`{shares}`"));
         let left = format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, live_until)");
