@@ -147,3 +147,43 @@ fn clients_starting_at_once_all_use_the_procedures() {
         }
     });
 }
+
+/// A read lock or permit of a key that other shares hold, with room for it
+/// and nobody waiting, is the same one call (the grant procedure finds room
+/// beside them; before, only a key nobody held was, and this cycle ran the
+/// transaction's 12 statements). The shares granted beside stay what the
+/// transaction grants: fenced above the shares that held the key, no more
+/// than the limit, a writer kept out until the last one goes and fenced
+/// above them all, another limit a conflict.
+#[test]
+fn a_share_beside_held_shares_is_one_call() {
+    let server = MysqlServer::start();
+    rt().block_on(async {
+        let (a, b) = (client(&server.url(), "a").await, client(&server.url(), "b").await);
+        let ttl = Duration::from_secs(60);
+        let held_read = b.rwlock("cycle/read").read().ttl(ttl).acquire().await.expect("b's read");
+        let sem = b.semaphore("cycle/permit", 4).ttl(ttl);
+        let (p1, p2) = (sem.acquire().await.expect("b's permit"), sem.acquire().await.expect("b's second permit"));
+        let (reads, permits) = statements_a_cycle(&server, &a).await;
+        assert!(reads <= 2.3 && permits <= 2.3, "beside held shares: read lock {reads}, permit {permits}");
+
+        let mine = a.semaphore("cycle/permit", 4).ttl(ttl);
+        let p3 = mine.acquire().await.expect("a's permit beside b's two");
+        assert!(p3.fence() > p1.fence().max(p2.fence()), "fenced {} beside {} and {}", p3.fence(), p1.fence(), p2.fence());
+        let p4 = mine.acquire().await.expect("the fourth permit");
+        assert!(mine.try_acquire().await.expect("try").is_none(), "a fifth permit of four granted");
+        let other_limit = a.semaphore("cycle/permit", 5).try_acquire().await;
+        assert!(other_limit.is_err(), "a permit of a semaphore of 5 beside one of 4: {other_limit:?}");
+        let writer = a.rwlock("cycle/permit").write();
+        for p in [p1, p2, p3] {
+            p.release().await.expect("release");
+            assert!(writer.try_acquire().await.expect("try").is_none(), "a writer granted beside a permit");
+        }
+        let top = p4.fence();
+        p4.release().await.expect("the last permit's release");
+        let w = writer.try_acquire().await.expect("try").expect("the key is not free after the last permit");
+        assert!(w.fence() > top, "the writer's fence {} is not above the permits' {top}", w.fence());
+        w.release().await.expect("release");
+        held_read.release().await.expect("release");
+    });
+}

@@ -2,20 +2,24 @@
 //! shares' transactions (`shares::acquire`, `shares::release`) take six
 //! round trips with the key's lease row locked across four of them.
 //!
-//! **The grant of a share to a key nobody else holds or waits for**
-//! (`NAME_share_alone1`) runs the shared acquire's transaction for that one
-//! case: the key's lease row locked first, then its live shares and
-//! reservations read with a locking read, as the transaction reads them.
-//! When the row is free (expired, released, or a gate whose shares are
-//! gone: not a row held under a session, whose lapse only the transaction
-//! counts) and no live share or reservation is left, the admission rule
-//! grants any share whose weight is within its limit, with the fence the
-//! transaction gives, the row's plus one (the row keeps the highest fence
-//! the key was granted), and the procedure writes what the transaction
-//! writes (the share, and the row as the gate). In every other case it
-//! rolls back and answers nothing, and the client runs the transaction: a
-//! key without a row (its first grant draws from the namespace's counter),
-//! one held or waited for, or this token's own live share or reservation.
+//! **The grant of a share that finds room beside the key's other shares
+//! and nobody waiting** (`NAME_share_room1`) runs the shared acquire's
+//! transaction for that case: the key's lease row locked first, then its
+//! live shares and reservations read with a locking read, as the
+//! transaction reads them. When the row is free (expired, released: not a
+//! row held under a session, whose lapse only the transaction counts) or
+//! is the gate of shares, and every live row of the key is another token's
+//! held share under the same limit (no writer, no reservation, not this
+//! token's own), the admission rule grants the share if its weight and
+//! theirs are within the limit, with the fence the transaction gives (one
+//! above the row's, which keeps the highest fence the key was granted, and
+//! above every live share's), and the procedure writes what the transaction
+//! writes (the share, and the row as the gate, its expiry moved up to the
+//! new share's). In every other case it rolls back and answers nothing, and
+//! the client runs the transaction: a key without a row (its first grant
+//! draws from the namespace's counter), one held by a writer or waited for,
+//! a share that does not fit or names another limit, or this token's own
+//! live share or reservation.
 //!
 //! **The release of a granted share** (`NAME_share_release1`) is the
 //! release transaction's granted path, the same statements
@@ -55,7 +59,7 @@ const GONE: [u16; 2] = [1370, 1305];
 pub(super) struct ShareProcs {
     /// (name, `CREATE PROCEDURE` statement) of each.
     procedures: [(String, String); 2],
-    alone_call: String,
+    room_call: String,
     release_call: String,
     usable: AtomicBool,
 }
@@ -65,34 +69,46 @@ impl ShareProcs {
     /// checked name of at most 48 bytes: theirs stay within 64), with
     /// `gate`, the token of a lease row that gates shares, as an SQL literal.
     pub(super) fn new(ns: &str, leases: &str, shares: &str, gate: &str) -> Self {
-        let (alone, release) = (format!("{ns}_share_alone1"), format!("{ns}_share_release1"));
+        let (room, release) = (format!("{ns}_share_room1"), format!("{ns}_share_release1"));
         let now = "UTC_TIMESTAMP(6)";
         let head = "MODIFIES SQL DATA SQL SECURITY INVOKER
              COMMENT 'holdfast: shared leases (see the MySQL store docs)'
              BEGIN";
         // Never leave the caller's connection inside a transaction.
         let on_error = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;";
-        let create_alone = format!(
-            "CREATE PROCEDURE `{alone}`(IN k VARBINARY(256), IN tok BINARY(16), IN w BIGINT UNSIGNED,
+        let create_room = format!(
+            "CREATE PROCEDURE `{room}`(IN k VARBINARY(256), IN tok BINARY(16), IN w BIGINT UNSIGNED,
                  IN n BIGINT UNSIGNED, IN lbl VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN us BIGINT)
              {head}
                  DECLARE f BIGINT UNSIGNED DEFAULT NULL;
                  DECLARE free INT DEFAULT 0;
+                 DECLARE gated INT DEFAULT 0;
                  DECLARE others INT DEFAULT 1;
+                 DECLARE beside INT DEFAULT 0;
+                 DECLARE taken BIGINT UNSIGNED DEFAULT 0;
+                 DECLARE top BIGINT UNSIGNED DEFAULT 0;
                  {on_error}
                  START TRANSACTION;
-                 SELECT fence, live_until <= {now} INTO f, free FROM `{leases}` WHERE lock_key = k FOR UPDATE;
-                 SELECT COUNT(*) INTO others FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
-                 IF f IS NOT NULL AND free = 1 AND others = 0 AND w <= n THEN
+                 SELECT fence, live_until <= {now}, token = {gate} INTO f, free, gated
+                     FROM `{leases}` WHERE lock_key = k FOR UPDATE;
+                 SELECT COUNT(*), COALESCE(SUM(held = 1 AND mode = {shared} AND limit_n = n AND token <> tok), 0),
+                         COALESCE(SUM(weight), 0), COALESCE(MAX(fence), 0)
+                     INTO others, beside, taken, top
+                     FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
+                 IF f IS NOT NULL AND (free = 1 OR gated = 1) AND others = beside AND taken + w <= n THEN
+                     SET f = GREATEST(f, top) + 1;
                      INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
-                         VALUES (k, tok, {shared}, w, n, 1, f + 1, lbl, {now} + INTERVAL us MICROSECOND)
+                         VALUES (k, tok, {shared}, w, n, 1, f, lbl, {now} + INTERVAL us MICROSECOND)
                          ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
                              limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
                              live_until = VALUES(live_until);
-                     UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {gate},
-                         fence = f + 1, label = '', session = NULL WHERE lock_key = k;
+                     UPDATE `{leases}` SET
+                         live_until = IF(token = {gate} AND live_until > {now},
+                             GREATEST(live_until, {now} + INTERVAL us MICROSECOND), {now} + INTERVAL us MICROSECOND),
+                         token = {gate}, fence = GREATEST(fence, f), label = '', session = NULL
+                         WHERE lock_key = k;
                      COMMIT;
-                     SELECT f + 1;
+                     SELECT f;
                  ELSE
                      ROLLBACK;
                      SELECT CAST(NULL AS UNSIGNED);
@@ -123,9 +139,9 @@ impl ShareProcs {
              END"
         );
         ShareProcs {
-            alone_call: format!("CALL `{alone}`(?, ?, ?, ?, ?, ?)"),
+            room_call: format!("CALL `{room}`(?, ?, ?, ?, ?, ?)"),
             release_call: format!("CALL `{release}`(?, ?)"),
-            procedures: [(alone, create_alone), (release, create_release)],
+            procedures: [(room, create_room), (release, create_release)],
             usable: AtomicBool::new(false),
         }
     }
@@ -168,7 +184,8 @@ impl ShareProcs {
     }
 
     /// Grants `token` a held share of `key` (`mode`'s weight and limit) if
-    /// nobody else holds or waits for the key and it has a row:
+    /// it has a row, no writer holds it, nobody waits for it and the share
+    /// fits beside the shares that hold it:
     /// `Some(Some(fence))`; `Some(None)` when the transaction must decide
     /// (nothing changed); `None` if the procedures cannot be called (no
     /// longer used by this client).
@@ -177,7 +194,7 @@ impl ShareProcs {
     ///
     /// One statement whose transaction commits inside it: dropped, the
     /// server committed it or rolls it back with the connection.
-    pub(super) async fn acquire_alone(
+    pub(super) async fn acquire_with_room(
         &self,
         conn: &mut Conn,
         (key, token): (&[u8], &[u8; 16]),
@@ -186,7 +203,7 @@ impl ShareProcs {
         ttl_us: i64,
     ) -> mysql_async::Result<Option<Option<u64>>> {
         let params = (key, &token[..], weight, limit, label, ttl_us);
-        let answer = conn.exec_first::<Option<u64>, _, _>(self.alone_call.as_str(), params).await;
+        let answer = conn.exec_first::<Option<u64>, _, _>(self.room_call.as_str(), params).await;
         self.answer(answer.map(Option::flatten))
     }
 

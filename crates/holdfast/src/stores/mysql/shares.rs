@@ -265,7 +265,7 @@ pub(super) async fn acquire(conn: &mut Conn, q: &ShareSql, ask: Ask<'_>) -> mysq
     let label: String = label.chars().take(255).collect();
     if let (true, LeaseMode::Shared { weight, limit }) = (q.procs.usable(), mode) {
         let (ask, ttl_us) = ((weight.into(), limit.into()), micros(ttl));
-        if let Some(Some(fence)) = q.procs.acquire_alone(conn, (k, &tok), ask, &label, ttl_us).await? {
+        if let Some(Some(fence)) = q.procs.acquire_with_room(conn, (k, &tok), ask, &label, ttl_us).await? {
             return Ok(Shared::Granted(fence));
         }
     }
