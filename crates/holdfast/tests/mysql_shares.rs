@@ -169,7 +169,8 @@ fn a_share_beside_held_shares_is_one_call() {
 
         let mine = a.semaphore("cycle/permit", 4).ttl(ttl);
         let p3 = mine.acquire().await.expect("a's permit beside b's two");
-        assert!(p3.fence() > p1.fence().max(p2.fence()), "fenced {} beside {} and {}", p3.fence(), p1.fence(), p2.fence());
+        let below = p1.fence().max(p2.fence());
+        assert!(p3.fence() > below, "fenced {} beside permits fenced up to {below}", p3.fence());
         let p4 = mine.acquire().await.expect("the fourth permit");
         assert!(mine.try_acquire().await.expect("try").is_none(), "a fifth permit of four granted");
         let other_limit = a.semaphore("cycle/permit", 5).try_acquire().await;
