@@ -76,6 +76,18 @@ impl ShareProcs {
              BEGIN";
         // Never leave the caller's connection inside a transaction.
         let on_error = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;";
+        // The held share's row (one statement, in both branches below), with
+        // its fence `f + 1` (the lone branch) or `f`.
+        let insert = |fence: &str| {
+            format!(
+                "INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
+                     VALUES (k, tok, {shared}, w, n, 1, {fence}, lbl, {now} + INTERVAL us MICROSECOND)
+                     ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
+                         limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
+                         live_until = VALUES(live_until)",
+                shared = MODE_SHARED,
+            )
+        };
         // A lone key (no live share row) is decided from the count alone and
         // granted by the statements of the lone grant before it (a branch of
         // its own: the general one cost read locks of lone keys 4-6%); one
@@ -104,22 +116,14 @@ impl ShareProcs {
                          FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
                  END IF;
                  IF f IS NOT NULL AND free = 1 AND others = 0 AND w <= n THEN
-                     INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
-                         VALUES (k, tok, {shared}, w, n, 1, f + 1, lbl, {now} + INTERVAL us MICROSECOND)
-                         ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
-                             limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
-                             live_until = VALUES(live_until);
+                     {insert_with_fence_after};
                      UPDATE `{leases}` SET live_until = {now} + INTERVAL us MICROSECOND, token = {gate},
                          fence = f + 1, label = '', session = NULL WHERE lock_key = k;
                      COMMIT;
                      SELECT f + 1;
                  ELSEIF f IS NOT NULL AND (free = 1 OR gated = 1) AND others = beside AND taken + w <= n THEN
                      SET f = GREATEST(f, top) + 1;
-                     INSERT INTO `{shares}` (lock_key, token, mode, weight, limit_n, held, fence, label, live_until)
-                         VALUES (k, tok, {shared}, w, n, 1, f, lbl, {now} + INTERVAL us MICROSECOND)
-                         ON DUPLICATE KEY UPDATE mode = VALUES(mode), weight = VALUES(weight),
-                             limit_n = VALUES(limit_n), held = 1, fence = VALUES(fence), label = VALUES(label),
-                             live_until = VALUES(live_until);
+                     {insert_with_fence};
                      UPDATE `{leases}` SET
                          live_until = IF(token = {gate} AND live_until > {now},
                              GREATEST(live_until, {now} + INTERVAL us MICROSECOND), {now} + INTERVAL us MICROSECOND),
@@ -133,6 +137,8 @@ impl ShareProcs {
                  END IF;
              END",
             shared = MODE_SHARED,
+            insert_with_fence_after = insert("f + 1"),
+            insert_with_fence = insert("f"),
         );
         let create_release = format!(
             "CREATE PROCEDURE `{release}`(IN k VARBINARY(256), IN tok BINARY(16))

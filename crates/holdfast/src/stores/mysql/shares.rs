@@ -90,8 +90,8 @@ pub(super) struct ShareSql {
     held_weight: String,
     lease_to_gate: String,
     sessions: SessionSql,
-    /// The server-side grant of a share to a lone key and release of a
-    /// granted share, where they can be used.
+    /// The server-side grant of a share that finds room beside the key's
+    /// other shares and release of a granted share, where they can be used.
     pub(super) procs: ShareProcs,
 }
 
