@@ -59,6 +59,38 @@ fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
     }
 }
 
+/// MySQL/MariaDB's hand-over (`NAME_share_pass1`): the same properties
+/// over a complete exploration; it hands over and is refused for a
+/// reservation, but never grants beside one (so it has none to tell) and
+/// has no stamp.
+#[test]
+fn a_mysql_pass_holds_over_a_complete_exploration() {
+    let started = Instant::now();
+    let checker = ShareHandOverModel::new(ShareHandOverVariant::MysqlPass)
+        .checker()
+        .threads(holdfast_models::exploration_threads())
+        .spawn_dfs()
+        .join();
+    println!(
+        "share_handover MysqlPass: complete={} unique states={} in {:.1?}",
+        checker.is_done(),
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    assert!(checker.is_done());
+    for property in [PERMIT_LIMIT, STORE_LIMIT, FENCES_INCREASE, NO_LEAKED_GRANT, NO_BYPASS, NO_UNTOLD_PERMIT] {
+        if let Some(path) = checker.discovery(property) {
+            panic!("MysqlPass: {property} violated:\n{}", holdfast_models::trace::readable_trace(&path));
+        }
+    }
+    for property in [HAND_OVER_HAPPENS, HAND_OVER_REFUSED_FOR_RESERVATION] {
+        assert!(checker.discovery(property).is_some(), "MysqlPass: never reached: {property}");
+    }
+    for property in [HAND_OVER_BESIDE_RESERVATION, HAND_OVER_TELLS, HAND_OVER_BY_STAMP] {
+        assert!(checker.discovery(property).is_none(), "MysqlPass: reached: {property}");
+    }
+}
+
 #[test]
 fn b_without_the_lease_check_a_released_permit_is_handed_on() {
     assert_counterexamples(ShareHandOverVariant::NoLeaseCheck, &[NO_LEAKED_GRANT]);

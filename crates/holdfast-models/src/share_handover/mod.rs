@@ -79,6 +79,14 @@ pub enum ShareHandOverVariant {
     /// not tied to the fence counter: an older client's reservation goes
     /// unseen.
     StampClearedByNewClients,
+    /// Shipped for MySQL/MariaDB (`NAME_share_pass1`): no stamp and no
+    /// copies (a statement is never sent twice; a lost connection is ended
+    /// before the next lock statement), and a narrower admission, as its
+    /// grant procedure's: the waiter is handed a permit only when no other
+    /// token's reservation is live (its own aside) and its token holds none;
+    /// else the call is the release and the waiter waits on (its own grant,
+    /// if it had one, is what it returns).
+    MysqlPass,
 }
 
 /// Name of the client-side limit property.
@@ -240,6 +248,26 @@ impl ShareHandOverModel {
     fn apply(&self, s: &mut ShareHandOverState) {
         let Some(mut fl) = s.flight else { return };
         let from = s.store.entry(fl.from).filter(|e| e.held);
+        if self.variant == ShareHandOverVariant::MysqlPass {
+            fl.outcome = if from.is_some() {
+                s.store.remove(fl.from);
+                s.store.r = Some(fl.from);
+                let reserved = s.store.entries.iter().any(|e| !e.held && e.token != fl.to);
+                let own_held = s.store.entry(fl.to).is_some_and(|e| e.held);
+                let permits = s.store.entries.iter().filter(|e| e.held).count();
+                if !reserved && !own_held && permits < usize::from(self.limit) {
+                    Outcome::Handed(self.hand(s, fl.to, None, true))
+                } else {
+                    s.refused_reached |= reserved;
+                    s.woken = true;
+                    Outcome::Released
+                }
+            } else {
+                Outcome::Nothing
+            };
+            s.flight = if fl.stage == Stage::Settled { None } else { Some(fl) };
+            return;
+        }
         // By the stamp: the releaser's weight out, the waiter's in, within
         // the limit; the waiter's token has no entry (else the entries are
         // read: its own attempt may have been granted).

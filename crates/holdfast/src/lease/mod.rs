@@ -7,6 +7,7 @@
 
 #[cfg(test)]
 mod drift_props;
+pub(crate) mod handover;
 pub(crate) mod lock_options;
 pub(crate) mod release;
 mod renewer;

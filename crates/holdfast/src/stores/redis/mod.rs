@@ -66,7 +66,7 @@ struct Inner {
     durability: FenceDurability,
     /// Offers of this client's waiting tasks to take a key handed over
     /// (handover.rs).
-    offers: Arc<handover::Offers>,
+    offers: Arc<crate::lease::handover::Offers>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -282,7 +282,7 @@ impl RedisBackend {
         } else {
             // A releasing task of this client may hand the key (or a share
             // of it) over.
-            self.wait_or_take(req, &wakeup).await
+            crate::lease::handover::wait_or_take(self, req, &wakeup).await
         }
     }
 }
@@ -362,7 +362,7 @@ impl Backend for RedisBackend {
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
         // A task of this client waiting for the key takes it over in the
         // same call (handover.rs); else the plain release.
-        self.release_or_hand_over(key, token).await
+        crate::lease::handover::release_or_hand_over(self, key, token).await
     }
 
     async fn renew(&self, leases: &[RenewRequest]) -> Result<Vec<bool>> {
