@@ -215,8 +215,12 @@ fn a_permit_released_to_a_waiting_task_is_handed_over_in_one_call() {
         }
         panic!("the waiter never asked");
     };
+    // A fallback poll longer than the test: the waiter asks once, then
+    // waits (its polls would fall in the counted window).
+    let url = server.url();
+    let slow = format!("{url}{}poll_min_ms=20000&poll_max_ms=20000", if url.contains('?') { '&' } else { '?' });
     rt().block_on(async {
-        let (a, b) = (client(&server.url(), "a").await, client(&server.url(), "b").await);
+        let (a, b) = (client(&slow, "a").await, client(&url, "b").await);
         let ttl = Duration::from_secs(60);
         let sem = a.semaphore("hand/permit", 1).ttl(ttl);
         let mut held = sem.acquire().await.expect("the first permit");
