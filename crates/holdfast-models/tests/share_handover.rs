@@ -28,16 +28,13 @@ fn assert_counterexamples(variant: ShareHandOverVariant, expected: &[&'static st
     assert_shortest_counterexamples(&model, model.clone(), Clone::clone, &label, expected);
 }
 
-#[test]
-fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
+/// `variant` explored completely, with every safety property checked.
+fn explored(variant: ShareHandOverVariant) -> impl Checker<ShareHandOverModel> {
     let started = Instant::now();
-    let checker = ShareHandOverModel::new(ShareHandOverVariant::Shipped)
-        .checker()
-        .threads(holdfast_models::exploration_threads())
-        .spawn_dfs()
-        .join();
+    let checker =
+        ShareHandOverModel::new(variant).checker().threads(holdfast_models::exploration_threads()).spawn_dfs().join();
     println!(
-        "share_handover Shipped: complete={} unique states={} in {:.1?}",
+        "share_handover {variant:?}: complete={} unique states={} in {:.1?}",
         checker.is_done(),
         checker.unique_state_count(),
         started.elapsed()
@@ -45,9 +42,15 @@ fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
     assert!(checker.is_done());
     for property in [PERMIT_LIMIT, STORE_LIMIT, FENCES_INCREASE, NO_LEAKED_GRANT, NO_BYPASS, NO_UNTOLD_PERMIT] {
         if let Some(path) = checker.discovery(property) {
-            panic!("Shipped: {property} violated:\n{}", holdfast_models::trace::readable_trace(&path));
+            panic!("{variant:?}: {property} violated:\n{}", holdfast_models::trace::readable_trace(&path));
         }
     }
+    checker
+}
+
+#[test]
+fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
+    let checker = explored(ShareHandOverVariant::Shipped);
     for property in [
         HAND_OVER_HAPPENS,
         HAND_OVER_REFUSED_FOR_RESERVATION,
@@ -65,24 +68,7 @@ fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
 /// has no stamp.
 #[test]
 fn a_mysql_pass_holds_over_a_complete_exploration() {
-    let started = Instant::now();
-    let checker = ShareHandOverModel::new(ShareHandOverVariant::MysqlPass)
-        .checker()
-        .threads(holdfast_models::exploration_threads())
-        .spawn_dfs()
-        .join();
-    println!(
-        "share_handover MysqlPass: complete={} unique states={} in {:.1?}",
-        checker.is_done(),
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    assert!(checker.is_done());
-    for property in [PERMIT_LIMIT, STORE_LIMIT, FENCES_INCREASE, NO_LEAKED_GRANT, NO_BYPASS, NO_UNTOLD_PERMIT] {
-        if let Some(path) = checker.discovery(property) {
-            panic!("MysqlPass: {property} violated:\n{}", holdfast_models::trace::readable_trace(&path));
-        }
-    }
+    let checker = explored(ShareHandOverVariant::MysqlPass);
     for property in [HAND_OVER_HAPPENS, HAND_OVER_REFUSED_FOR_RESERVATION] {
         assert!(checker.discovery(property).is_some(), "MysqlPass: never reached: {property}");
     }
