@@ -62,7 +62,8 @@ fn a_the_shipped_share_hand_over_holds_over_a_complete_exploration() {
     }
 }
 
-/// MySQL/MariaDB's hand-over (`NAME_share_pass1`): the same properties
+/// MySQL/MariaDB's hand-over (`NAME_share_pass1`, withdrawn for its speed,
+/// not its safety): the same properties
 /// over a complete exploration; it hands over and is refused for a
 /// reservation, but never grants beside one (so it has none to tell) and
 /// has no stamp.

@@ -39,8 +39,6 @@ mod mysql;
 mod mysql_faults;
 #[path = "mysql_fences.rs"]
 mod mysql_fences;
-#[path = "mysql_handover.rs"]
-mod mysql_handover;
 #[path = "mysql_session_leases.rs"]
 mod mysql_session_leases;
 #[path = "mysql_session_rows.rs"]

@@ -79,7 +79,9 @@ pub enum ShareHandOverVariant {
     /// not tied to the fence counter: an older client's reservation goes
     /// unseen.
     StampClearedByNewClients,
-    /// Shipped for MySQL/MariaDB (`NAME_share_pass1`): no stamp and no
+    /// Built for MySQL/MariaDB (`NAME_share_pass1`) and withdrawn for its
+    /// speed, not its safety (permits 14-22% slower across four processes,
+    /// docs/performance.md 2026-12-03 (evening)): no stamp and no
     /// copies (a statement is never sent twice; a lost connection is ended
     /// before the next lock statement), and a narrower admission, as its
     /// grant procedure's: the waiter is handed a permit only when no other

@@ -4,8 +4,10 @@
 //! wake-up and the waiter's own acquire. The design, its bound and its
 //! failure paths were model-checked first (holdfast-models' `handover` and
 //! `share_handover`). A store supplies the call ([`HandOver`]); Redis hands
-//! over mutexes and shares (`stores/redis/handover.rs`), MySQL/MariaDB
-//! shares (`stores/mysql/share_procs.rs`).
+//! over mutexes and shares (`stores/redis/handover.rs`). A MySQL/MariaDB
+//! encoding (model 16's `MysqlPass`) was built on this and withdrawn: its
+//! permits ran 5-12% faster in one process and 14-22% slower across four
+//! (docs/performance.md, 2026-12-03 (evening)).
 //!
 //! - A task that waits for a key leaves an **offer** here: its own token,
 //!   TTL, label and mode, and the sending half of a oneshot. Which waiters
@@ -192,9 +194,7 @@ impl Offers {
     }
 
     /// Notes what a share's hand-over of `key` found free (`None`: it
-    /// handed nothing, or said nothing). Redis's alone: MySQL's waiters keep
-    /// their turn instead (`stores/mysql/handover.rs`).
-    #[cfg(feature = "redis")]
+    /// handed nothing, or said nothing).
     pub(crate) fn note_spare(&self, key: &str, spare: Option<i64>) {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = keys.get_mut(key) {
@@ -271,21 +271,8 @@ pub(crate) async fn wait_or_take<S: HandOver>(store: &S, req: &AcquireRequest, w
     let offers = store.offers();
     let mut offer = offers.offer(req, false);
     let poll = store.poll();
-    // Whether an attempt of this task is in flight. One is never dropped
-    // mid-flight for a handed grant: on the SQL stores that would cut its
-    // statement, and the client then ends the connection on the server
-    // (a reconnect and a `KILL` a hand-over: slower than no hand-over).
-    let (in_flight, mut flight) = tokio::sync::watch::channel(false);
-    let attempt = || {
-        let in_flight = &in_flight;
-        async move {
-            in_flight.send_replace(true);
-            let outcome = store.attempt_while_waiting(req).await;
-            in_flight.send_replace(false);
-            outcome
-        }
-    };
-    let queue_for_turn = || -> Waiting<'_> { Box::pin(wait::until_granted(wakeup, req, poll, attempt)) };
+    let queue_for_turn =
+        || -> Waiting<'_> { Box::pin(wait::until_granted(wakeup, req, poll, || store.attempt_while_waiting(req))) };
     let mut waited = queue_for_turn();
     // Whether this task holds or queues for the key's turn to ask. A share's
     // waiter whose offer a releaser took gives its turn up: the hand-over
@@ -310,16 +297,7 @@ pub(crate) async fn wait_or_take<S: HandOver>(store: &S, req: &AcquireRequest, w
             biased;
             handed = &mut offer.rx => {
                 let unknown = match handed {
-                    Ok(Handed::Granted(grant)) => {
-                        // The attempt in flight, if any, ends first (it can
-                        // only find this token's share, or be refused).
-                        let landed = flight.wait_for(|busy| !busy);
-                        tokio::select! {
-                            _ = landed => {}
-                            _ = &mut waited => {}
-                        }
-                        return Ok(grant);
-                    }
+                    Ok(Handed::Granted(grant)) => return Ok(grant),
                     Ok(Handed::Released) => false,
                     // A releaser dropped mid-call, or whose own release
                     // failed, tells nothing.
@@ -344,8 +322,7 @@ pub(crate) async fn wait_or_take<S: HandOver>(store: &S, req: &AcquireRequest, w
             }
             taken = &mut offer.taken, if listening => {
                 listening = false;
-                let idle = !*flight.borrow();
-                if idle && taken.is_ok() && weight.is_some_and(|w| offers.fits_beside(req.key.as_str(), w)) {
+                if taken.is_ok() && weight.is_some_and(|w| offers.fits_beside(req.key.as_str(), w)) {
                     waited = Box::pin(std::future::pending());
                     asking = false;
                 }
@@ -364,10 +341,8 @@ pub(crate) async fn wait_or_take<S: HandOver>(store: &S, req: &AcquireRequest, w
 /// task of its own (module docs).
 pub(crate) async fn release_or_hand_over<S: HandOver>(store: &S, key: &LockKey, token: OwnerToken) -> Result<bool> {
     let Some(offer) = store.offers().take(key.as_str()) else {
-        tracing::trace!(key = %key, "no task of this client waits: a plain release");
         return store.release_without_hand_over(key, token).await;
     };
-    tracing::trace!(key = %key, "a task of this client waits: a hand-over");
     let mut taken = TakenOffer { store: store.clone(), key: key.clone(), from: token, offer: Some(offer) };
     taken.run().await
 }

@@ -7,8 +7,8 @@
 
 #[cfg(test)]
 mod drift_props;
-// The stores that hand a released lease to a waiting task of their client.
-#[cfg(any(feature = "redis", feature = "mysql"))]
+// Only Redis hands a released lease to a waiting task of its client.
+#[cfg(feature = "redis")]
 pub(crate) mod handover;
 pub(crate) mod lock_options;
 pub(crate) mod release;

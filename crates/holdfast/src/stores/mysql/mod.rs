@@ -5,7 +5,6 @@ mod admin;
 mod attempt;
 mod config;
 mod error;
-mod handover;
 mod lost;
 mod renew;
 mod session;
@@ -113,9 +112,6 @@ pub struct MysqlBackend {
     /// the read of its row (two statements of a read cycle's 14). Only an
     /// order: any token still falls through to the other statements.
     share_tokens: Arc<Mutex<HashMap<OwnerToken, bool>>>,
-    /// Offers of this client's waiting shares to take a share handed over
-    /// by a releasing task (`handover`).
-    offers: Arc<crate::lease::handover::Offers>,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -197,7 +193,6 @@ impl MysqlBackend {
             sessions: Arc::default(),
             lost: Arc::default(),
             share_tokens: Arc::default(),
-            offers: Arc::default(),
         })
     }
 
@@ -300,47 +295,6 @@ impl MysqlBackend {
         }
     }
 
-    /// The release by statements: the lease row's, a share's or
-    /// reservation's, or a session's row.
-    async fn release_plain(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        let own = self.book().session_of(token);
-        // This client's share (`Some(true)`: granted) or reservation.
-        let share = self.share_tokens().get(&token).copied();
-        // Deleting by token is idempotent, so a deadlock victim just retries.
-        let released = self
-            .retry_contention(|| {
-                self.timed(async |op| {
-                    let mut conn = op.conn().await?;
-                    let (k, own) = (key.as_str(), own.as_ref().map(|id| &id[..]));
-                    if share.is_none() && sql::release(&mut conn, &self.sql, k, token, own).await? {
-                        return Ok(true);
-                    }
-                    // Not a grant of the lease row: maybe a share or a
-                    // reservation, else a row of a session.
-                    let granted = share == Some(true);
-                    if let Some(released) = shares::release(&mut conn, &self.shares, k, token, granted).await? {
-                        return Ok(released);
-                    }
-                    if share.is_some() && sql::release(&mut conn, &self.sql, k, token, own).await? {
-                        return Ok(true);
-                    }
-                    sql::release_counted(&mut conn, &self.sql, k, token).await
-                })
-            })
-            .await?;
-        self.forget(token);
-        self.wakeups.wake_one(key.as_str());
-        Ok(released)
-    }
-
-    /// Forgets released `token` (its share mark, its session's
-    /// lease) and sweeps now and then.
-    fn forget(&self, token: OwnerToken) {
-        self.share_tokens().remove(&token);
-        self.book().released(token);
-        self.maybe_sweep();
-    }
-
     /// An attempt made while waiting: a deadlock or lock wait timeout is
     /// contention for the key and counts as busy, so the wait goes on. Any
     /// other error, retryable or not (a server that went away), is the
@@ -393,10 +347,6 @@ impl Backend for MysqlBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let wakeup = self.wakeups.subscribe(req.key.as_str());
-        if self.offers_for(req.mode) {
-            // A releasing task of this client may hand a share over.
-            return crate::lease::handover::wait_or_take(self, req, &wakeup).await;
-        }
         let mut first = true;
         wait::until_granted(&wakeup, req, self.config.poll, || {
             let turn = if std::mem::take(&mut first) { Turn::FirstWait } else { Turn::Wait };
@@ -406,10 +356,36 @@ impl Backend for MysqlBackend {
     }
 
     async fn release(&self, key: &LockKey, token: OwnerToken) -> Result<bool> {
-        if self.hands_over(token) {
-            return crate::lease::handover::release_or_hand_over(self, key, token).await;
-        }
-        self.release_plain(key, token).await
+        let own = self.book().session_of(token);
+        // This client's share (`Some(true)`: granted) or reservation.
+        let share = self.share_tokens().get(&token).copied();
+        // Deleting by token is idempotent, so a deadlock victim just retries.
+        let released = self
+            .retry_contention(|| {
+                self.timed(async |op| {
+                    let mut conn = op.conn().await?;
+                    let (k, own) = (key.as_str(), own.as_ref().map(|id| &id[..]));
+                    if share.is_none() && sql::release(&mut conn, &self.sql, k, token, own).await? {
+                        return Ok(true);
+                    }
+                    // Not a grant of the lease row: maybe a share or a
+                    // reservation, else a row of a session.
+                    let granted = share == Some(true);
+                    if let Some(released) = shares::release(&mut conn, &self.shares, k, token, granted).await? {
+                        return Ok(released);
+                    }
+                    if share.is_some() && sql::release(&mut conn, &self.sql, k, token, own).await? {
+                        return Ok(true);
+                    }
+                    sql::release_counted(&mut conn, &self.sql, k, token).await
+                })
+            })
+            .await?;
+        self.share_tokens().remove(&token);
+        self.book().released(token);
+        self.wakeups.wake_one(key.as_str());
+        self.maybe_sweep();
+        Ok(released)
     }
 
     async fn shrink(&self, key: &LockKey, token: OwnerToken, to: LeaseMode) -> Result<bool> {

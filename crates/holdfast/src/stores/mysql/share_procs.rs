@@ -34,23 +34,6 @@
 //! Clients with and without the procedure can share a namespace: both
 //! change the rows in one transaction under the same row locks.
 //!
-//! **A granted share handed to a waiting share of the same client**
-//! (`NAME_share_pass1`, the local hand-over: `lease/handover.rs`) is the
-//! release procedure's first statements (the key's row locked, the
-//! releasing share deleted only if held and unexpired; if none, it rolls
-//! back and answers that nothing changed), then, in the same transaction,
-//! the room procedure's rule for the waiter, with the waiter's own
-//! reservation (left by an attempt it made while waiting) counted as room
-//! for it rather than as a request ahead: every other live row must be
-//! another token's held share under the same limit, and their weight and
-//! the waiter's within it. The waiter's row becomes its held share with the
-//! fence above the row's and every live share's, and the gate's expiry only
-//! moves up. This grants a subset of what `admission::decide` grants the
-//! waiter's own attempt at that moment (no reservation of another request
-//! is passed over), as model `share_handover` asks of a hand-over. Not
-//! admitted, it finishes the release as the release procedure does (the
-//! gate moved down) and the waiter waits on.
-//!
 //! Creating them needs `CREATE ROUTINE` on the database, and calling them
 //! `EXECUTE` (which their creator is given). A client whose user has
 //! neither, or whose server refuses them in any other way, keeps the
@@ -65,7 +48,6 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 use crate::backend::admission::MODE_SHARED;
-use crate::lease::handover::Passed;
 
 /// Server errors after which the procedures are not used again by this
 /// client: `ER_PROCACCESS_DENIED_ERROR` (no `EXECUTE`) and
@@ -76,10 +58,9 @@ const GONE: [u16; 2] = [1370, 1305];
 #[derive(Debug)]
 pub(super) struct ShareProcs {
     /// (name, `CREATE PROCEDURE` statement) of each.
-    procedures: [(String, String); 3],
+    procedures: [(String, String); 2],
     room_call: String,
     release_call: String,
-    pass_call: String,
     usable: AtomicBool,
 }
 
@@ -89,7 +70,6 @@ impl ShareProcs {
     /// `gate`, the token of a lease row that gates shares, as an SQL literal.
     pub(super) fn new(ns: &str, leases: &str, shares: &str, gate: &str) -> Self {
         let (room, release) = (format!("{ns}_share_room2"), format!("{ns}_share_release1"));
-        let pass = format!("{ns}_share_pass1");
         let now = "UTC_TIMESTAMP(6)";
         let head = "MODIFIES SQL DATA SQL SECURITY INVOKER
              COMMENT 'holdfast: shared leases (see the MySQL store docs)'
@@ -182,68 +162,16 @@ impl ShareProcs {
                  END IF;
              END"
         );
-        // The release's first statements, then the room's rule for `tok`
-        // with its own reservation counted as room for it (the waiter's
-        // earlier attempt may have left one; its row becomes the share).
-        let create_pass = format!(
-            "CREATE PROCEDURE `{pass}`(IN k VARBINARY(256), IN frm BINARY(16), IN tok BINARY(16),
-                 IN w BIGINT UNSIGNED, IN n BIGINT UNSIGNED,
-                 IN lbl VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN us BIGINT)
-             {head}
-                 DECLARE f BIGINT UNSIGNED DEFAULT NULL;
-                 DECLARE gated INT DEFAULT 0;
-                 DECLARE others INT DEFAULT 0;
-                 DECLARE beside INT DEFAULT 0;
-                 DECLARE taken BIGINT UNSIGNED DEFAULT 0;
-                 DECLARE top BIGINT UNSIGNED DEFAULT 0;
-                 DECLARE latest DATETIME(6) DEFAULT NULL;
-                 {on_error}
-                 START TRANSACTION;
-                 SELECT fence, token = {gate} INTO f, gated FROM `{leases}` WHERE lock_key = k FOR UPDATE;
-                 DELETE FROM `{shares}` WHERE lock_key = k AND token = frm AND held = 1 AND live_until > {now};
-                 IF ROW_COUNT() = 0 THEN
-                     ROLLBACK;
-                     SELECT 0, 0, CAST(NULL AS SIGNED);
-                 ELSE
-                     SELECT COUNT(*),
-                             COALESCE(SUM(token <> tok AND held = 1 AND mode = {shared} AND limit_n = n), 0)
-                                 + COALESCE(SUM(token = tok AND held = 0 AND mode = {shared} AND limit_n = n), 0),
-                             COALESCE(SUM(IF(token <> tok, weight, 0)), 0), COALESCE(MAX(fence), 0)
-                         INTO others, beside, taken, top
-                         FROM `{shares}` WHERE lock_key = k AND live_until > {now} FOR UPDATE;
-                     IF f IS NOT NULL AND gated = 1 AND others = beside AND taken + w <= n THEN
-                         SET f = GREATEST(f, top) + 1;
-                         {insert_with_fence};
-                         UPDATE `{leases}` SET
-                             live_until = GREATEST(live_until, {now} + INTERVAL us MICROSECOND),
-                             fence = GREATEST(fence, f)
-                             WHERE lock_key = k;
-                         COMMIT;
-                         SELECT 1, f, CAST(n - taken - w AS SIGNED);
-                     ELSE
-                         SELECT MAX(live_until) INTO latest FROM `{shares}`
-                             WHERE lock_key = k AND held = 1 AND live_until > {now} FOR UPDATE;
-                         UPDATE `{leases}` SET live_until = COALESCE(latest, '1970-01-01')
-                             WHERE lock_key = k AND token = {gate};
-                         COMMIT;
-                         SELECT 0, 1, CAST(NULL AS SIGNED);
-                     END IF;
-                 END IF;
-             END",
-            shared = MODE_SHARED,
-            insert_with_fence = insert("f"),
-        );
         ShareProcs {
             room_call: format!("CALL `{room}`(?, ?, ?, ?, ?, ?)"),
             release_call: format!("CALL `{release}`(?, ?)"),
-            pass_call: format!("CALL `{pass}`(?, ?, ?, ?, ?, ?, ?)"),
-            procedures: [(room, create_room), (release, create_release), (pass, create_pass)],
+            procedures: [(room, create_room), (release, create_release)],
             usable: AtomicBool::new(false),
         }
     }
 
     /// Creates the procedures the namespace lacks, and marks them usable if
-    /// all are there afterwards. A refusal is not an error: the client
+    /// both are there afterwards. A refusal is not an error: the client
     /// keeps the transactions.
     pub(super) async fn install(&self, conn: &mut Conn) -> mysql_async::Result<()> {
         let there = "SELECT 1 FROM information_schema.ROUTINES
@@ -320,38 +248,6 @@ impl ShareProcs {
     ) -> mysql_async::Result<Option<bool>> {
         let answer = conn.exec_first::<u8, _, _>(self.release_call.as_str(), (key, &token[..])).await;
         self.answer(answer.map(|a| a == Some(1)))
-    }
-
-    /// Releases `from`'s granted share of `key` and, in the same
-    /// transaction, grants `to` a held share (`to`'s weight and limit) if it
-    /// fits beside the key's other shares with nothing else waiting (`to`'s
-    /// own reservation aside): `Some(Passed::Handed(fence))`, with what a
-    /// new request would find free after it noted in `spare`;
-    /// `Some(Passed::Released)`: `from`'s share released as
-    /// [`release_granted`](Self::release_granted) releases it, `to` not
-    /// granted; `Some(Passed::Untouched)`: `from` holds no live share
-    /// (nothing changed); `None` if the procedures cannot be called.
-    ///
-    /// # Cancel safety
-    ///
-    /// One statement whose transaction commits inside it: dropped, the
-    /// server committed it or rolls it back with the connection.
-    pub(super) async fn hand_over(
-        &self,
-        conn: &mut Conn,
-        (key, from, to): (&[u8], &[u8; 16], &[u8; 16]),
-        (weight, limit): (u64, u64),
-        label: &str,
-        ttl_us: i64,
-    ) -> mysql_async::Result<Option<(Passed, Option<i64>)>> {
-        let params = (key, &from[..], &to[..], weight, limit, label, ttl_us);
-        let answer = conn.exec_first::<(u8, Option<u64>, Option<i64>), _, _>(self.pass_call.as_str(), params).await;
-        let answer = answer.map(|reply| match reply {
-            Some((1, Some(fence), spare)) => (Passed::Handed(fence), spare),
-            Some((0, Some(1), _)) => (Passed::Released, None),
-            _ => (Passed::Untouched, None),
-        });
-        self.answer(answer)
     }
 
     /// A call's answer, or `None` (and the procedures no longer used) if
