@@ -9,6 +9,13 @@ mod secrets;
 #[path = "spans.rs"]
 mod spans;
 
+/// The span recorder sees what it should whatever other tests run beside
+/// it (a span missed once made `spans_nest_and_carry_fields` fail).
+#[test]
+fn the_recorder_sees_spans_first_reached_on_a_thread_without_one() {
+    spans::recorder_sees_spans_first_reached_elsewhere();
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     fn url(dir: &tempfile::TempDir) -> String {

@@ -53,7 +53,7 @@ fn error_text(e: &holdfast::Error) -> String {
 /// `secrets` shows anywhere. Returns whether it connected.
 pub fn exercise(url: &str, secrets: &[&str]) -> bool {
     let rec = Recorder::default();
-    let _default = tracing::subscriber::set_default(rec.subscriber());
+    let _installed = rec.install();
     let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {

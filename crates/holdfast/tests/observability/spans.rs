@@ -74,10 +74,33 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
+/// A recorder installed as this thread's subscriber (see [`Recorder::install`]).
+pub struct Installed {
+    _default: tracing::subscriber::DefaultGuard,
+    _anchor: tracing::Dispatch,
+}
+
 impl Recorder {
     /// A subscriber with this recorder at every level, for `set_default`.
-    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
         tracing_subscriber::registry().with(self.clone())
+    }
+
+    /// Makes this recorder the current thread's subscriber until the
+    /// returned value is dropped, and makes sure it sees every span and
+    /// event. tracing caches whether a callsite is wanted process-wide, the
+    /// first time any thread reaches it: while one dispatcher is registered
+    /// it asks only the reaching thread's own, so a test running beside this
+    /// one without a subscriber could cache "never" for the library's
+    /// `release` span, and this recorder then missed it (seen once, in a
+    /// parallel run). A second registered dispatcher that wants everything
+    /// makes every later registration ask all of them; rebuilding the cache
+    /// undoes any "never" cached before.
+    pub fn install(&self) -> Installed {
+        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+        let default = tracing::subscriber::set_default(self.subscriber());
+        tracing::callsite::rebuild_interest_cache();
+        Installed { _default: default, _anchor: anchor }
     }
 
     /// Everything recorded, as one text to search.
@@ -89,6 +112,20 @@ impl Recorder {
     fn named(&self, name: &str) -> Vec<SpanSeen> {
         self.spans.lock().unwrap().iter().filter(|s| s.name == name).cloned().collect()
     }
+}
+
+/// A span reached first on a thread without a subscriber, then on the
+/// recorder's thread: the recorder sees it (tracing cached "never" for it
+/// before [`Recorder::install`] registered a second dispatcher).
+pub fn recorder_sees_spans_first_reached_elsewhere() {
+    fn reach() {
+        tracing::debug_span!("reached_first_elsewhere").in_scope(|| {});
+    }
+    let rec = Recorder::default();
+    let _installed = rec.install();
+    std::thread::spawn(reach).join().expect("thread");
+    reach();
+    assert_eq!(rec.named("reached_first_elsewhere").len(), 1);
 }
 
 /// A store that makes a span of its own inside every call, as a store
@@ -129,7 +166,7 @@ impl Backend for SpanningStore {
 /// store that makes spans of its own: the spans nest and carry their fields.
 pub fn spans_nest_and_carry_fields(url: &str, store: &'static str) {
     let rec = Recorder::default();
-    let _default = tracing::subscriber::set_default(rec.subscriber());
+    let _installed = rec.install();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let fence = rt.block_on(async {
         let backend: Arc<dyn Backend> = Arc::new(SpanningStore(holdfast::stores::connect(url).await.expect("connect")));
