@@ -194,8 +194,8 @@ impl LeaseState {
     /// the deadline is checked here too, so a starved renewal task cannot
     /// delay the signal).
     pub(crate) async fn lost(self: Arc<Self>) {
-        let never = CancellationToken::new();
-        let session = self.session_lost.clone().unwrap_or(never);
+        let session = session_ended(self.session_lost.as_ref());
+        tokio::pin!(session);
         let lost = self.waiters();
         loop {
             let deadline = self.valid_until();
@@ -203,7 +203,7 @@ impl LeaseState {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
                 _ = lost.cancelled() => return,
-                _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
+                _ = &mut session => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(deadline) => {
                     if Instant::now() >= self.valid_until() {
                         self.mark_lost(LostCause::Deadline);
@@ -220,8 +220,8 @@ impl LeaseState {
     /// `within`: it is lost, or its local deadline (which only a successful
     /// renewal moves) is less than `within` away.
     pub(crate) async fn expiring(self: Arc<Self>, within: Duration) {
-        let never = CancellationToken::new();
-        let session = self.session_lost.clone().unwrap_or(never);
+        let session = session_ended(self.session_lost.as_ref());
+        tokio::pin!(session);
         let lost = self.waiters();
         loop {
             let at = self.valid_until().checked_sub(within).unwrap_or_else(Instant::now);
@@ -229,7 +229,7 @@ impl LeaseState {
                 // In the order written, not at random: a seed replays exactly.
                 biased;
                 _ = lost.cancelled() => return,
-                _ = session.cancelled() => { self.mark_lost(LostCause::Session); return }
+                _ = &mut session => { self.mark_lost(LostCause::Session); return }
                 _ = tokio::time::sleep_until(at) => {
                     // Past what the clock can count is past the deadline too.
                     if Instant::now().checked_add(within).is_none_or(|end| end >= self.valid_until()) {
@@ -238,6 +238,16 @@ impl LeaseState {
                 }
             }
         }
+    }
+}
+
+/// Resolves when the store's session behind a lease ends; never for a lease
+/// without one (without making a token that is never cancelled: a token is
+/// an allocation, and `lost()` and `expiring()` are called in loops).
+async fn session_ended(session: Option<&CancellationToken>) {
+    match session {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
     }
 }
 
