@@ -439,7 +439,8 @@ fn releasing_during_a_renewal_logs_no_lease_loss() {
     let logs = Captured::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    // Installed so that a "never" another test cached cannot hide a warning.
+    let _installed = crate::observability::spans::install(subscriber);
     // One thread: the renewal task logs where the subscriber is.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {

@@ -7,7 +7,7 @@ mod metrics;
 #[path = "secrets.rs"]
 mod secrets;
 #[path = "spans.rs"]
-mod spans;
+pub(crate) mod spans;
 
 /// The span recorder sees what it should whatever other tests run beside
 /// it (a span missed once made `spans_nest_and_carry_fields` fail).

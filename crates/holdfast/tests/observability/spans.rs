@@ -74,7 +74,24 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
-/// A recorder installed as this thread's subscriber (see [`Recorder::install`]).
+/// Makes `subscriber` the current thread's until the returned value is
+/// dropped, and makes sure it sees every span and event. tracing caches
+/// whether a callsite is wanted process-wide, the first time any thread
+/// reaches it: while one dispatcher is registered it asks only the reaching
+/// thread's own, so a test running beside this one without a subscriber
+/// could cache "never" for the library's `release` span, and a recorder then
+/// missed it (seen once, in a parallel run); a test that asserts a log line
+/// is absent would pass without looking. A second registered dispatcher
+/// that wants everything makes every later registration ask all of them;
+/// rebuilding the cache undoes any "never" cached before.
+pub fn install(subscriber: impl tracing::Subscriber + Send + Sync + 'static) -> Installed {
+    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
+    let default = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    Installed { _default: default, _anchor: anchor }
+}
+
+/// A subscriber installed as this thread's (see [`install`]).
 pub struct Installed {
     _default: tracing::subscriber::DefaultGuard,
     _anchor: tracing::Dispatch,
@@ -87,20 +104,9 @@ impl Recorder {
     }
 
     /// Makes this recorder the current thread's subscriber until the
-    /// returned value is dropped, and makes sure it sees every span and
-    /// event. tracing caches whether a callsite is wanted process-wide, the
-    /// first time any thread reaches it: while one dispatcher is registered
-    /// it asks only the reaching thread's own, so a test running beside this
-    /// one without a subscriber could cache "never" for the library's
-    /// `release` span, and this recorder then missed it (seen once, in a
-    /// parallel run). A second registered dispatcher that wants everything
-    /// makes every later registration ask all of them; rebuilding the cache
-    /// undoes any "never" cached before.
+    /// returned value is dropped (see [`install`]).
     pub fn install(&self) -> Installed {
-        let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
-        let default = tracing::subscriber::set_default(self.subscriber());
-        tracing::callsite::rebuild_interest_cache();
-        Installed { _default: default, _anchor: anchor }
+        install(self.subscriber())
     }
 
     /// Everything recorded, as one text to search.
@@ -116,7 +122,7 @@ impl Recorder {
 
 /// A span reached first on a thread without a subscriber, then on the
 /// recorder's thread: the recorder sees it (tracing cached "never" for it
-/// before [`Recorder::install`] registered a second dispatcher).
+/// before [`install`] registered a second dispatcher).
 pub fn recorder_sees_spans_first_reached_elsewhere() {
     fn reach() {
         tracing::debug_span!("reached_first_elsewhere").in_scope(|| {});
