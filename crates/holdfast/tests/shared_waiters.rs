@@ -10,6 +10,11 @@
 //! where every client's extra waiters left reservations that each of the
 //! store's admission reads goes through, and asked again on each release
 //! (docs/performance.md, "shared waiters side by side, withdrawn").
+//!
+//! ZooKeeper's shares wait side by side again, but only while every node
+//! of the key's queue is the client's own (`stores/zookeeper/lanes.rs`):
+//! beside another client's node a client keeps one waiting request, as
+//! everywhere else.
 
 use std::time::{Duration, Instant};
 
@@ -138,4 +143,76 @@ async fn redis_keeps_one_waiting_request_per_client() {
 async fn etcd_keeps_one_waiting_request_per_client() {
     let cluster = tokio::task::block_in_place(holdfast_testkit::servers::etcd::EtcdCluster::start);
     one_waiting_request_per_client(&cluster.url(), None).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_keeps_one_waiting_request_per_client() {
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::zookeeper::ZkServer::start);
+    one_waiting_request_per_client(&server.url(), None).await;
+}
+
+/// ZooKeeper, a semaphore of 4 whose four permits a holder takes: one task
+/// (W0) of the waiting client waits (alone: the first waiter of a key asks
+/// alone), three more (W1-W3) start waiting behind it once W0's listing has
+/// shown whose the queue is. One permit is released: W0 is granted, and the
+/// store's queue then counts the waiting nodes of W1-W3 that joined. With
+/// the holder the waiting client itself, they join side by side (3); with
+/// the holder another client, one at a time (1).
+async fn zookeeper_waiting_nodes_after_one_grant(own_holder: bool) -> Option<u64> {
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::zookeeper::ZkServer::start);
+    let url = server.url();
+    let connect = |label: &str| Client::connect_with(&url, ClientOptions::default().with_label(label));
+    let client = connect("waiting").await.expect("connect");
+    let other = if own_holder { None } else { Some(connect("holder").await.expect("connect")) };
+    let holder = other.as_ref().unwrap_or(&client);
+    let ttl = Duration::from_secs(60);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(holder.semaphore("queue-of", 4).ttl(ttl).acquire().await.expect("a permit"));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (hold_tx, hold_rx) = tokio::sync::watch::channel(false);
+    let spawn_waiter = || {
+        let (sem, tx, mut hold_rx) = (client.semaphore("queue-of", 4).ttl(ttl), tx.clone(), hold_rx.clone());
+        tokio::spawn(async move {
+            let permit = sem.acquire_timeout(Duration::from_secs(30)).await.expect("a waiter's permit");
+            tx.send(()).expect("report");
+            let _ = hold_rx.wait_for(|done| *done).await;
+            permit.release().await.expect("release");
+        })
+    };
+    let mut tasks = vec![spawn_waiter()];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tasks.extend((0..3).map(|_| spawn_waiter()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(client.status("queue-of").await.expect("status").waiters, Some(1), "W0 waits alone");
+    held.pop().expect("a held permit").release().await.expect("release one");
+    tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("W0 granted").expect("report");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let waiting = client.status("queue-of").await.expect("status").waiters;
+    for permit in held {
+        permit.release().await.expect("release");
+    }
+    hold_tx.send(true).expect("let go");
+    for served in 0..3 {
+        let done = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
+        assert!(matches!(done, Ok(Some(()))), "{served} of W1-W3 served, then none for 20 s");
+    }
+    for task in tasks {
+        task.await.expect("a waiter panicked");
+    }
+    waiting
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_waits_side_by_side_while_the_queue_is_its_own() {
+    assert_eq!(zookeeper_waiting_nodes_after_one_grant(true).await, Some(3), "W1-W3 side by side in the store");
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_waits_alone_beside_another_clients_node() {
+    assert_eq!(zookeeper_waiting_nodes_after_one_grant(false).await, Some(1), "one waiting node of the client");
 }

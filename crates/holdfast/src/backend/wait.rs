@@ -30,6 +30,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Backend, Grant};
+use crate::backend::{AcquireRequest, Backend, Grant, LeaseMode};
 use crate::vocabulary::error::{Error, Result};
 
 /// The outcome of one acquire attempt made by a waiting loop.
@@ -90,18 +91,43 @@ impl PollBounds {
 /// tasks wait, and a task of this process is never passed over by a later
 /// one of this process: it is at most as many grants behind as there were
 /// waiters ahead of it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeyWaiters {
     wakeup: Notify,
     /// FIFO (tokio's mutex queues lockers in order); dropping a waiter that
     /// queues for it leaves the queue at once.
     turn: tokio::sync::Mutex<()>,
+    /// The turn of a store whose shares may wait side by side
+    /// ([`take_lane`]): FIFO as well; a waiter that asks alone takes every
+    /// lane.
+    lanes: tokio::sync::Semaphore,
+    /// Whether the key's shares may take a lane each, as the store last
+    /// said ([`LocalWakeups::note_queue`]).
+    side_by_side: AtomicBool,
+    /// Whether the store's queue of the key last held others beside the
+    /// attempt that read it ([`LocalWakeups::note_queue`]).
+    crowded: AtomicBool,
+}
+
+/// Most shares of one key and process that wait in the store side by side.
+pub const MAX_LANES: u32 = 8;
+
+impl Default for KeyWaiters {
+    fn default() -> Self {
+        KeyWaiters {
+            wakeup: Notify::new(),
+            turn: tokio::sync::Mutex::new(()),
+            lanes: tokio::sync::Semaphore::new(MAX_LANES as usize),
+            side_by_side: AtomicBool::new(false),
+            crowded: AtomicBool::new(false),
+        }
+    }
 }
 
 impl KeyWaiters {
     /// Whether a waiter of this process holds the turn or queues for it.
     pub fn has_waiters(&self) -> bool {
-        self.turn.try_lock().is_err()
+        self.turn.try_lock().is_err() || self.lanes.available_permits() < MAX_LANES as usize
     }
 }
 
@@ -138,6 +164,24 @@ impl LocalWakeups {
         if let Some(n) = keys.get(key).and_then(Weak::upgrade) {
             n.wakeup.notify_one();
         }
+    }
+
+    /// What a store's queue of `key` last showed, while a waiter of this
+    /// process waits on it: whether the shares that start waiting from now
+    /// on may take a lane each ([`take_lane`]) or wait alone, and whether
+    /// the queue held others beside the attempt that read it.
+    pub fn note_queue(&self, key: &str, side_by_side: bool, crowded: bool) {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = keys.get(key).and_then(Weak::upgrade) {
+            n.side_by_side.store(side_by_side, Ordering::Relaxed);
+            n.crowded.store(crowded, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the store's queue of `key` last held others ([`note_queue`](Self::note_queue)).
+    pub fn crowded(&self, key: &str) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(key).and_then(Weak::upgrade).is_some_and(|n| n.crowded.load(Ordering::Relaxed))
     }
 
     /// Whether a waiter of this process waits on `key`.
@@ -235,6 +279,33 @@ pub async fn take_turn<'a>(waiters: &'a KeyWaiters, req: &AcquireRequest) -> Opt
         return None;
     }
     Some(waiters.turn.lock().await)
+}
+
+/// [`take_turn`] for a store whose waiting shares may ask side by side:
+/// while the store allows it ([`LocalWakeups::note_queue`]), a
+/// share takes one of the key's lanes, so that as many shares as the limit
+/// admits (at most [`MAX_LANES`]) wait in the store together; otherwise,
+/// and for an exclusive request, the waiter takes every lane and asks
+/// alone, as [`take_turn`]'s. Lanes are handed out first come, first served,
+/// so a waiter that asks alone holds back every later one.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: a task dropped while queued for its lanes leaves the queue
+/// at once, and the lanes pass on when their holder drops the permit.
+pub async fn take_lane<'a>(waiters: &'a KeyWaiters, req: &AcquireRequest) -> Option<tokio::sync::SemaphorePermit<'a>> {
+    if req.retry {
+        return None;
+    }
+    let side_by_side = match req.mode {
+        LeaseMode::Shared { weight, limit } if waiters.side_by_side.load(Ordering::Relaxed) => {
+            (limit / weight.max(1)).clamp(1, MAX_LANES)
+        }
+        _ => 1,
+    };
+    // Each takes a whole share of the lanes (rounded up), so that at most
+    // `side_by_side` ask together.
+    waiters.lanes.acquire_many(MAX_LANES.div_ceil(side_by_side)).await.ok()
 }
 
 /// How long a waiting acquire rides out a failing store by default.

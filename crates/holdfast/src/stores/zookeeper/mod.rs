@@ -5,6 +5,7 @@ mod admin;
 mod config;
 mod error;
 mod holders;
+mod lanes;
 mod nodes;
 #[cfg(test)]
 mod nodes_props;
@@ -12,7 +13,7 @@ mod ops;
 mod session;
 mod shares;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -58,8 +59,11 @@ struct Inner {
     /// Picks which held node a renewal asks about, in turn.
     renewals: AtomicUsize,
     /// Turns of this client's waiters per key: one queue node per key in
-    /// the store, however many tasks wait (see [`wait::take_turn`]).
+    /// the store, however many tasks wait, unless the key's queue holds
+    /// this client's nodes alone (see `lanes.rs`, [`wait::take_lane`]).
     waiters: LocalWakeups,
+    /// The tokens this client forgot last (`lanes.rs`).
+    forgotten: Mutex<VecDeque<u128>>,
 }
 
 /// The ZooKeeper store.
@@ -98,6 +102,7 @@ impl ZkBackend {
                 attempts: Mutex::default(),
                 renewals: AtomicUsize::new(0),
                 waiters: LocalWakeups::default(),
+                forgotten: Mutex::default(),
             }),
         };
         backend.session().await?;
@@ -166,7 +171,7 @@ impl Backend for ZkBackend {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Grant> {
         let waiters = self.inner.waiters.subscribe(req.key.as_str());
-        let _turn = wait::take_turn(&waiters, req).await;
+        let _turn = wait::take_lane(&waiters, req).await;
         self.attempt(req, true)
             .await?
             .ok_or_else(|| Error::backend(STORE, false, "a waiting acquire ended without a grant"))

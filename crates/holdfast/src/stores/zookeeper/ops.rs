@@ -88,6 +88,7 @@ impl ZkBackend {
 
     fn forget(&self, token: OwnerToken) {
         self.inner.attempts.lock().unwrap_or_else(|p| p.into_inner()).remove(&token.as_u128());
+        self.remember_forgotten(token);
     }
 
     /// The queue nodes of `parent`, unordered; empty if the parent is gone.
@@ -192,7 +193,8 @@ impl ZkBackend {
                 // Recorded before the create is sent, so that a release after
                 // a lost reply or a dropped future looks for the node.
                 self.record(req, s.id, None);
-                let created = self.create_node(&s, &parent, req).await?;
+                let list_too = wait && self.crowded(req.key.as_str());
+                let created = self.create_node(&s, &parent, req, list_too).await?;
                 self.record(req, s.id, Some(created.node.clone()));
                 (created.node, created.listed)
             }
@@ -201,6 +203,8 @@ impl ZkBackend {
         // A share's limit as stored: a resize may rewrite it while it waits.
         let mut limit = req.mode.limit().unwrap_or(1);
         let mut joined = share && created;
+        // Our node's data and version as last read (a share's).
+        let mut own_seen: Option<(Vec<u8>, i32)> = None;
         // A children watch set by the listing to be checked next.
         let mut armed: Option<(zk::OneshotWatcher, zk::StateWatcher)> = None;
         loop {
@@ -213,8 +217,9 @@ impl ZkBackend {
                     s.ready()?;
                     let sent = Instant::now();
                     let (queue, data) = tokio::join!(self.queue(&s, &parent), self.data_of(&s, &own));
-                    if let Some(data) = data? {
+                    if let Some((data, version)) = data? {
                         limit = nodes::limit_of(&data).unwrap_or(limit);
+                        own_seen = Some((data, version));
                     }
                     (sent, queue?)
                 }
@@ -231,12 +236,25 @@ impl ZkBackend {
                 return Err(Error::backend(STORE, true, "this attempt's queue node vanished"));
             };
             if std::mem::take(&mut joined) {
-                if let Some(reason) = self.limit_conflict(&s, &parent, &queue[..pos], req.mode).await? {
+                // Our own data (its limit, rewritten if a resize came
+                // between the join and its listing) read beside the limit
+                // of the shares ahead.
+                let read_own = async {
+                    if own_seen.is_none() && queue.len() > 1 { self.data_of(&s, &own).await } else { Ok(None) }
+                };
+                let (conflict, data) =
+                    tokio::join!(self.limit_conflict(&s, &parent, &queue[..pos], req.mode), read_own);
+                if let Some((data, version)) = data? {
+                    limit = nodes::limit_of(&data).unwrap_or(limit);
+                    own_seen = Some((data, version));
+                }
+                if let Some(reason) = conflict? {
                     self.delete(&s, &path_of(&parent, &mine.name)).await?;
                     self.forget(req.token);
                     return Err(Error::Conflict { key: req.key.to_string(), reason });
                 }
             }
+            self.note_queue(req.key.as_str(), &queue); // lanes.rs
             if nodes::admitted(&queue[..=pos], limit) > pos {
                 // Believe a grant only on a session that vouches for it.
                 if !s.vouches() {
@@ -247,7 +265,7 @@ impl ZkBackend {
                 if share && queue.len() > pos + 1 {
                     // A share behind us may be waiting for our turn to come
                     // (one that joins later reads us as admitted).
-                    self.mark_holding(&s, &own).await;
+                    self.mark_holding(&s, &own, own_seen.as_ref()).await;
                 }
                 return Ok(Some(Grant {
                     fence,
@@ -303,8 +321,9 @@ impl ZkBackend {
                         .await
                         .map_err(|_| Error::backend(STORE, true, "ZooKeeper list timed out"))?;
                         let (children, watcher) = children.map_err(map_err)?;
-                        if let Ok((data, _)) = data {
+                        if let Ok((data, stat)) = data {
                             limit = nodes::limit_of(&data).unwrap_or(limit);
+                            own_seen = Some((data, stat.version));
                         }
                         listed = Some((sent, children));
                         armed = Some((watcher, state));

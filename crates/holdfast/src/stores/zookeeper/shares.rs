@@ -155,10 +155,10 @@ impl ZkBackend {
 
 /// What a waiting or admitted share reads and writes of its own node.
 impl ZkBackend {
-    /// The data of the node at `path`; `None` if it is gone.
-    pub(super) async fn data_of(&self, s: &Session, path: &str) -> Result<Option<Vec<u8>>> {
+    /// The data of the node at `path` and its version; `None` if it is gone.
+    pub(super) async fn data_of(&self, s: &Session, path: &str) -> Result<Option<(Vec<u8>, i32)>> {
         match timed(self.cfg().timeout, "get", s.client.get_data(path)).await? {
-            Ok((data, _)) => Ok(Some(data)),
+            Ok((data, stat)) => Ok(Some((data, stat.version))),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(map_err(e)),
         }
@@ -166,8 +166,19 @@ impl ZkBackend {
 
     /// Marks our share's node as holding (only if it is as read), which
     /// wakes the share waiting behind it. Best effort: that share re-reads
-    /// the queue at the poll interval anyway.
-    pub(super) async fn mark_holding(&self, s: &Session, own: &str) {
+    /// the queue at the poll interval anyway. With the node's data and
+    /// version as last read (`seen`), the write is sent and not waited for:
+    /// the session applies it before anything this client sends later (a
+    /// release's delete among them), and a version race means a resize
+    /// rewrote (and so marked) it.
+    pub(super) async fn mark_holding(&self, s: &Session, own: &str, seen: Option<&(Vec<u8>, i32)>) {
+        if let Some((data, version)) = seen {
+            if !nodes::marked_of(data) {
+                let held = nodes::rewrite(data, None, Some(true), &nodes::label_of(data));
+                drop(s.client.set_data(own, &held, Some(*version)));
+            }
+            return;
+        }
         let marked = async {
             let (data, stat) = timed(self.cfg().timeout, "get", s.client.get_data(own)).await?.map_err(map_err)?;
             if nodes::marked_of(&data) {
@@ -196,7 +207,7 @@ impl ZkBackend {
         mode: LeaseMode,
     ) -> Result<Option<String>> {
         for name in ahead.iter().filter(|n| is_share(n)) {
-            if let Some(data) = self.data_of(s, &path_of(parent, name)).await? {
+            if let Some((data, _)) = self.data_of(s, &path_of(parent, name)).await? {
                 let held = nodes::kind_of(name).mode(nodes::limit_of(&data).unwrap_or(0));
                 return Ok(conflict_in_queue(mode, [held]));
             }

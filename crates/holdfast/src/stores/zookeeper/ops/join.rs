@@ -18,8 +18,17 @@ impl ZkBackend {
     /// one, so first in line, without listing the queue (model `zk_join`:
     /// a count read after the create, or a sequence number two past the
     /// client's last, grants off the head). The transaction's zxid is the
-    /// parent's `mzxid` and the node's `czxid` alike.
-    pub(super) async fn create_node(&self, s: &Session, parent: &str, req: &AcquireRequest) -> Result<Created> {
+    /// parent's `mzxid` and the node's `czxid` alike. With `list_too` (a
+    /// waiting attempt on a key whose queue last held others) the queue is
+    /// listed right behind the join, in the same round trip: the session
+    /// answers in order, so the listing shows the new node.
+    pub(super) async fn create_node(
+        &self,
+        s: &Session,
+        parent: &str,
+        req: &AcquireRequest,
+        list_too: bool,
+    ) -> Result<Created> {
         let acls = nodes::acls(self.cfg().credentials.is_some());
         let node = zk::CreateMode::EphemeralSequential.with_acls(acls);
         let container = zk::CreateMode::Container.with_acls(acls);
@@ -31,7 +40,17 @@ impl ZkBackend {
             let mut join = s.client.new_multi_writer();
             join.add_create(&prefix, &data, &node).map_err(map_err)?;
             join.add_set_data(parent, &[], None).map_err(map_err)?;
-            let joined = tokio::time::timeout(limit, join.commit())
+            // Both requests go out now, the listing behind the join (unread
+            // when the join says it is alone).
+            let commit = join.commit();
+            let listing = list_too.then(|| s.client.list_children(parent));
+            let listing = async {
+                match listing {
+                    Some(listed) => Some(listed.await),
+                    None => None,
+                }
+            };
+            let (joined, listing) = tokio::time::timeout(limit, async { tokio::join!(commit, listing) })
                 .await
                 .map_err(|_| Error::backend(STORE, true, format!("ZooKeeper create timed out after {limit:?}")))?;
             match joined.map_err(|e| match e {
@@ -43,7 +62,11 @@ impl ZkBackend {
                         return Err(Error::backend(STORE, true, "ZooKeeper answered a join with other results"));
                     };
                     let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-                    let listed = (parent_stat.num_children == 1).then(|| (sent, vec![name.clone()]));
+                    let listed = match listing {
+                        _ if parent_stat.num_children == 1 => Some((sent, vec![name.clone()])),
+                        Some(Ok(children)) => Some((sent, nodes::queue_nodes(children))),
+                        _ => None,
+                    };
                     return Ok(Created { node: Node { name, czxid: parent_stat.mzxid }, listed });
                 }
                 Err(zk::Error::NoNode) => {
