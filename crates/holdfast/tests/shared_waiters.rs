@@ -11,10 +11,10 @@
 //! store's admission reads goes through, and asked again on each release
 //! (docs/performance.md, "shared waiters side by side, withdrawn").
 //!
-//! ZooKeeper's shares wait side by side again, but only while every node
-//! of the key's queue is the client's own (`stores/zookeeper/lanes.rs`):
-//! beside another client's node a client keeps one waiting request, as
-//! everywhere else.
+//! ZooKeeper's and etcd's shares wait side by side again, but only while
+//! every entry of the key's queue they read is the client's own
+//! (`stores/zookeeper/lanes.rs`, `stores/etcd/shares.rs`): beside another
+//! client's entry a client keeps one waiting request, as everywhere else.
 
 use std::time::{Duration, Instant};
 
@@ -152,17 +152,17 @@ async fn zookeeper_keeps_one_waiting_request_per_client() {
     one_waiting_request_per_client(&server.url(), None).await;
 }
 
-/// ZooKeeper, a semaphore of 4 whose four permits a holder takes: one task
+/// A store that queues waiters (ZooKeeper, etcd), a semaphore of 4 whose
+/// four permits a holder takes: one task
 /// (W0) of the waiting client waits (alone: the first waiter of a key asks
 /// alone), three more (W1-W3) start waiting behind it once W0's listing has
 /// shown whose the queue is. One permit is released: W0 is granted, and the
 /// store's queue then counts the waiting nodes of W1-W3 that joined. With
 /// the holder the waiting client itself, they join side by side (3); with
 /// the holder another client, one at a time (1).
-async fn zookeeper_waiting_nodes_after_one_grant(own_holder: bool) -> Option<u64> {
-    let server = tokio::task::block_in_place(holdfast_testkit::servers::zookeeper::ZkServer::start);
-    let url = server.url();
-    let connect = |label: &str| Client::connect_with(&url, ClientOptions::default().with_label(label));
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+async fn waiting_entries_after_one_grant(url: &str, own_holder: bool) -> Option<u64> {
+    let connect = |label: &str| Client::connect_with(url, ClientOptions::default().with_label(label));
     let client = connect("waiting").await.expect("connect");
     let other = if own_holder { None } else { Some(connect("holder").await.expect("connect")) };
     let holder = other.as_ref().unwrap_or(&client);
@@ -208,11 +208,27 @@ async fn zookeeper_waiting_nodes_after_one_grant(own_holder: bool) -> Option<u64
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_waits_side_by_side_while_the_queue_is_its_own() {
-    assert_eq!(zookeeper_waiting_nodes_after_one_grant(true).await, Some(3), "W1-W3 side by side in the store");
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::zookeeper::ZkServer::start);
+    assert_eq!(waiting_entries_after_one_grant(&server.url(), true).await, Some(3), "W1-W3 side by side");
 }
 
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_waits_alone_beside_another_clients_node() {
-    assert_eq!(zookeeper_waiting_nodes_after_one_grant(false).await, Some(1), "one waiting node of the client");
+    let server = tokio::task::block_in_place(holdfast_testkit::servers::zookeeper::ZkServer::start);
+    assert_eq!(waiting_entries_after_one_grant(&server.url(), false).await, Some(1), "one waiting node");
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_waits_side_by_side_while_the_queue_is_its_own() {
+    let cluster = tokio::task::block_in_place(holdfast_testkit::servers::etcd::EtcdCluster::start);
+    assert_eq!(waiting_entries_after_one_grant(&cluster.url(), true).await, Some(3), "W1-W3 side by side");
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_waits_alone_beside_another_clients_key() {
+    let cluster = tokio::task::block_in_place(holdfast_testkit::servers::etcd::EtcdCluster::start);
+    assert_eq!(waiting_entries_after_one_grant(&cluster.url(), false).await, Some(1), "one waiting key");
 }

@@ -2,7 +2,7 @@
 //! session it lives on, its watch, and whether it was granted. Release and
 //! renew answer from here and from the store.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::Equivalent;
@@ -82,7 +82,14 @@ pub(super) struct Grants {
     /// such an attempt's release moves the session's epoch in the same
     /// transaction as its delete, and the copy then writes nothing.
     uncertain: Mutex<HashSet<u128>>,
+    /// The tokens whose attempts were forgotten last, newest at the back: a
+    /// key this client deleted after a queue read was taken is still in that
+    /// read, and must not read as another client's ([`Grants::is_own`]).
+    removed: Mutex<VecDeque<u128>>,
 }
+
+/// How many forgotten tokens [`Grants::is_own`] remembers.
+const REMEMBERED: usize = 256;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -138,7 +145,23 @@ impl Grants {
                 watcher.unwatch(w);
             }
         }
+        self.removed(token);
         Ok(())
+    }
+
+    /// Remembers a token whose attempt was forgotten.
+    fn removed(&self, token: OwnerToken) {
+        let mut removed = lock(&self.removed);
+        if removed.len() == REMEMBERED {
+            removed.pop_front();
+        }
+        removed.push_back(token.as_u128());
+    }
+
+    /// Whether `token`'s queue key of `key` is this client's: an attempt it
+    /// tracks, or one of the last it forgot.
+    pub(super) fn is_own(&self, key: &LockKey, token: u128) -> bool {
+        lock(&self.entries).contains_key(&IdRef(key.as_str(), token)) || lock(&self.removed).contains(&token)
     }
 
     /// Whether `token`'s first write may have a copy etcd applies later:
@@ -221,6 +244,7 @@ impl Grants {
         match deleted {
             Ok((deleted, resent)) => {
                 lock(&self.entries).remove(&id);
+                self.removed(token);
                 if late {
                     lock(&self.uncertain).remove(&token.as_u128());
                 }
@@ -233,6 +257,7 @@ impl Grants {
             }
             Err(_) if session.lost.is_cancelled() => {
                 lock(&self.entries).remove(&id);
+                self.removed(token);
                 lock(&self.uncertain).remove(&token.as_u128());
                 Ok(false)
             }

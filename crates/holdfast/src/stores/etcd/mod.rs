@@ -58,7 +58,8 @@ struct Shared {
     grants: Arc<Grants>,
     watch: KeyWatch,
     /// Turns of this client's waiters per key: one queued key per key in
-    /// etcd, however many tasks wait (see [`wait::take_turn`]).
+    /// etcd, however many tasks wait, unless every key ahead of a share is
+    /// this client's (see [`wait::take_lane`], `shares.rs`).
     waiters: LocalWakeups,
 }
 
@@ -189,7 +190,7 @@ impl Backend for EtcdBackend {
         let waiters = self.shared.waiters.subscribe(req.key.as_str());
         // Not a wrapper future around the acquire: the acquire's future
         // starts after the turn's, so the two share their space.
-        let _turn = wait::take_turn(&waiters, req).await;
+        let _turn = wait::take_lane(&waiters, req).await;
         self.shared.acquire(req).await
     }
 

@@ -34,6 +34,7 @@ impl Shared {
         // that read, as a mutex first in line is, its TTL counted from the
         // join's send: one request where the position read made two.
         if resp.succeeded() && ops::kvs(&resp, 1).len() == 1 && admitted_in_queue([req.mode]) == 1 {
+            self.note_queue(req, &prefix, &[]);
             return self.granted(req, &session, &gone, read_at, started).map(Some);
         }
         let my_rev = if resp.succeeded() {
@@ -51,6 +52,7 @@ impl Shared {
             // Our own mode as stored: a resize may have rewritten its limit.
             let mode = ops::entry_of(&mine).mode;
             let ahead: Vec<KeyValue> = ops::kvs(&resp, 1);
+            self.note_queue(req, &prefix, &ahead);
             let modes = || ahead.iter().map(|kv| ops::entry_of(kv).mode);
             if std::mem::take(&mut joined) {
                 if let Some(reason) = conflict_in_queue(mode, modes()) {
@@ -98,6 +100,25 @@ impl Shared {
                 other => other?,
             }
         }
+    }
+
+    /// After a share's read of the keys `ahead` of its own: the lock's next
+    /// waiting shares of this client may wait side by side only while every
+    /// key ahead is this client's (an attempt it tracks, or one it forgot
+    /// lately); another client's key makes them take turns again, one
+    /// queued key per client ([`wait::take_lane`]; the rule and its figures
+    /// are ZooKeeper's, `stores/zookeeper/lanes.rs`).
+    ///
+    /// [`wait::take_lane`]: crate::backend::wait::take_lane
+    fn note_queue(&self, req: &AcquireRequest, prefix: &[u8], ahead: &[KeyValue]) {
+        let own = ahead.iter().all(|kv| {
+            kv.key()
+                .get(prefix.len()..prefix.len() + 32)
+                .and_then(|hex| std::str::from_utf8(hex).ok())
+                .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+                .is_some_and(|token| self.grants.is_own(&req.key, token))
+        });
+        self.waiters.note_queue(req.key.as_str(), own, !ahead.is_empty());
     }
 
     /// Deletes this attempt's key (a refused try, or a conflict).
